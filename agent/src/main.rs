@@ -1,0 +1,116 @@
+//! `accord-agent`: thin command-line front of the `accord_agent` library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use accord_agent::{capture, discover, nvml, summary, Sources};
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "accord-agent",
+    version,
+    about = "Accord's host agent: discovers this machine's GPUs, NICs, NUMA and PCIe topology"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Discover the hardware and print it (a summary, or the model as JSON).
+    Discover {
+        /// Print the hardware model as JSON (the agent–daemon contract).
+        #[arg(long)]
+        json: bool,
+        /// Read the topology from an hwloc XML export instead of this host.
+        #[arg(long, value_name = "FILE")]
+        hwloc_xml: Option<PathBuf>,
+        /// Read NVML's view from a snapshot file instead of the driver.
+        #[arg(long, value_name = "FILE", conflicts_with = "nvidia_smi_xml")]
+        nvml_snapshot: Option<PathBuf>,
+        /// Read NVML's view from an `nvidia-smi -q -x` dump.
+        #[arg(long, value_name = "FILE")]
+        nvidia_smi_xml: Option<PathBuf>,
+    },
+    /// Record this host's topology and NVML view into DIR, for replay.
+    Capture {
+        /// Directory to write topology.xml, nvml.json and model.json into.
+        dir: PathBuf,
+    },
+    /// Convert an `nvidia-smi -q -x` dump into an NVML snapshot (JSON).
+    ImportNvidiaSmi {
+        /// The `nvidia-smi -q -x` output file.
+        file: PathBuf,
+    },
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ACCORD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .init();
+}
+
+fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+    serde_json::to_string_pretty(value).context("serialising to JSON")
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Discover {
+            json: as_json,
+            hwloc_xml,
+            nvml_snapshot,
+            nvidia_smi_xml,
+        } => {
+            let hw = discover(Sources {
+                hwloc_xml: hwloc_xml.as_deref(),
+                nvml_snapshot: nvml_snapshot.as_deref(),
+                nvidia_smi_xml: nvidia_smi_xml.as_deref(),
+            })?;
+            if as_json {
+                for note in &hw.discovery.notes {
+                    eprintln!("accord-agent: note: {note}");
+                }
+                println!("{}", json(&hw)?);
+            } else {
+                print!("{}", summary::render(&hw));
+            }
+        }
+        Command::Capture { dir } => {
+            let done = capture::capture(&dir)?;
+            for file in &done.files {
+                println!("wrote {}", file.display());
+            }
+            if let Some(reason) = done.nvml_missing {
+                println!("no NVML snapshot: {reason}");
+            }
+        }
+        Command::ImportNvidiaSmi { file } => {
+            let snapshot = nvml::nvidia_smi::import_file(&file)?;
+            println!("{}", json(&snapshot)?);
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the whole error chain.
+            eprintln!("accord-agent: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

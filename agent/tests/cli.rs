@@ -1,0 +1,192 @@
+//! The `accord-agent` binary as an admin runs it: live discovery, capture and
+//! replay, and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixture(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(rel)
+}
+
+fn agent(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_accord-agent"))
+        .args(args)
+        .env_remove("ACCORD_LOG")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn nvml_present() -> bool {
+    Path::new("/dev/nvidiactl").exists()
+}
+
+#[test]
+fn live_discovery_prints_numa_cores_memory_and_pci() {
+    let out = agent(&["discover"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for needle in ["NUMA 0:", "cores", "Memory", "PCIe", "root complexes"] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    if !nvml_present() {
+        // Said once, plainly, and not an error.
+        assert_eq!(text.matches("NVML not available").count(), 1, "{text}");
+        assert!(!stderr(&out).contains("NVML"), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn live_json_has_the_contract_fields() {
+    let out = agent(&["discover", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["schema_version", "numa_nodes", "gpus", "nics", "nvlinks"] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["schema_version"], 1);
+    assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(!v["numa_nodes"].as_array().unwrap().is_empty());
+    if !nvml_present() {
+        assert_eq!(stderr(&out).matches("NVML not available").count(), 1);
+    }
+}
+
+#[test]
+fn gpu_json_fields_are_present_even_when_unknown() {
+    // This export has NVIDIA GPUs that hwloc could not identify (no driver).
+    let xml = fixture("hwloc/24em64t-2n6c2t-pci.xml");
+    let out = agent(&["discover", "--json", "--hwloc-xml", xml.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gpus = v["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 3);
+    for g in gpus {
+        for key in ["pci_bus_id", "numa_node", "model", "uuid"] {
+            assert!(
+                g.as_object().unwrap().contains_key(key),
+                "missing {key} in {g}"
+            );
+        }
+        assert!(g["uuid"].is_null());
+    }
+}
+
+#[test]
+fn capture_replays_like_the_live_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = agent(&["capture", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let topo = dir.path().join("topology.xml");
+    assert!(topo.exists());
+    assert_eq!(dir.path().join("nvml.json").exists(), nvml_present());
+
+    let live: serde_json::Value =
+        serde_json::from_slice(&agent(&["discover", "--json"]).stdout).unwrap();
+    let mut args = vec!["discover", "--json", "--hwloc-xml", topo.to_str().unwrap()];
+    let snap = dir.path().join("nvml.json");
+    if nvml_present() {
+        args.extend(["--nvml-snapshot", snap.to_str().unwrap()]);
+    }
+    let replay: serde_json::Value = serde_json::from_slice(&agent(&args).stdout).unwrap();
+    for key in ["numa_nodes", "gpus", "pcie", "nvlinks"] {
+        assert_eq!(
+            live[key], replay[key],
+            "{key} differs between live and replay"
+        );
+    }
+    assert_eq!(live["machine"]["cores"], replay["machine"]["cores"]);
+    let model: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("model.json")).unwrap())
+            .unwrap();
+    assert_eq!(model["pcie"], replay["pcie"]);
+}
+
+fn assert_one_line_error(out: &Output, file: &Path, needle: &str) {
+    assert!(!out.status.success());
+    let err = stderr(out);
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line:\n{err}");
+    assert!(
+        err.contains(&file.display().to_string()),
+        "file not named:\n{err}"
+    );
+    assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_inputs_fail_with_one_line_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let truncated = dir.path().join("truncated.xml");
+    let full = std::fs::read_to_string(fixture("hwloc/nvidiaDGX2.xml")).unwrap();
+    std::fs::write(&truncated, &full[..full.len() / 3]).unwrap();
+    let out = agent(&["discover", "--hwloc-xml", truncated.to_str().unwrap()]);
+    assert_one_line_error(&out, &truncated, "not well-formed XML");
+
+    let not_hwloc = fixture("nvidia-smi/a100-sxm4-v12.xml");
+    let out = agent(&["discover", "--hwloc-xml", not_hwloc.to_str().unwrap()]);
+    assert_one_line_error(&out, &not_hwloc, "not an hwloc XML topology");
+
+    let v3 = fixture("hwloc/hwloc3-format/nvidiaDGX2.xml");
+    let out = agent(&["discover", "--hwloc-xml", v3.to_str().unwrap()]);
+    assert_one_line_error(&out, &v3, "unsupported hwloc XML version 3.0");
+
+    let missing = dir.path().join("missing.xml");
+    let out = agent(&["discover", "--hwloc-xml", missing.to_str().unwrap()]);
+    assert_one_line_error(&out, &missing, "cannot read file: No such file");
+
+    let topo = fixture("hwloc/nvidiaDGX2.xml");
+    let bad_snapshot = dir.path().join("bad.json");
+    let good = std::fs::read_to_string(fixture("nvml/h100-8gpu-mig.json")).unwrap();
+    std::fs::write(&bad_snapshot, &good[..good.len() / 2]).unwrap();
+    let out = agent(&[
+        "discover",
+        "--hwloc-xml",
+        topo.to_str().unwrap(),
+        "--nvml-snapshot",
+        bad_snapshot.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, &bad_snapshot, "invalid NVML snapshot");
+
+    let wrong_field = dir.path().join("wrong-field.json");
+    std::fs::write(
+        &wrong_field,
+        good.replacen("\"pci_bus_id\"", "\"pci_bus\"", 1),
+    )
+    .unwrap();
+    let out = agent(&[
+        "discover",
+        "--hwloc-xml",
+        topo.to_str().unwrap(),
+        "--nvml-snapshot",
+        wrong_field.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, &wrong_field, "unknown field `pci_bus`");
+
+    let future = dir.path().join("future.json");
+    std::fs::write(
+        &future,
+        good.replacen("\"snapshot_version\": 1", "\"snapshot_version\": 9", 1),
+    )
+    .unwrap();
+    let out = agent(&[
+        "discover",
+        "--hwloc-xml",
+        topo.to_str().unwrap(),
+        "--nvml-snapshot",
+        future.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, &future, "unsupported NVML snapshot version 9");
+
+    let out = agent(&["import-nvidia-smi", topo.to_str().unwrap()]);
+    assert_one_line_error(&out, &topo, "expected <nvidia_smi_log>");
+}
