@@ -145,47 +145,38 @@ fn bad_inputs_fail_with_one_line_naming_the_file() {
     assert_one_line_error(&out, &missing, "cannot read file: No such file");
 
     let topo = fixture("hwloc/nvidiaDGX2.xml");
-    let bad_snapshot = dir.path().join("bad.json");
+    let replay = |snapshot: &Path| {
+        agent(&[
+            "discover",
+            "--hwloc-xml",
+            topo.to_str().unwrap(),
+            "--nvml-snapshot",
+            snapshot.to_str().unwrap(),
+        ])
+    };
     let good = std::fs::read_to_string(fixture("nvml/h100-8gpu-mig.json")).unwrap();
-    std::fs::write(&bad_snapshot, &good[..good.len() / 2]).unwrap();
-    let out = agent(&[
-        "discover",
-        "--hwloc-xml",
-        topo.to_str().unwrap(),
-        "--nvml-snapshot",
-        bad_snapshot.to_str().unwrap(),
-    ]);
-    assert_one_line_error(&out, &bad_snapshot, "invalid NVML snapshot");
-
-    let wrong_field = dir.path().join("wrong-field.json");
-    std::fs::write(
-        &wrong_field,
-        good.replacen("\"pci_bus_id\"", "\"pci_bus\"", 1),
-    )
-    .unwrap();
-    let out = agent(&[
-        "discover",
-        "--hwloc-xml",
-        topo.to_str().unwrap(),
-        "--nvml-snapshot",
-        wrong_field.to_str().unwrap(),
-    ]);
-    assert_one_line_error(&out, &wrong_field, "unknown field `pci_bus`");
-
-    let future = dir.path().join("future.json");
-    std::fs::write(
-        &future,
-        good.replacen("\"snapshot_version\": 1", "\"snapshot_version\": 9", 1),
-    )
-    .unwrap();
-    let out = agent(&[
-        "discover",
-        "--hwloc-xml",
-        topo.to_str().unwrap(),
-        "--nvml-snapshot",
-        future.to_str().unwrap(),
-    ]);
-    assert_one_line_error(&out, &future, "unsupported NVML snapshot version 9");
+    let broken_snapshots = [
+        (
+            "truncated.json",
+            good[..good.len() / 2].to_owned(),
+            "invalid NVML snapshot",
+        ),
+        (
+            "wrong-field.json",
+            good.replacen("\"pci_bus_id\"", "\"pci_bus\"", 1),
+            "unknown field `pci_bus`",
+        ),
+        (
+            "future.json",
+            good.replacen("\"snapshot_version\": 1", "\"snapshot_version\": 9", 1),
+            "unsupported NVML snapshot version 9",
+        ),
+    ];
+    for (name, contents, needle) in broken_snapshots {
+        let path = dir.path().join(name);
+        std::fs::write(&path, contents).unwrap();
+        assert_one_line_error(&replay(&path), &path, needle);
+    }
 
     let out = agent(&["import-nvidia-smi", topo.to_str().unwrap()]);
     assert_one_line_error(&out, &topo, "expected <nvidia_smi_log>");
