@@ -88,7 +88,12 @@ pub fn render(hw: &NodeHardware) -> String {
             d.numa_node.map_or("-".into(), |n| n.to_string()),
         );
     }
-    let _ = writeln!(s, "GPUs     {}", hw.gpus.len());
+    let models: Vec<String> = hw
+        .gpu_models()
+        .into_iter()
+        .map(|(model, n)| format!("{n} × {model}"))
+        .collect();
+    let _ = writeln!(s, "GPUs     {} ({})", hw.gpus.len(), models.join(", "));
     for g in &hw.gpus {
         let mig = match &g.mig {
             None => "-".to_owned(),

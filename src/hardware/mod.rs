@@ -319,6 +319,9 @@ impl NodeHardware {
         self.gpus.iter().find(|g| &g.pci_bus_id == bus_id)
     }
 
+    /// The first PCI device at `bus_id`. Real exports occasionally list two
+    /// devices at one bus id (noted in `discovery.notes`); placement queries
+    /// therefore use each device's own root and switch, not this lookup.
     pub fn pci_device(&self, bus_id: &PciBusId) -> Option<&PciDevice> {
         self.pcie.devices.iter().find(|d| &d.bus_id == bus_id)
     }
