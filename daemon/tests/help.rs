@@ -7,7 +7,7 @@ use std::process::Command;
 fn binaries_print_help_and_refuse_unknown_arguments() {
     for (bin, words) in [
         (env!("CARGO_BIN_EXE_accordd"), ["run", "check-config"]),
-        (env!("CARGO_BIN_EXE_accordctl"), ["nodes", "node"]),
+        (env!("CARGO_BIN_EXE_accordctl"), ["plan", "nodes"]),
     ] {
         let out = Command::new(bin).arg("--help").output().unwrap();
         assert!(out.status.success());

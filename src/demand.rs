@@ -1,0 +1,294 @@
+//! Demand: pending workloads (gangs of pod sets) and what is already bound,
+//! in the shape Kubernetes gives them. File form: JSON.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default)]
+    pub value: Option<String>,
+    pub effect: TaintEffect,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum TolerationOperator {
+    #[default]
+    Equal,
+    Exists,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Toleration {
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub operator: TolerationOperator,
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub effect: Option<TaintEffect>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSelectorRequirement {
+    pub key: String,
+    pub operator: SelectorOperator,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// One term of required node affinity: all expressions must hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSelectorTerm {
+    pub match_expressions: Vec<NodeSelectorRequirement>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum AllocationMode {
+    #[default]
+    ExactCount,
+    All,
+}
+
+/// `exactly` of a DRA device request, or one `firstAvailable` alternative.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExactRequest {
+    /// Alternative name inside `first_available`.
+    #[serde(default)]
+    pub name: Option<String>,
+    pub device_class: String,
+    /// CEL expressions over `device`; all must be true.
+    #[serde(default)]
+    pub selectors: Vec<String>,
+    #[serde(default = "one")]
+    pub count: u32,
+    #[serde(default)]
+    pub allocation_mode: AllocationMode,
+    /// Consumable-capacity requests (`gpu.nvidia.com/memory: 10Gi`).
+    #[serde(default)]
+    pub capacity: BTreeMap<String, String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceRequest {
+    pub name: String,
+    #[serde(default)]
+    pub exactly: Option<ExactRequest>,
+    #[serde(default)]
+    pub first_available: Vec<ExactRequest>,
+}
+
+/// All listed requests' devices must carry equal values of the attribute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Constraint {
+    /// Empty: all requests of the claim.
+    #[serde(default)]
+    pub requests: Vec<String>,
+    pub match_attribute: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    pub name: String,
+    pub requests: Vec<DeviceRequest>,
+    #[serde(default)]
+    pub constraints: Vec<Constraint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodSpec {
+    /// Effective requests (kube-scheduler's max(init, sum) + overhead, as
+    /// the Kubernetes reader computes them); quantities.
+    #[serde(default)]
+    pub requests: BTreeMap<String, String>,
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity: any term may match.
+    #[serde(default)]
+    pub affinity: Vec<NodeSelectorTerm>,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default)]
+    pub claims: Vec<Claim>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodSet {
+    pub name: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    pub pod: PodSpec,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TopologyMode {
+    Required,
+    Preferred,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyRequirement {
+    /// A fleet topology level (`rack`, `block`, ...).
+    pub level: String,
+    pub mode: TopologyMode,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    pub name: String,
+    pub namespace: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Gang minimum; default: every pod.
+    #[serde(default)]
+    pub min_count: Option<u32>,
+    #[serde(default)]
+    pub priority: i32,
+    /// Creation time (seconds); older first among equal priorities.
+    #[serde(default)]
+    pub created: u64,
+    #[serde(default)]
+    pub topology: Option<TopologyRequirement>,
+    /// Name of a reservation the workload wants to draw from.
+    #[serde(default)]
+    pub reservation: Option<String>,
+    /// The object it came from, for explanations (`PodGroup ml/train-a`).
+    #[serde(default)]
+    pub source: Option<String>,
+    pub pod_sets: Vec<PodSet>,
+}
+
+impl Workload {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    pub fn pod_count(&self) -> u32 {
+        self.pod_sets.iter().map(|s| s.count).sum()
+    }
+
+    pub fn min(&self) -> u32 {
+        self.min_count
+            .unwrap_or_else(|| self.pod_count())
+            .min(self.pod_count())
+    }
+}
+
+/// A device a bound pod holds: whole, or a share of its capacity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundDevice {
+    pub name: String,
+    #[serde(default)]
+    pub capacity: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundPod {
+    pub node: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub requests: BTreeMap<String, String>,
+    #[serde(default)]
+    pub devices: Vec<BoundDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceClass {
+    pub name: String,
+    #[serde(default)]
+    pub selectors: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Demand {
+    /// Device classes besides the built-in `gpu.nvidia.com`,
+    /// `mig.nvidia.com` and `rdma.accord.dev`.
+    #[serde(default)]
+    pub device_classes: Vec<DeviceClass>,
+    #[serde(default)]
+    pub workloads: Vec<Workload>,
+    #[serde(default)]
+    pub bound: Vec<BoundPod>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}:{line}:{column}: {message}")]
+pub struct DemandError {
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl Demand {
+    pub fn from_json(text: &str, file: &str) -> Result<Demand, DemandError> {
+        serde_json::from_str(text).map_err(|e| DemandError {
+            file: file.to_owned(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// The built-in device classes, as CEL selectors.
+pub fn builtin_classes() -> Vec<DeviceClass> {
+    vec![
+        DeviceClass {
+            name: "gpu.nvidia.com".into(),
+            selectors: vec!["device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'".into()],
+        },
+        DeviceClass {
+            name: "mig.nvidia.com".into(),
+            selectors: vec!["device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'".into()],
+        },
+        DeviceClass {
+            name: "rdma.accord.dev".into(),
+            selectors: vec!["device.driver == 'rdma.accord.dev'".into()],
+        },
+    ]
+}

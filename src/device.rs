@@ -1,0 +1,271 @@
+//! Devices as DRA sees them: what a node's GPUs, MIG instances and NICs look
+//! like in a ResourceSlice (driver, attributes, capacity), derived from the
+//! hardware model or from a declared hardware profile.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hardware::{MigMode, NicKind, NodeHardware};
+use crate::quantity::Milli;
+
+pub const GPU_DRIVER: &str = "gpu.nvidia.com";
+pub const NIC_DRIVER: &str = "rdma.accord.dev";
+pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
+pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+/// NUMA node of a device (Accord's attribute; no upstream standard yet).
+pub const NUMA_NODE: &str = "accord.dev/numaNode";
+
+/// A DRA device attribute value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AttrValue {
+    Bool(bool),
+    Int(i64),
+    String(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    Gpu,
+    Mig,
+    Nic,
+}
+
+/// How a shareable device's capacity may be drawn (DRA consumable capacity,
+/// KEP-5075 `requestPolicy`): requests below `min` are raised to it, others
+/// rounded up to a multiple of `step`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RequestPolicy {
+    pub default: Option<Milli>,
+    pub min: Option<Milli>,
+    pub step: Option<Milli>,
+}
+
+impl RequestPolicy {
+    /// The amount actually consumed for a request of `asked`.
+    pub fn consumed(&self, asked: Option<Milli>) -> Option<Milli> {
+        let mut v = asked.or(self.default)?;
+        if let Some(min) = self.min {
+            v = v.max(min);
+        }
+        if let Some(step) = self.step.filter(|s| *s > 0) {
+            v = (v + step - 1) / step * step;
+        }
+        Some(v)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    /// Unique within the node: `gpu-0`, `gpu-3-mig-7`, `nic-1`.
+    pub name: String,
+    pub driver: String,
+    pub kind: DeviceKind,
+    /// Qualified attribute names (`gpu.nvidia.com/productName`,
+    /// `resource.kubernetes.io/pcieRoot`).
+    pub attributes: BTreeMap<String, AttrValue>,
+    /// Capacity in milli-units (`gpu.nvidia.com/memory`, `gpu.nvidia.com/compute`).
+    pub capacity: BTreeMap<String, Milli>,
+    /// `Some` when several allocations may share the device
+    /// (`allowMultipleAllocations`), with a policy per capacity name.
+    pub shared: Option<BTreeMap<String, RequestPolicy>>,
+    /// The physical GPU (index into the node's GPUs) this device lives on.
+    pub gpu: Option<usize>,
+}
+
+impl Device {
+    pub fn attr(&self, name: &str) -> Option<&AttrValue> {
+        self.attributes.get(name)
+    }
+
+    pub fn mig_profile(&self) -> Option<&str> {
+        match self.attr("gpu.nvidia.com/profile") {
+            Some(AttrValue::String(p)) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+fn s(v: impl Into<String>) -> AttrValue {
+    AttrValue::String(v.into())
+}
+
+/// Capacity names the planner uses.
+pub const MEMORY: &str = "gpu.nvidia.com/memory";
+pub const COMPUTE: &str = "gpu.nvidia.com/compute";
+
+/// GPU sharing (consumable capacity) configuration of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sharing {
+    /// Smallest share of a GPU's compute, in milli-GPU (e.g. 10 = 1 %).
+    pub min_compute_milli: Option<Milli>,
+    /// Shares are rounded up to a multiple of this, in milli-GPU.
+    pub step_compute_milli: Option<Milli>,
+}
+
+/// A physical GPU as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannerGpu {
+    pub index: usize,
+    pub model: String,
+    pub memory_bytes: u64,
+    pub mig: Option<crate::hardware::MigState>,
+}
+
+/// Builds the node's devices from its hardware model.
+pub fn devices_from_hardware(
+    hw: &NodeHardware,
+    sharing: Option<Sharing>,
+) -> (Vec<PlannerGpu>, Vec<Device>) {
+    let mut gpus = Vec::new();
+    let mut devices = Vec::new();
+    for (gi, g) in hw.gpus.iter().enumerate() {
+        // Only NVIDIA GPUs are published by the NVIDIA DRA driver; others
+        // (an AMD card beside them) stay out of this model for now.
+        if !g
+            .vendor
+            .as_deref()
+            .is_some_and(|v| v.to_ascii_lowercase().contains("nvidia"))
+        {
+            continue;
+        }
+        let model = g.model.clone().unwrap_or_else(|| "unknown".into());
+        let memory = g.memory_bytes.unwrap_or(0);
+        gpus.push(PlannerGpu {
+            index: gi,
+            model: model.clone(),
+            memory_bytes: memory,
+            mig: g.mig.clone(),
+        });
+        let mut common = BTreeMap::new();
+        common.insert("gpu.nvidia.com/productName".into(), s(model.clone()));
+        if let Some(arch) = &g.architecture {
+            common.insert("gpu.nvidia.com/architecture".into(), s(arch.clone()));
+        }
+        if let Some(cc) = &g.compute_capability {
+            common.insert("gpu.nvidia.com/cudaComputeCapability".into(), s(cc.clone()));
+        }
+        if let Some(root) = &g.pcie_root {
+            common.insert(PCIE_ROOT.into(), s(root.clone()));
+        }
+        common.insert(PCI_BUS_ID.into(), s(g.pci_bus_id.to_string()));
+        if let Some(n) = g.numa_node {
+            common.insert(NUMA_NODE.into(), AttrValue::Int(i64::from(n)));
+        }
+        if let Some(f) = &g.fabric {
+            common.insert("gpu.nvidia.com/clique".into(), s(f.clique()));
+        }
+        let uuid = g
+            .uuid
+            .clone()
+            .unwrap_or_else(|| format!("GPU-{}", g.pci_bus_id));
+        let mig_on = g
+            .mig
+            .as_ref()
+            .is_some_and(|m| m.current_mode == MigMode::Enabled);
+        if mig_on {
+            let mig = g.mig.as_ref().expect("checked");
+            for inst in &mig.gpu_instances {
+                let mut attrs = common.clone();
+                attrs.insert("gpu.nvidia.com/type".into(), s("mig"));
+                attrs.insert("gpu.nvidia.com/profile".into(), s(inst.profile.clone()));
+                attrs.insert("gpu.nvidia.com/parentUUID".into(), s(uuid.clone()));
+                if let Some(ci) = inst.compute_instances.first().and_then(|c| c.uuid.clone()) {
+                    attrs.insert("gpu.nvidia.com/uuid".into(), s(ci));
+                }
+                let mem = mig
+                    .profile(&inst.profile)
+                    .map(|p| p.memory_mib << 20)
+                    .unwrap_or(0);
+                devices.push(Device {
+                    name: format!("gpu-{gi}-mig-{}", inst.id),
+                    driver: GPU_DRIVER.into(),
+                    kind: DeviceKind::Mig,
+                    attributes: attrs,
+                    capacity: BTreeMap::from([(MEMORY.into(), to_milli(mem))]),
+                    shared: None,
+                    gpu: Some(gi),
+                });
+            }
+        } else {
+            let mut attrs = common;
+            attrs.insert("gpu.nvidia.com/type".into(), s("gpu"));
+            attrs.insert("gpu.nvidia.com/uuid".into(), s(uuid));
+            devices.push(gpu_device(gi, attrs, memory, sharing));
+        }
+    }
+    for (ni, nic) in hw.nics.iter().enumerate() {
+        let mut attrs = BTreeMap::new();
+        attrs.insert("rdma.accord.dev/type".into(), s("nic"));
+        let kind = match nic.kind {
+            NicKind::Ethernet => "ethernet",
+            NicKind::Infiniband => "infiniband",
+            NicKind::Roce => "roce",
+            NicKind::Unknown => "unknown",
+        };
+        attrs.insert("rdma.accord.dev/kind".into(), s(kind));
+        attrs.insert("rdma.accord.dev/interface".into(), s(nic.name.clone()));
+        if let Some(root) = &nic.pcie_root {
+            attrs.insert(PCIE_ROOT.into(), s(root.clone()));
+        }
+        if let Some(b) = nic.pci_bus_id {
+            attrs.insert(PCI_BUS_ID.into(), s(b.to_string()));
+        }
+        if let Some(n) = nic.numa_node {
+            attrs.insert(NUMA_NODE.into(), AttrValue::Int(i64::from(n)));
+        }
+        devices.push(Device {
+            name: format!("nic-{ni}"),
+            driver: NIC_DRIVER.into(),
+            kind: DeviceKind::Nic,
+            attributes: attrs,
+            capacity: BTreeMap::new(),
+            shared: None,
+            gpu: None,
+        });
+    }
+    (gpus, devices)
+}
+
+pub(crate) fn to_milli(units: u64) -> Milli {
+    i64::try_from(units)
+        .unwrap_or(i64::MAX / 1000)
+        .saturating_mul(1000)
+}
+
+pub(crate) fn gpu_device(
+    gi: usize,
+    attrs: BTreeMap<String, AttrValue>,
+    memory_bytes: u64,
+    sharing: Option<Sharing>,
+) -> Device {
+    let capacity = BTreeMap::from([
+        (MEMORY.to_owned(), to_milli(memory_bytes)),
+        (COMPUTE.to_owned(), 1000),
+    ]);
+    let shared = sharing.map(|sh| {
+        BTreeMap::from([
+            (
+                COMPUTE.to_owned(),
+                RequestPolicy {
+                    default: Some(1000),
+                    min: sh.min_compute_milli,
+                    step: sh.step_compute_milli,
+                },
+            ),
+            (MEMORY.to_owned(), RequestPolicy::default()),
+        ])
+    });
+    Device {
+        name: format!("gpu-{gi}"),
+        driver: GPU_DRIVER.into(),
+        kind: DeviceKind::Gpu,
+        attributes: attrs,
+        capacity,
+        shared,
+        gpu: Some(gi),
+    }
+}

@@ -1,0 +1,207 @@
+//! CEL selectors over devices, evaluated with the `cel` crate in the DRA
+//! environment: `device.driver`, `device.attributes[domain].name`,
+//! `device.capacity[domain].name` (base units), `quantity("40Gi")` and
+//! `x.compareTo(y)`.
+//!
+//! Results are cached per (expression, device fingerprint): devices that
+//! differ only in node-specific attributes (UUIDs, bus ids, PCIe roots, NUMA)
+//! share one evaluation unless the expression mentions such an attribute.
+//! The cache is a `HashMap` that is only looked up, never iterated, so it
+//! cannot leak an order into a plan.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cel::extractors::This;
+use cel::{Context, Program, Value};
+
+use crate::device::{AttrValue, Device};
+
+/// Attribute names that differ between otherwise identical devices.
+const NODE_SPECIFIC: &[&str] = &[
+    "uuid",
+    "UUID",
+    "pciBusID",
+    "pcieRoot",
+    "numaNode",
+    "clique",
+    "interface",
+];
+
+struct Expr {
+    text: String,
+    program: Result<Program, String>,
+    node_specific: bool,
+}
+
+#[derive(Default)]
+pub struct CelEngine {
+    exprs: Vec<Expr>,
+    ids: HashMap<String, usize>,
+    cache: HashMap<(usize, bool, u64), Result<bool, String>>,
+}
+
+impl std::fmt::Debug for CelEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CelEngine")
+            .field("expressions", &self.exprs.len())
+            .field("cached", &self.cache.len())
+            .finish()
+    }
+}
+
+/// FNV-1a: stable across runs and platforms, unlike `DefaultHasher`.
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for b in bytes {
+        *h ^= u64::from(*b);
+        *h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    *h ^= 0xff;
+    *h = h.wrapping_mul(0x100_0000_01b3);
+}
+
+/// Identity of a device for selector purposes, ignoring node-specific
+/// attributes.
+pub fn fingerprint(device: &Device) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325;
+    fnv(&mut h, device.driver.as_bytes());
+    for (k, v) in &device.attributes {
+        if NODE_SPECIFIC.iter().any(|n| k.contains(n)) {
+            continue;
+        }
+        fnv(&mut h, k.as_bytes());
+        match v {
+            AttrValue::Bool(b) => fnv(&mut h, &[u8::from(*b)]),
+            AttrValue::Int(i) => fnv(&mut h, &i.to_le_bytes()),
+            AttrValue::String(s) => fnv(&mut h, s.as_bytes()),
+        }
+    }
+    for (k, v) in &device.capacity {
+        fnv(&mut h, k.as_bytes());
+        fnv(&mut h, &v.to_le_bytes());
+    }
+    h
+}
+
+/// Milli-units to base units, rounding up.
+fn base_units(milli: i64) -> i64 {
+    milli.div_euclid(1000) + i64::from(milli.rem_euclid(1000) != 0)
+}
+
+fn split_name<'a>(qualified: &'a str, driver: &'a str) -> (&'a str, &'a str) {
+    qualified.rsplit_once('/').unwrap_or((driver, qualified))
+}
+
+fn device_value(device: &Device) -> Value {
+    let mut attributes: HashMap<String, HashMap<String, Value>> = HashMap::new();
+    for (k, v) in &device.attributes {
+        let (domain, name) = split_name(k, &device.driver);
+        let value = match v {
+            AttrValue::Bool(b) => Value::from(*b),
+            AttrValue::Int(i) => Value::from(*i),
+            AttrValue::String(s) => Value::from(s.clone()),
+        };
+        attributes
+            .entry(domain.to_owned())
+            .or_default()
+            .insert(name.to_owned(), value);
+    }
+    let mut capacity: HashMap<String, HashMap<String, Value>> = HashMap::new();
+    for (k, v) in &device.capacity {
+        let (domain, name) = split_name(k, &device.driver);
+        capacity
+            .entry(domain.to_owned())
+            .or_default()
+            .insert(name.to_owned(), Value::from(base_units(*v)));
+    }
+    let mut d: HashMap<String, Value> = HashMap::new();
+    d.insert("driver".into(), Value::from(device.driver.clone()));
+    d.insert("attributes".into(), attributes.into());
+    d.insert("capacity".into(), capacity.into());
+    d.into()
+}
+
+/// The DRA CEL environment for one device.
+fn context(device: &Device) -> Result<Context<'static, 'static>, cel::DeclarationError> {
+    let mut ctx = Context::default();
+    ctx.add_function("quantity", |s: Arc<String>| -> i64 {
+        crate::quantity::parse(&s).map_or(i64::MIN, base_units)
+    })?;
+    ctx.add_function("compareTo", |This(a): This<i64>, b: i64| -> i64 {
+        (a - b).signum()
+    })?;
+    ctx.add_variable_from_value("device", device_value(device));
+    Ok(ctx)
+}
+
+impl CelEngine {
+    /// The id of an expression, compiling it on first sight.
+    pub fn id(&mut self, text: &str) -> usize {
+        if let Some(id) = self.ids.get(text) {
+            return *id;
+        }
+        let program = Program::compile(text).map_err(|e| {
+            e.to_string()
+                .lines()
+                .next()
+                .unwrap_or("syntax error")
+                .to_owned()
+        });
+        let id = self.exprs.len();
+        self.exprs.push(Expr {
+            text: text.to_owned(),
+            program,
+            node_specific: NODE_SPECIFIC.iter().any(|n| text.contains(n)),
+        });
+        self.ids.insert(text.to_owned(), id);
+        id
+    }
+
+    pub fn text(&self, id: usize) -> &str {
+        &self.exprs[id].text
+    }
+
+    /// Whether `device` satisfies expression `id`. `unique` identifies the
+    /// device in the fleet, `print` is its [`fingerprint`]. An expression
+    /// that cannot be compiled or evaluated is an `Err` with the reason:
+    /// never a silent match.
+    pub fn matches(
+        &mut self,
+        id: usize,
+        device: &Device,
+        unique: u64,
+        print: u64,
+    ) -> Result<bool, String> {
+        let expr = &self.exprs[id];
+        let key = if expr.node_specific {
+            (id, true, unique)
+        } else {
+            (id, false, print)
+        };
+        if let Some(hit) = self.cache.get(&key) {
+            return hit.clone();
+        }
+        let result = match &expr.program {
+            Err(e) => Err(format!(
+                "CEL selector `{}` does not compile: {e}",
+                expr.text
+            )),
+            Ok(program) => match context(device) {
+                Err(e) => Err(format!("CEL environment: {e}")),
+                Ok(ctx) => match program.execute(&ctx) {
+                    Ok(Value::Bool(b)) => Ok(b),
+                    Ok(other) => Err(format!(
+                        "CEL selector `{}` gave {other:?}, not a boolean",
+                        expr.text
+                    )),
+                    Err(e) => Err(format!(
+                        "CEL selector `{}` cannot be evaluated on {}: {e}",
+                        expr.text, device.name
+                    )),
+                },
+            },
+        };
+        self.cache.insert(key, result.clone());
+        result
+    }
+}

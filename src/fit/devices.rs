@@ -1,0 +1,525 @@
+//! Device fit with DRA structured-parameters semantics: concrete devices for
+//! each request, device classes and CEL selectors, `firstAvailable`,
+//! `allocationMode: All`, `matchAttribute` constraints, consumable capacity
+//! on shareable devices, MIG devices by profile. Whole GPUs and MIG devices
+//! asked for as extended resources (`nvidia.com/gpu`,
+//! `nvidia.com/mig-1g.10gb`) draw from the same devices, so nothing is
+//! counted twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{CelEngine, Failure, PodRequest};
+use crate::demand::{AllocationMode, Claim, ExactRequest, PodSpec};
+use crate::device::{AttrValue, Device, DeviceKind, NUMA_NODE, PCIE_ROOT};
+use crate::fleet::Node;
+use crate::quantity::{self, Milli};
+
+/// How much of a device is taken.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceUse {
+    /// Allocated whole to one consumer.
+    pub exclusive: bool,
+    /// Number of shared allocations.
+    pub shares: u32,
+    /// Capacity drawn by shared allocations.
+    pub consumed: BTreeMap<String, Milli>,
+}
+
+/// One device allocated to one request of one claim.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DeviceAllocation {
+    pub claim: String,
+    pub request: String,
+    pub device: String,
+    /// Capacity drawn from a shared device (milli-units); empty when whole.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<String, Milli>,
+}
+
+/// What device fit needs besides the pod and the node.
+#[derive(Debug)]
+pub struct DeviceContext<'a> {
+    pub cel: &'a mut CelEngine,
+    /// Device class name → compiled selector ids.
+    pub classes: &'a BTreeMap<String, Vec<usize>>,
+    /// Per device of this node: CEL fingerprint.
+    pub prints: &'a [u64],
+    /// Unique id of this node, for node-specific CEL caching.
+    pub node_key: u64,
+}
+
+enum Filter {
+    Kind(DeviceKind),
+    MigProfile(String),
+    Cel { class: String, exprs: Vec<usize> },
+}
+
+struct Alt {
+    name: Option<String>,
+    filter: Filter,
+    count: u32,
+    all: bool,
+    capacity: BTreeMap<String, Milli>,
+}
+
+struct Req {
+    name: String,
+    alts: Vec<Alt>,
+}
+
+struct ClaimPlan {
+    name: String,
+    reqs: Vec<Req>,
+    /// (request indices, attribute)
+    constraints: Vec<(Vec<usize>, String)>,
+}
+
+fn compile_alt(
+    e: &ExactRequest,
+    cel: &mut CelEngine,
+    classes: &BTreeMap<String, Vec<usize>>,
+) -> Result<Alt, Failure> {
+    let mut exprs = classes
+        .get(&e.device_class)
+        .ok_or_else(|| Failure::new(format!("unknown device class {}", e.device_class), ""))?
+        .clone();
+    exprs.extend(e.selectors.iter().map(|s| cel.id(s)));
+    let mut capacity = BTreeMap::new();
+    for (k, q) in &e.capacity {
+        let v = quantity::parse(q)
+            .map_err(|err| Failure::new("invalid capacity request", err.to_string()))?;
+        capacity.insert(k.clone(), v);
+    }
+    Ok(Alt {
+        name: e.name.clone(),
+        filter: Filter::Cel {
+            class: e.device_class.clone(),
+            exprs,
+        },
+        count: e.count,
+        all: e.allocation_mode == AllocationMode::All,
+        capacity,
+    })
+}
+
+fn claim_plans(
+    spec: &PodSpec,
+    req: &PodRequest,
+    cel: &mut CelEngine,
+    classes: &BTreeMap<String, Vec<usize>>,
+) -> Result<Vec<ClaimPlan>, Failure> {
+    let mut plans = Vec::new();
+    let mut implicit = Vec::new();
+    if req.gpus > 0 {
+        implicit.push(Req {
+            name: super::GPU_RESOURCE.into(),
+            alts: vec![Alt {
+                name: None,
+                filter: Filter::Kind(DeviceKind::Gpu),
+                count: req.gpus,
+                all: false,
+                capacity: BTreeMap::new(),
+            }],
+        });
+    }
+    for (profile, n) in &req.mig {
+        implicit.push(Req {
+            name: format!("{}{profile}", super::MIG_RESOURCE_PREFIX),
+            alts: vec![Alt {
+                name: None,
+                filter: Filter::MigProfile(profile.clone()),
+                count: *n,
+                all: false,
+                capacity: BTreeMap::new(),
+            }],
+        });
+    }
+    if !implicit.is_empty() {
+        plans.push(ClaimPlan {
+            name: "extended-resources".into(),
+            reqs: implicit,
+            constraints: Vec::new(),
+        });
+    }
+    for claim in &spec.claims {
+        plans.push(claim_plan(claim, cel, classes)?);
+    }
+    Ok(plans)
+}
+
+fn claim_plan(
+    claim: &Claim,
+    cel: &mut CelEngine,
+    classes: &BTreeMap<String, Vec<usize>>,
+) -> Result<ClaimPlan, Failure> {
+    let mut reqs = Vec::new();
+    for r in &claim.requests {
+        let mut alts = Vec::new();
+        if let Some(e) = &r.exactly {
+            alts.push(compile_alt(e, cel, classes)?);
+        }
+        for e in &r.first_available {
+            alts.push(compile_alt(e, cel, classes)?);
+        }
+        if alts.is_empty() {
+            return Err(Failure::new(
+                format!(
+                    "claim {} request {} has neither exactly nor firstAvailable",
+                    claim.name, r.name
+                ),
+                "",
+            ));
+        }
+        reqs.push(Req {
+            name: r.name.clone(),
+            alts,
+        });
+    }
+    let mut constraints = Vec::new();
+    for c in &claim.constraints {
+        let idx: Vec<usize> = if c.requests.is_empty() {
+            (0..reqs.len()).collect()
+        } else {
+            c.requests
+                .iter()
+                .map(|n| {
+                    reqs.iter().position(|r| &r.name == n).ok_or_else(|| {
+                        Failure::new(
+                            format!("claim {}: constraint names unknown request {n}", claim.name),
+                            "",
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        };
+        constraints.push((idx, c.match_attribute.clone()));
+    }
+    Ok(ClaimPlan {
+        name: claim.name.clone(),
+        reqs,
+        constraints,
+    })
+}
+
+struct Attempt<'n> {
+    node: &'n Node,
+    uses: Vec<DeviceUse>,
+    out: Vec<DeviceAllocation>,
+    /// First reason something was not available, for explanations.
+    why: Option<String>,
+}
+
+fn attr_value<'d>(device: &'d Device, name: &str) -> Option<&'d AttrValue> {
+    device.attributes.get(name).or_else(|| {
+        // Unqualified names belong to the device's driver domain.
+        if name.contains('/') {
+            None
+        } else {
+            device.attributes.get(&format!("{}/{name}", device.driver))
+        }
+    })
+}
+
+impl Attempt<'_> {
+    fn passes(&mut self, alt: &Alt, di: usize, ctx: &mut DeviceContext<'_>) -> bool {
+        let device = &self.node.devices[di];
+        match &alt.filter {
+            Filter::Kind(k) => device.kind == *k,
+            Filter::MigProfile(p) => {
+                device.kind == DeviceKind::Mig && device.mig_profile() == Some(p)
+            }
+            Filter::Cel { exprs, .. } => {
+                for &id in exprs {
+                    let unique = (ctx.node_key << 20) | di as u64;
+                    match ctx.cel.matches(id, device, unique, ctx.prints[di]) {
+                        Ok(true) => {}
+                        Ok(false) => return false,
+                        Err(e) => {
+                            self.why.get_or_insert(e);
+                            return false;
+                        }
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// The capacity this allocation would draw, if the device can take it.
+    fn take(&self, alt: &Alt, di: usize) -> Option<BTreeMap<String, Milli>> {
+        let device = &self.node.devices[di];
+        let used = &self.uses[di];
+        if used.exclusive {
+            return None;
+        }
+        match &device.shared {
+            Some(policies) => {
+                let mut draw = BTreeMap::new();
+                for (key, policy) in policies {
+                    let Some(amount) = policy.consumed(alt.capacity.get(key).copied()) else {
+                        continue;
+                    };
+                    let have = device.capacity.get(key).copied().unwrap_or(0);
+                    let u = used.consumed.get(key).copied().unwrap_or(0);
+                    if u + amount > have {
+                        return None;
+                    }
+                    draw.insert(key.clone(), amount);
+                }
+                if alt.capacity.keys().any(|k| !policies.contains_key(k)) {
+                    return None;
+                }
+                Some(draw)
+            }
+            None => {
+                if used.shares > 0 {
+                    return None;
+                }
+                let fits = alt
+                    .capacity
+                    .iter()
+                    .all(|(k, v)| device.capacity.get(k).is_some_and(|have| v <= have));
+                fits.then(BTreeMap::new)
+            }
+        }
+    }
+
+    fn commit(&mut self, claim: &str, req: &str, di: usize, draw: BTreeMap<String, Milli>) {
+        let use_ = &mut self.uses[di];
+        if self.node.devices[di].shared.is_some() {
+            use_.shares += 1;
+            for (k, v) in &draw {
+                *use_.consumed.entry(k.clone()).or_insert(0) += v;
+            }
+        } else {
+            use_.exclusive = true;
+        }
+        self.out.push(DeviceAllocation {
+            claim: claim.to_owned(),
+            request: req.to_owned(),
+            device: self.node.devices[di].name.clone(),
+            capacity: draw,
+        });
+    }
+
+    /// Allocates one request under `pins` (attribute → required value).
+    fn request(
+        &mut self,
+        claim: &str,
+        req: &Req,
+        pins: &[(&str, &AttrValue)],
+        ctx: &mut DeviceContext<'_>,
+    ) -> bool {
+        'alts: for alt in &req.alts {
+            let mut candidates: Vec<(usize, BTreeMap<String, Milli>)> = Vec::new();
+            let mut matching = 0;
+            for di in 0..self.node.devices.len() {
+                let device = &self.node.devices[di];
+                if !pins.iter().all(|(a, v)| attr_value(device, a) == Some(*v)) {
+                    continue;
+                }
+                if !self.passes(alt, di, ctx) {
+                    continue;
+                }
+                matching += 1;
+                if let Some(draw) = self.take(alt, di) {
+                    candidates.push((di, draw));
+                }
+            }
+            let need = if alt.all {
+                if matching == 0 || candidates.len() < matching {
+                    continue 'alts;
+                }
+                matching
+            } else {
+                alt.count as usize
+            };
+            if candidates.len() < need {
+                continue;
+            }
+            // Shared devices: best fit (fullest device that still fits)
+            // keeps whole GPUs free for whole-GPU requests.
+            candidates.sort_by_key(|(di, _)| {
+                let d = &self.node.devices[*di];
+                let free: Milli = match &d.shared {
+                    Some(_) => d
+                        .capacity
+                        .iter()
+                        .map(|(k, have)| {
+                            have - self.uses[*di].consumed.get(k).copied().unwrap_or(0)
+                        })
+                        .sum(),
+                    None => 0,
+                };
+                (free, *di)
+            });
+            let request_name = match &alt.name {
+                Some(sub) => format!("{}/{sub}", req.name),
+                None => req.name.clone(),
+            };
+            for (di, draw) in candidates.into_iter().take(need) {
+                self.commit(claim, &request_name, di, draw);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Allocates a whole claim, trying each combination of constraint
+    /// values. Returns false with `self` unchanged on failure.
+    fn claim(
+        &mut self,
+        plan: &ClaimPlan,
+        extra: &[(Vec<usize>, String)],
+        ctx: &mut DeviceContext<'_>,
+    ) -> bool {
+        let constraints: Vec<&(Vec<usize>, String)> =
+            plan.constraints.iter().chain(extra).collect();
+        let values: Vec<Vec<AttrValue>> = constraints
+            .iter()
+            .map(|(_, attr)| {
+                let set: BTreeSet<AttrValue> = self
+                    .node
+                    .devices
+                    .iter()
+                    .filter_map(|d| attr_value(d, attr).cloned())
+                    .collect();
+                set.into_iter().collect()
+            })
+            .collect();
+        if values.iter().any(Vec::is_empty) {
+            return false;
+        }
+        let mut choice = vec![0usize; constraints.len()];
+        loop {
+            let saved_uses = self.uses.clone();
+            let saved_len = self.out.len();
+            let mut ok = true;
+            for (ri, req) in plan.reqs.iter().enumerate() {
+                let pins: Vec<(&str, &AttrValue)> = constraints
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (reqs, _))| reqs.contains(&ri))
+                    .map(|(ci, (_, attr))| (attr.as_str(), &values[ci][choice[ci]]))
+                    .collect();
+                if !self.request(&plan.name, req, &pins, ctx) {
+                    ok = false;
+                    break;
+                }
+            }
+            if ok {
+                return true;
+            }
+            self.uses = saved_uses;
+            self.out.truncate(saved_len);
+            // next combination
+            let mut i = 0;
+            loop {
+                if i == choice.len() {
+                    return false;
+                }
+                choice[i] += 1;
+                if choice[i] < values[i].len() {
+                    break;
+                }
+                choice[i] = 0;
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Allocates every device the pod needs on `node`, given what is in use.
+/// Returns the allocations and the node's device use after them.
+pub fn allocate_devices(
+    spec: &PodSpec,
+    req: &PodRequest,
+    node: &Node,
+    uses: &[DeviceUse],
+    ctx: &mut DeviceContext<'_>,
+) -> Result<(Vec<DeviceAllocation>, Vec<DeviceUse>), Failure> {
+    if req.gpus == 0 && req.mig.is_empty() && spec.claims.is_empty() {
+        return Ok((Vec::new(), uses.to_vec()));
+    }
+    let plans = claim_plans(spec, req, ctx.cel, ctx.classes)?;
+    let mut attempt = Attempt {
+        node,
+        uses: uses.to_vec(),
+        out: Vec::new(),
+        why: None,
+    };
+    for plan in &plans {
+        // Inside a node, prefer devices under one PCIe root, then one NUMA
+        // node, for claims with several requests (GPU + NIC).
+        let all: Vec<usize> = (0..plan.reqs.len()).collect();
+        let preferences: Vec<Vec<(Vec<usize>, String)>> = if plan.reqs.len() > 1 {
+            vec![
+                vec![(all.clone(), PCIE_ROOT.to_owned())],
+                vec![(all, NUMA_NODE.to_owned())],
+                vec![],
+            ]
+        } else {
+            vec![vec![]]
+        };
+        if !preferences
+            .iter()
+            .any(|extra| attempt.claim(plan, extra, ctx))
+        {
+            return Err(explain_claim(plan, &attempt));
+        }
+    }
+    Ok((attempt.out, attempt.uses))
+}
+
+fn explain_claim(plan: &ClaimPlan, attempt: &Attempt<'_>) -> Failure {
+    let category = if plan.name == "extended-resources" {
+        let names: Vec<&str> = plan.reqs.iter().map(|r| r.name.as_str()).collect();
+        format!("insufficient {}", names.join(", "))
+    } else if plan.constraints.is_empty() {
+        format!("claim {}: devices unavailable", plan.name)
+    } else {
+        let attrs: Vec<&str> = plan.constraints.iter().map(|(_, a)| a.as_str()).collect();
+        format!(
+            "claim {}: no devices with matching {}",
+            plan.name,
+            attrs.join(", ")
+        )
+    };
+    let mut detail: Vec<String> = plan
+        .reqs
+        .iter()
+        .map(|r| {
+            let alt = &r.alts[0];
+            let what = match &alt.filter {
+                Filter::Kind(_) => "GPU".to_owned(),
+                Filter::MigProfile(p) => format!("MIG {p}"),
+                Filter::Cel { class, .. } => class.clone(),
+            };
+            let free = attempt
+                .node
+                .devices
+                .iter()
+                .enumerate()
+                .filter(|(di, d)| {
+                    let kind_ok = match &alt.filter {
+                        Filter::Kind(k) => d.kind == *k,
+                        Filter::MigProfile(p) => d.mig_profile() == Some(p),
+                        Filter::Cel { .. } => true,
+                    };
+                    kind_ok && !attempt.uses[*di].exclusive
+                })
+                .count();
+            if matches!(alt.filter, Filter::Cel { .. }) {
+                format!("{}: {} × {what}", r.name, alt.count)
+            } else {
+                format!("{}: {} requested, {free} free", r.name, alt.count)
+            }
+        })
+        .collect();
+    if let Some(why) = &attempt.why {
+        detail.push(why.clone());
+    }
+    Failure::new(category, detail.join("; "))
+}

@@ -1,0 +1,804 @@
+//! The fleet: nodes with their hardware, power state and place in the
+//! topology; racks with power budgets; reservations; the planner's policy.
+//!
+//! The file form is TOML (`FleetFile`), the same file admins will configure
+//! accordd with. Parsing is pure: hardware-model files a node names are read
+//! by the caller and handed in through a loader.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::demand::{Taint, TaintEffect};
+use crate::device::{devices_from_hardware, Device, PlannerGpu, Sharing};
+use crate::hardware::{
+    mig::catalog, Gpu, GpuInstance, MigMode, MigPlacement, MigState, Nic, NicKind, NodeHardware,
+    PciBusId, Source,
+};
+use crate::quantity::{self, Milli};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyConfig {
+    /// Levels from widest to narrowest; nodes carry a value per level.
+    #[serde(default = "default_levels")]
+    pub levels: Vec<String>,
+    /// Node labels are `<prefix><level>` (e.g. `topology.accord.dev/rack`).
+    #[serde(default = "default_prefix")]
+    pub label_prefix: String,
+}
+
+fn default_levels() -> Vec<String> {
+    ["site", "row", "rack", "block"].map(String::from).to_vec()
+}
+
+fn default_prefix() -> String {
+    "topology.accord.dev/".into()
+}
+
+impl Default for TopologyConfig {
+    fn default() -> Self {
+        TopologyConfig {
+            levels: default_levels(),
+            label_prefix: default_prefix(),
+        }
+    }
+}
+
+/// How the planner trades things off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// A powered node idle this long is proposed for power-off.
+    #[serde(default = "default_idle")]
+    pub idle_power_off_after_s: u64,
+    /// Idle powered nodes kept per rack as warm spares.
+    #[serde(default)]
+    pub warm_spares_per_rack: u32,
+    /// Propose MIG reconfiguration of idle GPUs before powering on nodes.
+    #[serde(default = "yes")]
+    pub reconfigure_mig: bool,
+}
+
+fn default_idle() -> u64 {
+    600
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            idle_power_off_after_s: default_idle(),
+            warm_spares_per_rack: 0,
+            reconfigure_mig: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PowerState {
+    On,
+    #[default]
+    Off,
+    PoweringOn,
+    PoweringOff,
+}
+
+/// A declared machine type, for nodes Accord has not seen an agent report
+/// from yet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareProfile {
+    #[serde(default)]
+    pub gpus: u32,
+    #[serde(default)]
+    pub gpu_model: Option<String>,
+    #[serde(default)]
+    pub gpu_memory_gib: u64,
+    /// CPU allocatable, a quantity (`"192"`).
+    pub cpu: String,
+    /// Memory allocatable, a quantity (`"2Ti"`).
+    pub memory: String,
+    #[serde(default = "default_pods")]
+    pub pods: i64,
+    /// Power draw when on, for rack budgets.
+    #[serde(default)]
+    pub power_kw: f64,
+    /// NICs, spread over the PCIe roots after the GPUs' ones.
+    #[serde(default)]
+    pub nics: u32,
+    /// GPUs sharing one PCIe root (and one NIC, when `nics` >= roots).
+    #[serde(default = "one")]
+    pub gpus_per_pcie_root: u32,
+    #[serde(default = "two")]
+    pub numa_nodes: u32,
+    /// MIG enabled on every GPU, with this layout (`"3g.40gb@0"`).
+    #[serde(default)]
+    pub mig_enabled: bool,
+    #[serde(default)]
+    pub mig_layout: Vec<String>,
+}
+
+fn default_pods() -> i64 {
+    110
+}
+fn one() -> u32 {
+    1
+}
+fn two() -> u32 {
+    2
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RackConfig {
+    pub name: String,
+    #[serde(default)]
+    pub site: Option<String>,
+    #[serde(default)]
+    pub row: Option<String>,
+    #[serde(default)]
+    pub block: Option<String>,
+    /// Other levels by name (e.g. `nvlink_domain`).
+    #[serde(default)]
+    pub levels: BTreeMap<String, String>,
+    pub power_budget_kw: Option<f64>,
+    pub max_concurrent_power_ons: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    pub name: String,
+    #[serde(default)]
+    pub rack: Option<String>,
+    /// A declared profile from `[profiles]`...
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// ...or an agent-produced hardware model (JSON file).
+    #[serde(default)]
+    pub hardware: Option<String>,
+    /// Allocatable overrides for a `hardware` node (defaults: all threads,
+    /// 95 % of memory, 110 pods).
+    #[serde(default)]
+    pub cpu: Option<String>,
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
+    pub power_kw: Option<f64>,
+    #[serde(default)]
+    pub power: PowerState,
+    /// Cordoned or otherwise unusable.
+    #[serde(default = "yes")]
+    pub schedulable: bool,
+    #[serde(default)]
+    pub failed: Option<String>,
+    /// Seconds since the epoch the node has had no workload.
+    #[serde(default)]
+    pub idle_since: Option<u64>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    /// Levels set on the node itself (override the rack's).
+    #[serde(default)]
+    pub levels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub extended: BTreeMap<String, String>,
+    /// GPUs can be shared (DRA consumable capacity).
+    #[serde(default)]
+    pub gpu_sharing: Option<Sharing>,
+    #[serde(default)]
+    pub bios_profile: Option<String>,
+    #[serde(default)]
+    pub bios_profile_applied: Option<String>,
+    /// Overrides the profile's MIG layout.
+    #[serde(default)]
+    pub mig_layout: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Owner {
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Workload labels that must all match.
+    #[serde(default)]
+    pub selector: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReservationConfig {
+    pub name: String,
+    pub owner: Owner,
+    /// Specific nodes...
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// ...or N nodes of a profile (chosen by name, stable).
+    #[serde(default)]
+    pub count: Option<u32>,
+    #[serde(default)]
+    pub profile: Option<String>,
+    #[serde(default)]
+    pub start: Option<u64>,
+    #[serde(default)]
+    pub end: Option<u64>,
+    /// Idle reserved nodes may serve others, reclaimably.
+    #[serde(default)]
+    pub lendable: bool,
+    /// Reserved nodes kept powered on even when idle.
+    #[serde(default)]
+    pub min_powered_on: u32,
+}
+
+/// The fleet file.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetFile {
+    #[serde(default)]
+    pub topology: TopologyConfig,
+    #[serde(default)]
+    pub policy: Policy,
+    #[serde(default)]
+    pub profiles: BTreeMap<String, HardwareProfile>,
+    #[serde(default)]
+    pub racks: Vec<RackConfig>,
+    #[serde(default)]
+    pub nodes: Vec<NodeConfig>,
+    #[serde(default)]
+    pub reservations: Vec<ReservationConfig>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("{file}:{line}:{column}: {message}")]
+    Parse {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{file}: {} problem(s): {}", problems.len(), problems.join("; "))]
+    Invalid { file: String, problems: Vec<String> },
+    #[error("{file}: node {node}: hardware {path}: {reason}")]
+    Hardware {
+        file: String,
+        node: String,
+        path: String,
+        reason: String,
+    },
+}
+
+/// The planner's view of one rack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rack {
+    pub name: String,
+    pub power_budget_kw: Option<f64>,
+    pub max_concurrent_power_ons: Option<u32>,
+}
+
+/// Allocatable resources, milli-units.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Resources {
+    pub cpu: Milli,
+    pub memory: Milli,
+    pub pods: i64,
+    pub extended: BTreeMap<String, Milli>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub rack: Option<String>,
+    pub profile: Option<String>,
+    /// Topology level → domain value.
+    pub domains: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub power: PowerState,
+    pub schedulable: bool,
+    pub failed: Option<String>,
+    pub idle_since: Option<u64>,
+    pub allocatable: Resources,
+    pub power_kw: f64,
+    pub bios_profile: Option<String>,
+    pub bios_profile_applied: Option<String>,
+    pub gpus: Vec<PlannerGpu>,
+    pub devices: Vec<Device>,
+}
+
+impl Node {
+    /// Usable by the planner at all (not failed, not cordoned, not going down).
+    pub fn usable(&self) -> bool {
+        self.schedulable && self.failed.is_none() && self.power != PowerState::PoweringOff
+    }
+
+    pub fn is_up(&self) -> bool {
+        matches!(self.power, PowerState::On | PowerState::PoweringOn)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub name: String,
+    pub owner: Owner,
+    /// Resolved node names, sorted.
+    pub nodes: Vec<String>,
+    pub start: Option<u64>,
+    pub end: Option<u64>,
+    pub lendable: bool,
+    pub min_powered_on: u32,
+}
+
+impl Reservation {
+    pub fn active(&self, now: u64) -> bool {
+        self.start.is_none_or(|s| s <= now) && self.end.is_none_or(|e| now < e)
+    }
+
+    pub fn owns(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.owner
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| ns == namespace)
+            && self
+                .owner
+                .selector
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
+            && (self.owner.namespace.is_some() || !self.owner.selector.is_empty())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fleet {
+    pub topology: TopologyConfig,
+    pub policy: Policy,
+    pub racks: BTreeMap<String, Rack>,
+    /// Sorted by name.
+    pub nodes: Vec<Node>,
+    pub reservations: Vec<Reservation>,
+}
+
+/// Reads a hardware-model file named by a node; supplied by the caller so
+/// the core does no I/O.
+pub type HardwareLoader<'a> = dyn FnMut(&str) -> Result<NodeHardware, String> + 'a;
+
+impl Fleet {
+    /// Parses and validates a fleet TOML text. `file` names it in errors.
+    pub fn from_toml(
+        text: &str,
+        file: &str,
+        load_hardware: &mut HardwareLoader<'_>,
+    ) -> Result<Fleet, FleetError> {
+        let parsed: FleetFile = toml::from_str(text).map_err(|e| {
+            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            FleetError::Parse {
+                file: file.to_owned(),
+                line,
+                column,
+                message: e.message().to_owned(),
+            }
+        })?;
+        let problems = parsed.validate();
+        if !problems.is_empty() {
+            return Err(FleetError::Invalid {
+                file: file.to_owned(),
+                problems,
+            });
+        }
+        parsed.resolve(file, load_hardware)
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+impl FleetFile {
+    /// Every problem at once, each naming the key.
+    pub fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let racks: BTreeSet<&str> = self.racks.iter().map(|r| r.name.as_str()).collect();
+        if racks.len() != self.racks.len() {
+            problems.push("racks: duplicate rack names".into());
+        }
+        for r in &self.racks {
+            if r.power_budget_kw.is_some_and(|b| b.is_nan() || b <= 0.0) {
+                problems.push(format!(
+                    "racks.{}.power_budget_kw: must be positive",
+                    r.name
+                ));
+            }
+            if r.max_concurrent_power_ons == Some(0) {
+                problems.push(format!(
+                    "racks.{}.max_concurrent_power_ons: must be at least 1",
+                    r.name
+                ));
+            }
+        }
+        for (name, p) in &self.profiles {
+            if quantity::parse(&p.cpu).is_err() {
+                problems.push(format!("profiles.{name}.cpu: invalid quantity {:?}", p.cpu));
+            }
+            if quantity::parse(&p.memory).is_err() {
+                problems.push(format!(
+                    "profiles.{name}.memory: invalid quantity {:?}",
+                    p.memory
+                ));
+            }
+            if p.gpus > 0 && p.gpu_model.is_none() {
+                problems.push(format!("profiles.{name}.gpu_model: required when gpus > 0"));
+            }
+            if p.gpus_per_pcie_root == 0 {
+                problems.push(format!(
+                    "profiles.{name}.gpus_per_pcie_root: must be at least 1"
+                ));
+            }
+            for entry in &p.mig_layout {
+                if parse_layout_entry(entry).is_none() {
+                    problems.push(format!(
+                        "profiles.{name}.mig_layout: {entry:?} is not PROFILE@START"
+                    ));
+                }
+            }
+        }
+        let mut names = BTreeSet::new();
+        for n in &self.nodes {
+            if !names.insert(n.name.as_str()) {
+                problems.push(format!("nodes.{}: duplicate node name", n.name));
+            }
+            if let Some(r) = &n.rack {
+                if !racks.contains(r.as_str()) {
+                    problems.push(format!("nodes.{}.rack: unknown rack {r:?}", n.name));
+                }
+            }
+            match (&n.profile, &n.hardware) {
+                (Some(p), None) if !self.profiles.contains_key(p) => {
+                    problems.push(format!("nodes.{}.profile: unknown profile {p:?}", n.name));
+                }
+                (None, None) => {
+                    problems.push(format!("nodes.{}: needs `profile` or `hardware`", n.name))
+                }
+                (Some(_), Some(_)) => {
+                    problems.push(format!(
+                        "nodes.{}: `profile` and `hardware` are exclusive",
+                        n.name
+                    ));
+                }
+                _ => {}
+            }
+            for (key, q) in [("cpu", &n.cpu), ("memory", &n.memory)] {
+                if let Some(q) = q {
+                    if quantity::parse(q).is_err() {
+                        problems.push(format!("nodes.{}.{key}: invalid quantity {q:?}", n.name));
+                    }
+                }
+            }
+            for (k, q) in &n.extended {
+                if quantity::parse(q).is_err() {
+                    problems.push(format!(
+                        "nodes.{}.extended.{k}: invalid quantity {q:?}",
+                        n.name
+                    ));
+                }
+            }
+        }
+        let mut res_names = BTreeSet::new();
+        for r in &self.reservations {
+            if !res_names.insert(r.name.as_str()) {
+                problems.push(format!("reservations.{}: duplicate name", r.name));
+            }
+            if r.owner.namespace.is_none() && r.owner.selector.is_empty() {
+                problems.push(format!(
+                    "reservations.{}.owner: needs a namespace or a selector",
+                    r.name
+                ));
+            }
+            for n in &r.nodes {
+                if !names.contains(n.as_str()) {
+                    problems.push(format!("reservations.{}.nodes: unknown node {n:?}", r.name));
+                }
+            }
+            match (r.nodes.is_empty(), r.count, &r.profile) {
+                (false, None, None) => {}
+                (true, Some(_), Some(p)) => {
+                    if !self.profiles.contains_key(p) {
+                        problems.push(format!(
+                            "reservations.{}.profile: unknown profile {p:?}",
+                            r.name
+                        ));
+                    }
+                }
+                _ => problems.push(format!(
+                    "reservations.{}: give either `nodes`, or `count` and `profile`",
+                    r.name
+                )),
+            }
+            if let (Some(s), Some(e)) = (r.start, r.end) {
+                if e <= s {
+                    problems.push(format!("reservations.{}.end: must be after start", r.name));
+                }
+            }
+        }
+        problems
+    }
+
+    fn resolve(
+        &self,
+        file: &str,
+        load_hardware: &mut HardwareLoader<'_>,
+    ) -> Result<Fleet, FleetError> {
+        let racks: BTreeMap<String, Rack> = self
+            .racks
+            .iter()
+            .map(|r| {
+                (
+                    r.name.clone(),
+                    Rack {
+                        name: r.name.clone(),
+                        power_budget_kw: r.power_budget_kw,
+                        max_concurrent_power_ons: r.max_concurrent_power_ons,
+                    },
+                )
+            })
+            .collect();
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for cfg in &self.nodes {
+            let (hw, cpu, memory, pods, power_kw, layout) = match (&cfg.profile, &cfg.hardware) {
+                (Some(p), _) => {
+                    let prof = &self.profiles[p];
+                    let layout = cfg
+                        .mig_layout
+                        .clone()
+                        .unwrap_or_else(|| prof.mig_layout.clone());
+                    (
+                        hardware_from_profile(prof, &layout),
+                        quantity::parse(&prof.cpu).unwrap_or(0),
+                        quantity::parse(&prof.memory).unwrap_or(0),
+                        prof.pods,
+                        prof.power_kw,
+                        None,
+                    )
+                }
+                (None, Some(path)) => {
+                    let hw = load_hardware(path).map_err(|reason| FleetError::Hardware {
+                        file: file.to_owned(),
+                        node: cfg.name.clone(),
+                        path: path.clone(),
+                        reason,
+                    })?;
+                    let cpu = i64::from(hw.machine.threads) * 1000;
+                    let mem = crate::device::to_milli(hw.machine.memory_bytes / 100 * 95);
+                    (hw, cpu, mem, 110, 0.0, cfg.mig_layout.clone())
+                }
+                (None, None) => unreachable!("validated"),
+            };
+            let mut hw = hw;
+            if let Some(layout) = layout {
+                apply_layout(&mut hw, &layout);
+            }
+            nodes.push(self.resolve_node(cfg, &hw, cpu, memory, pods, power_kw));
+        }
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let reservations = self
+            .reservations
+            .iter()
+            .map(|r| {
+                let mut members = r.nodes.clone();
+                if let (Some(count), Some(profile)) = (r.count, &r.profile) {
+                    members = nodes
+                        .iter()
+                        .filter(|n| n.profile.as_deref() == Some(profile.as_str()))
+                        .take(count as usize)
+                        .map(|n| n.name.clone())
+                        .collect();
+                }
+                members.sort();
+                Reservation {
+                    name: r.name.clone(),
+                    owner: r.owner.clone(),
+                    nodes: members,
+                    start: r.start,
+                    end: r.end,
+                    lendable: r.lendable,
+                    min_powered_on: r.min_powered_on,
+                }
+            })
+            .collect();
+        Ok(Fleet {
+            topology: self.topology.clone(),
+            policy: self.policy.clone(),
+            racks,
+            nodes,
+            reservations,
+        })
+    }
+
+    fn resolve_node(
+        &self,
+        cfg: &NodeConfig,
+        hw: &NodeHardware,
+        cpu: Milli,
+        memory: Milli,
+        pods: i64,
+        power_kw: f64,
+    ) -> Node {
+        let mut domains = BTreeMap::new();
+        if let Some(rack) = cfg
+            .rack
+            .as_ref()
+            .and_then(|r| self.racks.iter().find(|x| &x.name == r))
+        {
+            for (level, v) in [
+                ("site", &rack.site),
+                ("row", &rack.row),
+                ("block", &rack.block),
+            ] {
+                if let Some(v) = v {
+                    domains.insert(level.to_owned(), v.clone());
+                }
+            }
+            domains.insert("rack".to_owned(), rack.name.clone());
+            domains.extend(rack.levels.clone());
+        }
+        domains.extend(cfg.levels.clone());
+        let mut labels = BTreeMap::new();
+        labels.insert("kubernetes.io/hostname".to_owned(), cfg.name.clone());
+        for (level, v) in &domains {
+            labels.insert(format!("{}{level}", self.topology.label_prefix), v.clone());
+        }
+        if let Some(model) = hw.gpus.first().and_then(|g| g.model.clone()) {
+            labels.insert("nvidia.com/gpu.product".into(), model.replace(' ', "-"));
+            labels.insert("nvidia.com/gpu.count".into(), hw.gpus.len().to_string());
+        }
+        labels.extend(cfg.labels.clone());
+        let (gpus, devices) = devices_from_hardware(hw, cfg.gpu_sharing);
+        let extended = cfg
+            .extended
+            .iter()
+            .map(|(k, v)| (k.clone(), quantity::parse(v).unwrap_or(0)))
+            .collect();
+        Node {
+            name: cfg.name.clone(),
+            rack: cfg.rack.clone(),
+            profile: cfg.profile.clone(),
+            domains,
+            labels,
+            taints: cfg.taints.clone(),
+            power: cfg.power,
+            schedulable: cfg.schedulable,
+            failed: cfg.failed.clone(),
+            idle_since: cfg.idle_since,
+            allocatable: Resources {
+                cpu: cfg
+                    .cpu
+                    .as_deref()
+                    .and_then(|q| quantity::parse(q).ok())
+                    .unwrap_or(cpu),
+                memory: cfg
+                    .memory
+                    .as_deref()
+                    .and_then(|q| quantity::parse(q).ok())
+                    .unwrap_or(memory),
+                pods,
+                extended,
+            },
+            power_kw: cfg.power_kw.unwrap_or(power_kw),
+            bios_profile: cfg.bios_profile.clone(),
+            bios_profile_applied: cfg.bios_profile_applied.clone(),
+            gpus,
+            devices,
+        }
+    }
+}
+
+/// `"3g.40gb@4"` → (profile, start).
+pub fn parse_layout_entry(entry: &str) -> Option<(&str, u32)> {
+    let (profile, start) = entry.split_once('@')?;
+    Some((profile, start.parse().ok()?))
+}
+
+/// Applies a MIG layout to every MIG-capable GPU (mode on, these instances).
+fn apply_layout(hw: &mut NodeHardware, layout: &[String]) {
+    for gpu in &mut hw.gpus {
+        let Some(profiles) = gpu.model.as_deref().and_then(catalog::profiles_for_model) else {
+            continue;
+        };
+        let mut instances = Vec::new();
+        for (i, entry) in layout.iter().enumerate() {
+            let Some((name, start)) = parse_layout_entry(entry) else {
+                continue;
+            };
+            if let Some(p) = profiles.iter().find(|p| p.name == name) {
+                let size = p.placements.first().map_or(1, |pl| pl.size);
+                instances.push(GpuInstance {
+                    id: i as u32 + 1,
+                    profile: name.to_owned(),
+                    profile_id: Some(p.id),
+                    placement: Some(MigPlacement { start, size }),
+                    compute_instances: Vec::new(),
+                });
+            }
+        }
+        gpu.mig = Some(MigState {
+            capable: true,
+            current_mode: MigMode::Enabled,
+            pending_mode: MigMode::Enabled,
+            profiles,
+            gpu_instances: instances,
+        });
+    }
+}
+
+/// A synthetic hardware model for a declared profile: GPUs and NICs spread
+/// over PCIe roots and NUMA nodes the way HGX boards are built.
+pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> NodeHardware {
+    let mut hw = NodeHardware::empty();
+    hw.machine.memory_bytes =
+        u64::try_from(quantity::parse(&p.memory).unwrap_or(0) / 1000).unwrap_or(0);
+    let per_root = p.gpus_per_pcie_root.max(1);
+    let roots = p.gpus.div_ceil(per_root).max(1);
+    let numa = p.numa_nodes.max(1);
+    let root_numa = |r: u32| (r * numa / roots).min(numa - 1);
+    for i in 0..p.gpus {
+        let r = i / per_root;
+        let bus = PciBusId::new(0, (0x10 + r * 0x10) as u8, (i % per_root) as u8, 0);
+        hw.gpus.push(Gpu {
+            index: i,
+            uuid: None,
+            pci_bus_id: bus,
+            vendor: Some("NVIDIA Corporation".into()),
+            model: p.gpu_model.clone(),
+            memory_bytes: Some(p.gpu_memory_gib << 30),
+            architecture: None,
+            compute_capability: None,
+            numa_node: Some(root_numa(r)),
+            pcie_root: Some(format!("pci0000:{:02x}", 0x10 + r * 0x10)),
+            pcie_switch: None,
+            serial: None,
+            os_devices: Vec::new(),
+            fabric: None,
+            mig: None,
+            sources: vec![Source::Hwloc],
+        });
+    }
+    for k in 0..p.nics {
+        let r = k % roots;
+        hw.nics.push(Nic {
+            name: format!("ib{k}"),
+            kind: NicKind::Infiniband,
+            pci_bus_id: Some(PciBusId::new(0, (0x10 + r * 0x10) as u8, 0x1f, 0)),
+            vendor: None,
+            model: None,
+            numa_node: Some(root_numa(r)),
+            pcie_root: Some(format!("pci0000:{:02x}", 0x10 + r * 0x10)),
+            pcie_switch: None,
+            interfaces: vec![format!("ib{k}")],
+            rdma_devices: vec![format!("mlx5_{k}")],
+            link_speed_mbps: None,
+            address: None,
+        });
+    }
+    if p.mig_enabled {
+        apply_layout(&mut hw, mig_layout);
+    }
+    hw
+}
+
+impl Taint {
+    pub fn no_schedule(key: &str) -> Taint {
+        Taint {
+            key: key.to_owned(),
+            value: None,
+            effect: TaintEffect::NoSchedule,
+        }
+    }
+}

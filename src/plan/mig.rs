@@ -1,0 +1,185 @@
+//! MIG reconfiguration proposals: repartition idle GPUs of running nodes so
+//! that pending MIG requests fit without powering anything on. Layouts come
+//! from the GPU's published profiles and placements, so they are valid for
+//! that model.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Planner, PodItem};
+use crate::device::{AttrValue, Device, DeviceKind, GPU_DRIVER, MEMORY};
+use crate::fit::{fingerprint, DeviceUse, NodeUse};
+use crate::fleet::Node;
+use crate::hardware::{GpuInstance, MigMode, MigState};
+
+/// A node as it would be after reconfiguring some of its GPUs.
+pub(super) struct Override {
+    pub node: Node,
+    pub uses: NodeUse,
+    pub prints: Vec<u64>,
+    /// (GPU index, new layout `PROFILE@START`).
+    pub gpus: Vec<(usize, Vec<String>)>,
+}
+
+/// One GPU that could be repartitioned, and how.
+pub(super) struct Option_ {
+    node: usize,
+    gpu: usize,
+    state: MigState,
+}
+
+fn idle(node: &Node, uses: &NodeUse, gpu: usize) -> bool {
+    node.devices
+        .iter()
+        .zip(&uses.devices)
+        .filter(|(d, _)| d.gpu == Some(gpu))
+        .all(|(_, u)| !u.exclusive && u.shares == 0)
+}
+
+/// A full layout of `wanted` profiles (in order, as many as fit) on an
+/// empty GPU with `base`'s published profiles.
+fn layout(base: &MigState, wanted: &[String]) -> Option<MigState> {
+    let mut state = MigState {
+        capable: true,
+        current_mode: MigMode::Enabled,
+        pending_mode: MigMode::Enabled,
+        profiles: base.profiles.clone(),
+        gpu_instances: Vec::new(),
+    };
+    let mut id = 1;
+    for profile in wanted {
+        let p = base.profile(profile)?;
+        while let Some(&placement) = state.free_placements(profile).ok()?.first() {
+            state.gpu_instances.push(GpuInstance {
+                id,
+                profile: profile.clone(),
+                profile_id: Some(p.id),
+                placement: Some(placement),
+                compute_instances: Vec::new(),
+            });
+            id += 1;
+        }
+    }
+    (!state.gpu_instances.is_empty()).then_some(state)
+}
+
+/// Idle MIG-capable GPUs on running candidate nodes, in node then GPU order.
+pub(super) fn options(p: &Planner<'_>, pods: &[PodItem<'_>], candidates: &[usize]) -> Vec<Option_> {
+    let wanted: Vec<String> = pods
+        .iter()
+        .flat_map(|pod| pod.req.mig.keys().cloned())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut out = Vec::new();
+    for &i in candidates {
+        if !p.up[i] {
+            continue;
+        }
+        let node = &p.nodes[i];
+        for g in &node.gpus {
+            let Some(base) = g
+                .mig
+                .as_ref()
+                .filter(|m| m.capable && !m.profiles.is_empty())
+            else {
+                continue;
+            };
+            if !idle(node, &p.uses[i], g.index) {
+                continue;
+            }
+            if let Some(state) = layout(base, &wanted) {
+                if state.gpu_instances != base.gpu_instances
+                    || base.current_mode != MigMode::Enabled
+                {
+                    out.push(Option_ {
+                        node: i,
+                        gpu: g.index,
+                        state,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn s(v: &str) -> AttrValue {
+    AttrValue::String(v.to_owned())
+}
+
+/// Nodes as they would be with `chosen` applied.
+pub(super) fn build(p: &Planner<'_>, chosen: &[Option_]) -> BTreeMap<usize, Override> {
+    let mut out: BTreeMap<usize, Override> = BTreeMap::new();
+    for opt in chosen {
+        let o = out.entry(opt.node).or_insert_with(|| Override {
+            node: p.nodes[opt.node].clone(),
+            uses: p.uses[opt.node].clone(),
+            prints: Vec::new(),
+            gpus: Vec::new(),
+        });
+        let gi = opt.gpu;
+        // Attributes the GPU's devices share (model, PCIe root, NUMA...).
+        let template = o.node.devices.iter().find(|d| d.gpu == Some(gi)).cloned();
+        let parent_uuid = template.as_ref().and_then(|d| {
+            d.attr("gpu.nvidia.com/parentUUID")
+                .or_else(|| d.attr("gpu.nvidia.com/uuid"))
+                .cloned()
+        });
+        let keep: Vec<bool> = o.node.devices.iter().map(|d| d.gpu != Some(gi)).collect();
+        let mut devices: Vec<Device> = Vec::new();
+        let mut uses: Vec<DeviceUse> = Vec::new();
+        for ((d, u), k) in o.node.devices.iter().zip(&o.uses.devices).zip(&keep) {
+            if *k {
+                devices.push(d.clone());
+                uses.push(u.clone());
+            }
+        }
+        let mut layout = Vec::new();
+        for inst in &opt.state.gpu_instances {
+            let mut attrs = template
+                .as_ref()
+                .map(|t| t.attributes.clone())
+                .unwrap_or_default();
+            attrs.retain(|k, _| {
+                !matches!(
+                    k.as_str(),
+                    "gpu.nvidia.com/type"
+                        | "gpu.nvidia.com/profile"
+                        | "gpu.nvidia.com/uuid"
+                        | "gpu.nvidia.com/parentUUID"
+                )
+            });
+            attrs.insert("gpu.nvidia.com/type".into(), s("mig"));
+            attrs.insert("gpu.nvidia.com/profile".into(), s(&inst.profile));
+            if let Some(u) = &parent_uuid {
+                attrs.insert("gpu.nvidia.com/parentUUID".into(), u.clone());
+            }
+            let mem = opt
+                .state
+                .profile(&inst.profile)
+                .map_or(0, |pr| pr.memory_mib << 20);
+            devices.push(Device {
+                name: format!("gpu-{gi}-mig-{}", inst.id),
+                driver: GPU_DRIVER.into(),
+                kind: DeviceKind::Mig,
+                attributes: attrs,
+                capacity: BTreeMap::from([(MEMORY.to_owned(), crate::device::to_milli(mem))]),
+                shared: None,
+                gpu: Some(gi),
+            });
+            uses.push(DeviceUse::default());
+            let start = inst.placement.map_or(0, |pl| pl.start);
+            layout.push(format!("{}@{start}", inst.profile));
+        }
+        o.node.devices = devices;
+        o.uses.devices = uses;
+        if let Some(g) = o.node.gpus.get_mut(gi) {
+            g.mig = Some(opt.state.clone());
+        }
+        o.gpus.push((gi, layout));
+    }
+    for o in out.values_mut() {
+        o.prints = o.node.devices.iter().map(fingerprint).collect();
+    }
+    out
+}

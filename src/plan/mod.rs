@@ -1,0 +1,1120 @@
+//! The planner: `plan(&Fleet, &Demand, &Policy, now) -> Plan`.
+//!
+//! Deterministic by construction: every input collection is put in a
+//! canonical order first, ties break on names, maps are `BTreeMap`s (the CEL
+//! cache is a `HashMap` that is only looked up), and the only clock is `now`.
+//!
+//! For each workload, by priority then age: try pools of nodes from most to
+//! least preferred (the owner's reservation, then the shared fleet), each in
+//! three steps: nodes that are up, then up nodes after a MIG
+//! reconfiguration, then nodes that must be powered on. Inside a step, a
+//! required topology tries each domain at its level and keeps the cheapest
+//! that holds the whole gang; gangs are placed whole (at least `min_count`
+//! pods) or not at all.
+
+mod mig;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::demand::{builtin_classes, Demand, PodSpec, TopologyMode, Workload};
+use crate::device::DeviceKind;
+use crate::fit::{
+    allocate_devices, fingerprint, resource_fit, static_fit, CelEngine, DeviceAllocation,
+    DeviceContext, Failure, NodeUse, PodRequest,
+};
+use crate::fleet::{Fleet, Node, Policy, PowerState, Reservation};
+use crate::quantity;
+
+/// What the planner proposes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub placements: Vec<WorkloadPlacement>,
+    pub unsatisfied: Vec<Unsatisfied>,
+    /// Input problems that did not stop planning (a bound pod on an unknown
+    /// node, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Power the node on. Waves respect the rack's concurrent power-on
+    /// limit: wave k starts when wave k-1 has come up.
+    PowerOn {
+        node: String,
+        wave: u32,
+        for_workloads: Vec<String>,
+    },
+    /// Apply the node's BIOS profile (through Redfish settings) before it
+    /// boots.
+    ApplyBiosProfile {
+        node: String,
+        profile: String,
+    },
+    /// Repartition an idle GPU of a running node.
+    ReconfigureMig {
+        node: String,
+        gpu: usize,
+        /// The new layout, `PROFILE@START` per instance.
+        layout: Vec<String>,
+        for_workloads: Vec<String>,
+    },
+    PowerOff {
+        node: String,
+        reason: String,
+    },
+}
+
+impl Action {
+    pub fn node(&self) -> &str {
+        match self {
+            Action::PowerOn { node, .. }
+            | Action::ApplyBiosProfile { node, .. }
+            | Action::ReconfigureMig { node, .. }
+            | Action::PowerOff { node, .. } => node,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodPlacement {
+    /// `<pod set>-<replica>`.
+    pub pod: String,
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceAllocation>,
+    /// On a lent reservation: the owner may take it back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reclaimable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadPlacement {
+    /// `namespace/name`.
+    pub workload: String,
+    /// `level=value` when the workload has a topology requirement and fits
+    /// in one domain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// The reservation it draws from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
+    pub pods: Vec<PodPlacement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unsatisfied {
+    pub workload: String,
+    pub reason: String,
+}
+
+/// Plans one round. `policy` overrides the fleet file's `[policy]`.
+pub fn plan(fleet: &Fleet, demand: &Demand, policy: &Policy, now: u64) -> Plan {
+    Planner::new(fleet, demand, policy, now).run(demand)
+}
+
+/// One pod to place.
+struct PodItem<'d> {
+    name: String,
+    spec: &'d PodSpec,
+    req: PodRequest,
+    /// Lower bound of whole GPUs it needs, for quick rejection.
+    whole_gpus: usize,
+}
+
+/// Failure category → (nodes, one example detail).
+type FailureCounts = BTreeMap<String, (usize, String)>;
+
+/// A tentative placement of a gang.
+#[derive(Default)]
+struct Trial {
+    uses: BTreeMap<usize, NodeUse>,
+    power_ons: BTreeSet<usize>,
+    pods: Vec<(String, usize, Vec<DeviceAllocation>)>,
+    /// Pods that could not be placed, with per-node failures of the first.
+    first_failure: Option<(String, FailureCounts)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Cost {
+    power_ons: usize,
+    cold_racks: usize,
+    power_w: u64,
+    reconfigs: usize,
+}
+
+struct Pool {
+    nodes: Vec<usize>,
+    reservation: Option<usize>,
+    reclaimable: BTreeSet<usize>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Up,
+    Reconfigure,
+    PowerOn,
+}
+
+struct Planner<'f> {
+    nodes: Vec<Node>,
+    policy: Policy,
+    racks: &'f BTreeMap<String, crate::fleet::Rack>,
+    reservations: Vec<Reservation>,
+    now: u64,
+    uses: Vec<NodeUse>,
+    /// Up now, or planned to be powered on this round.
+    up: Vec<bool>,
+    planned_on: Vec<bool>,
+    prints: Vec<Vec<u64>>,
+    cel: CelEngine,
+    classes: BTreeMap<String, Vec<usize>>,
+    /// Active reservation each node belongs to.
+    reserved_by: Vec<Option<usize>>,
+    /// Reservations whose owners have nothing bound or pending on them.
+    idle_reservations: BTreeSet<usize>,
+    /// Per topology level: domain names (sorted) and each node's domain.
+    levels: BTreeMap<String, (Vec<String>, Vec<Option<usize>>)>,
+    actions: Vec<Action>,
+    power_offs: Vec<Action>,
+    notes: Vec<String>,
+}
+
+fn level_index(nodes: &[Node]) -> BTreeMap<String, (Vec<String>, Vec<Option<usize>>)> {
+    let mut names: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for n in nodes {
+        for (level, v) in &n.domains {
+            names.entry(level).or_default().insert(v);
+        }
+    }
+    names
+        .into_iter()
+        .map(|(level, values)| {
+            let values: Vec<String> = values.into_iter().map(str::to_owned).collect();
+            let of_node = nodes
+                .iter()
+                .map(|n| {
+                    n.domains
+                        .get(level)
+                        .and_then(|v| values.binary_search(v).ok())
+                })
+                .collect();
+            (level.to_owned(), (values, of_node))
+        })
+        .collect()
+}
+
+impl<'f> Planner<'f> {
+    fn new(fleet: &'f Fleet, demand: &Demand, policy: &Policy, now: u64) -> Self {
+        let mut nodes = fleet.nodes.clone();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut reservations = fleet.reservations.clone();
+        reservations.sort_by(|a, b| a.name.cmp(&b.name));
+        let index: BTreeMap<String, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        let mut reserved_by = vec![None; nodes.len()];
+        for (ri, r) in reservations.iter().enumerate() {
+            if !r.active(now) {
+                continue;
+            }
+            for n in &r.nodes {
+                if let Some(&i) = index.get(n.as_str()) {
+                    reserved_by[i].get_or_insert(ri);
+                }
+            }
+        }
+        let mut cel = CelEngine::default();
+        let mut classes = BTreeMap::new();
+        let mut declared = demand.device_classes.clone();
+        declared.sort_by(|a, b| (&a.name, &a.selectors).cmp(&(&b.name, &b.selectors)));
+        for class in builtin_classes().into_iter().chain(declared) {
+            let ids: Vec<usize> = class.selectors.iter().map(|s| cel.id(s)).collect();
+            classes.entry(class.name).or_insert(ids);
+        }
+        let prints = nodes
+            .iter()
+            .map(|n| n.devices.iter().map(fingerprint).collect())
+            .collect();
+        let uses = nodes.iter().map(NodeUse::new).collect();
+        let up = nodes.iter().map(Node::is_up).collect();
+        let mut planner = Planner {
+            planned_on: vec![false; nodes.len()],
+            levels: level_index(&nodes),
+            nodes,
+            policy: policy.clone(),
+            racks: &fleet.racks,
+            reservations,
+            now,
+            uses,
+            up,
+            prints,
+            cel,
+            classes,
+            reserved_by,
+            idle_reservations: BTreeSet::new(),
+            actions: Vec::new(),
+            power_offs: Vec::new(),
+            notes: Vec::new(),
+        };
+        planner.bind(demand, &index);
+        planner
+    }
+
+    /// Accounts for pods already bound to nodes.
+    fn bind(&mut self, demand: &Demand, index: &BTreeMap<String, usize>) {
+        let mut bound: Vec<&crate::demand::BoundPod> = demand.bound.iter().collect();
+        bound.sort_by(|a, b| {
+            (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name))
+        });
+        let mut owner_busy = BTreeSet::new();
+        for pod in bound {
+            let Some(&i) = index.get(&pod.node) else {
+                self.notes.push(format!(
+                    "bound pod {}/{} is on unknown node {}",
+                    pod.namespace, pod.name, pod.node
+                ));
+                continue;
+            };
+            let spec = PodSpec {
+                requests: pod.requests.clone(),
+                ..PodSpec::default()
+            };
+            match PodRequest::parse(&spec) {
+                Ok(mut req) => {
+                    // Devices are named explicitly below.
+                    req.gpus = 0;
+                    req.mig.clear();
+                    self.uses[i].add(&req);
+                }
+                Err(e) => self
+                    .notes
+                    .push(format!("bound pod {}/{}: {e}", pod.namespace, pod.name)),
+            }
+            for dev in &pod.devices {
+                let Some(di) = self.nodes[i]
+                    .devices
+                    .iter()
+                    .position(|d| d.name == dev.name)
+                else {
+                    self.notes.push(format!(
+                        "bound pod {}/{} holds unknown device {} on {}",
+                        pod.namespace, pod.name, dev.name, pod.node
+                    ));
+                    continue;
+                };
+                let use_ = &mut self.uses[i].devices[di];
+                if dev.capacity.is_empty() {
+                    use_.exclusive = true;
+                } else {
+                    use_.shares += 1;
+                    for (k, q) in &dev.capacity {
+                        let v = quantity::parse(q).unwrap_or(0);
+                        *use_.consumed.entry(k.clone()).or_insert(0) += v;
+                    }
+                }
+            }
+            if let Some(ri) = self.reserved_by[i] {
+                if self.reservations[ri].owns(&pod.namespace, &pod.labels) {
+                    owner_busy.insert(ri);
+                }
+            }
+        }
+        for w in &demand.workloads {
+            for (ri, r) in self.reservations.iter().enumerate() {
+                if r.active(self.now) && r.owns(&w.namespace, &w.labels) {
+                    owner_busy.insert(ri);
+                }
+            }
+        }
+        for (ri, r) in self.reservations.iter().enumerate() {
+            if r.lendable && r.active(self.now) && !owner_busy.contains(&ri) {
+                self.idle_reservations.insert(ri);
+            }
+        }
+    }
+
+    fn run(mut self, demand: &Demand) -> Plan {
+        let mut workloads: Vec<&Workload> = demand.workloads.iter().collect();
+        workloads.sort_by(|a, b| {
+            (
+                std::cmp::Reverse(a.priority),
+                a.created,
+                &a.namespace,
+                &a.name,
+            )
+                .cmp(&(
+                    std::cmp::Reverse(b.priority),
+                    b.created,
+                    &b.namespace,
+                    &b.name,
+                ))
+        });
+        let mut placements = Vec::new();
+        let mut unsatisfied = Vec::new();
+        for w in workloads {
+            match self.place_workload(w) {
+                Ok(p) => placements.push(p),
+                Err(reason) => unsatisfied.push(Unsatisfied {
+                    workload: w.key(),
+                    reason,
+                }),
+            }
+        }
+        self.scale_down();
+        let mut actions = self.actions;
+        actions.extend(self.power_offs);
+        Plan {
+            actions,
+            placements,
+            unsatisfied,
+            notes: self.notes,
+        }
+    }
+
+    fn pods<'d>(&self, w: &'d Workload) -> Result<Vec<PodItem<'d>>, String> {
+        let mut pods = Vec::new();
+        for set in &w.pod_sets {
+            let req =
+                PodRequest::parse(&set.pod).map_err(|e| format!("pod set {}: {e}", set.name))?;
+            let claim_gpus: u32 = set
+                .pod
+                .claims
+                .iter()
+                .flat_map(|c| &c.requests)
+                .filter_map(|r| r.exactly.as_ref())
+                .filter(|e| e.device_class == "gpu.nvidia.com" && e.capacity.is_empty())
+                .map(|e| e.count)
+                .sum();
+            for i in 0..set.count {
+                pods.push(PodItem {
+                    name: format!("{}-{i}", set.name),
+                    spec: &set.pod,
+                    req: req.clone(),
+                    whole_gpus: (req.gpus + claim_gpus) as usize,
+                });
+            }
+        }
+        Ok(pods)
+    }
+
+    fn pools(&self, w: &Workload) -> (Vec<Pool>, BTreeMap<String, usize>) {
+        let mut pools = Vec::new();
+        let mut owned: Vec<usize> = (0..self.reservations.len())
+            .filter(|&ri| {
+                let r = &self.reservations[ri];
+                r.active(self.now) && r.owns(&w.namespace, &w.labels)
+            })
+            .collect();
+        // The hinted reservation first.
+        owned.sort_by_key(|&ri| {
+            (
+                w.reservation.as_deref() != Some(self.reservations[ri].name.as_str()),
+                ri,
+            )
+        });
+        for ri in owned {
+            pools.push(Pool {
+                nodes: (0..self.nodes.len())
+                    .filter(|&i| self.reserved_by[i] == Some(ri))
+                    .collect(),
+                reservation: Some(ri),
+                reclaimable: BTreeSet::new(),
+            });
+        }
+        let mut excluded: BTreeMap<String, usize> = BTreeMap::new();
+        let mut shared = Pool {
+            nodes: Vec::new(),
+            reservation: None,
+            reclaimable: BTreeSet::new(),
+        };
+        for i in 0..self.nodes.len() {
+            match self.reserved_by[i] {
+                None => shared.nodes.push(i),
+                Some(ri) if self.reservations[ri].owns(&w.namespace, &w.labels) => {
+                    shared.nodes.push(i);
+                }
+                Some(ri) if self.idle_reservations.contains(&ri) => {
+                    shared.nodes.push(i);
+                    shared.reclaimable.insert(i);
+                }
+                Some(ri) => {
+                    *excluded
+                        .entry(format!("reserved for {}", self.reservations[ri].name))
+                        .or_insert(0) += 1;
+                }
+            }
+        }
+        // Lent nodes last: the fleet's own capacity first.
+        shared
+            .nodes
+            .sort_by_key(|i| (shared.reclaimable.contains(i), *i));
+        pools.push(shared);
+        (pools, excluded)
+    }
+
+    fn place_workload(&mut self, w: &Workload) -> Result<WorkloadPlacement, String> {
+        let pods = self.pods(w)?;
+        if pods.is_empty() {
+            return Err("workload has no pods".into());
+        }
+        if let Some(t) = &w.topology {
+            if !self.nodes.iter().any(|n| n.domains.contains_key(&t.level)) {
+                return Err(format!(
+                    "topology level {:?} is not configured on any node",
+                    t.level
+                ));
+            }
+        }
+        let (pools, excluded) = self.pools(w);
+        let steps: &[Step] = if self.policy.reconfigure_mig {
+            &[Step::Up, Step::Reconfigure, Step::PowerOn]
+        } else {
+            &[Step::Up, Step::PowerOn]
+        };
+        let mut last_failure = String::new();
+        for pool in &pools {
+            for &step in steps {
+                if step == Step::Reconfigure && pods.iter().all(|p| p.req.mig.is_empty()) {
+                    continue;
+                }
+                match self.try_pool(w, &pods, pool, step) {
+                    Ok(placement) => return Ok(placement),
+                    Err(why) => last_failure = why,
+                }
+            }
+        }
+        let mut reason = last_failure;
+        if !excluded.is_empty() {
+            let parts: Vec<String> = excluded
+                .iter()
+                .map(|(k, n)| format!("{n} nodes {k}"))
+                .collect();
+            reason.push_str(&format!("; not considered: {}", parts.join(", ")));
+        }
+        Err(reason)
+    }
+
+    /// Candidate nodes of a pool for a step, in preference order: up nodes
+    /// (busiest first would need re-sorting; name order is stable), then off
+    /// nodes in racks that already have power, then cold racks, cheaper
+    /// power first.
+    fn candidates(&self, pool: &Pool, step: Step) -> Vec<usize> {
+        let warm_racks: BTreeSet<&str> = (0..self.nodes.len())
+            .filter(|&i| self.up[i])
+            .filter_map(|i| self.nodes[i].rack.as_deref())
+            .collect();
+        let mut out: Vec<usize> = pool
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&i| self.nodes[i].usable() && (self.up[i] || step == Step::PowerOn))
+            .filter(|&i| self.nodes[i].power != PowerState::PoweringOff)
+            .collect();
+        out.sort_by_key(|&i| {
+            let n = &self.nodes[i];
+            let cold = !n.rack.as_deref().is_some_and(|r| warm_racks.contains(r));
+            (
+                pool.reclaimable.contains(&i),
+                !self.up[i],
+                cold && !self.up[i],
+                (n.power_kw * 1000.0) as u64,
+                i,
+            )
+        });
+        out
+    }
+
+    fn try_pool(
+        &mut self,
+        w: &Workload,
+        pods: &[PodItem<'_>],
+        pool: &Pool,
+        step: Step,
+    ) -> Result<WorkloadPlacement, String> {
+        let candidates = self.candidates(pool, step);
+        if candidates.is_empty() {
+            return Err(match step {
+                Step::PowerOn => "no usable nodes".into(),
+                _ => "no usable nodes are up".into(),
+            });
+        }
+        if step != Step::Reconfigure {
+            let (domain, trial) = self.evaluate(w, pods, &candidates, &BTreeMap::new())?;
+            return Ok(self.commit(w, pool, domain, trial, BTreeMap::new()));
+        }
+        // Reconfigure as few idle GPUs as it takes: one more each round.
+        let options = mig::options(self, pods, &candidates);
+        if options.is_empty() {
+            return Err(
+                "no idle MIG-capable GPU on a running node can take the requested profiles".into(),
+            );
+        }
+        let mut last = String::new();
+        for k in 1..=options.len() {
+            let overrides = mig::build(self, &options[..k]);
+            match self.evaluate(w, pods, &candidates, &overrides) {
+                Ok((domain, trial)) => return Ok(self.commit(w, pool, domain, trial, overrides)),
+                Err(why) => last = why,
+            }
+        }
+        Err(last)
+    }
+
+    /// Places the gang over `candidates`, honouring its topology.
+    fn evaluate(
+        &mut self,
+        w: &Workload,
+        pods: &[PodItem<'_>],
+        candidates: &[usize],
+        overrides: &BTreeMap<usize, mig::Override>,
+    ) -> Result<(Option<String>, Trial), String> {
+        let min = w.min() as usize;
+        let Some(topology) = &w.topology else {
+            let trial = self.trial(pods, candidates, overrides);
+            return if trial.pods.len() >= min {
+                Ok((None, trial))
+            } else {
+                Err(self.explain_flat(w, pods, &trial))
+            };
+        };
+        let level = topology.level.as_str();
+        let (names, of_node) = self.levels.get(level).cloned().unwrap_or_default();
+        let mut domains: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for &i in candidates {
+            if let Some(d) = of_node.get(i).copied().flatten() {
+                domains.entry(d).or_default().push(i);
+            }
+        }
+        let need_gpus: usize = pods.iter().take(min).map(|p| p.whole_gpus).sum();
+        let mut best: Option<(Cost, String, Trial)> = None;
+        let mut partial: Vec<(usize, String, Trial)> = Vec::new();
+        for (&d, members) in &domains {
+            let value = names[d].as_str();
+            if need_gpus > 0 && overrides.is_empty() {
+                let free: usize = members.iter().map(|&i| self.free_whole_gpus(i)).sum();
+                if free < need_gpus {
+                    let why = BTreeMap::from([(
+                        "insufficient GPUs".to_owned(),
+                        (
+                            members.len(),
+                            format!("{free} GPUs free, gang needs {need_gpus}"),
+                        ),
+                    )]);
+                    partial.push((
+                        0,
+                        value.to_string(),
+                        Trial {
+                            first_failure: Some((String::new(), why)),
+                            ..Trial::default()
+                        },
+                    ));
+                    continue;
+                }
+            }
+            let trial = self.trial(pods, members, overrides);
+            if trial.pods.len() >= min {
+                let cost = self.cost(&trial, overrides);
+                if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+                    let free = cost.power_ons == 0 && cost.reconfigs == 0;
+                    best = Some((cost, value.to_string(), trial));
+                    if free {
+                        break;
+                    }
+                }
+            } else {
+                partial.push((trial.pods.len(), value.to_string(), trial));
+            }
+        }
+        if let Some((_, value, trial)) = best {
+            return Ok((Some(format!("{level}={value}")), trial));
+        }
+        if topology.mode == TopologyMode::Required {
+            return Err(self.explain_domains(w, level, domains.len(), partial));
+        }
+        // Preferred: span as few domains as possible, fullest domains first.
+        let mut ordered: Vec<(usize, usize)> = domains
+            .iter()
+            .map(|(d, m)| {
+                (
+                    m.iter().map(|&i| self.free_whole_gpus(i)).sum::<usize>(),
+                    *d,
+                )
+            })
+            .collect();
+        ordered.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let order: Vec<usize> = ordered
+            .iter()
+            .flat_map(|(_, d)| domains[d].iter().copied())
+            .chain(
+                candidates
+                    .iter()
+                    .copied()
+                    .filter(|&i| of_node.get(i).copied().flatten().is_none()),
+            )
+            .collect();
+        let trial = self.trial(pods, &order, overrides);
+        if trial.pods.len() >= min {
+            Ok((None, trial))
+        } else {
+            Err(self.explain_flat(w, pods, &trial))
+        }
+    }
+
+    fn free_whole_gpus(&self, i: usize) -> usize {
+        self.nodes[i]
+            .devices
+            .iter()
+            .zip(&self.uses[i].devices)
+            .filter(|(d, u)| d.kind == DeviceKind::Gpu && !u.exclusive && u.shares == 0)
+            .count()
+    }
+
+    /// Places the pods first-fit over `order`: nodes already up (or already
+    /// chosen for power-on in this trial) before nodes that would need it.
+    fn trial(
+        &mut self,
+        pods: &[PodItem<'_>],
+        order: &[usize],
+        overrides: &BTreeMap<usize, mig::Override>,
+    ) -> Trial {
+        let mut t = Trial::default();
+        let mut rack_kw: BTreeMap<&str, f64> = BTreeMap::new();
+        for pod in pods {
+            let mut failures: FailureCounts = BTreeMap::new();
+            let mut placed = None;
+            'passes: for pass in 0..2 {
+                for &i in order {
+                    let on = self.up[i] || t.power_ons.contains(&i);
+                    if (pass == 0) != on {
+                        continue;
+                    }
+                    match self.fit_one(pod, i, &t, overrides, &mut rack_kw) {
+                        Ok(found) => {
+                            placed = Some((i, found));
+                            break 'passes;
+                        }
+                        Err(f) => {
+                            let e = failures.entry(f.category).or_insert((0, f.detail));
+                            e.0 += 1;
+                        }
+                    }
+                }
+            }
+            match placed {
+                Some((i, (allocs, use_))) => {
+                    if !self.up[i] && t.power_ons.insert(i) {
+                        if let Some(r) = self.nodes[i].rack.as_deref() {
+                            *rack_kw
+                                .entry(self.racks.get(r).map_or("", |x| x.name.as_str()))
+                                .or_insert(0.0) += self.nodes[i].power_kw;
+                        }
+                    }
+                    t.uses.insert(i, use_);
+                    t.pods.push((pod.name.clone(), i, allocs));
+                }
+                None => {
+                    if t.first_failure.is_none() {
+                        t.first_failure = Some((pod.name.clone(), failures));
+                    }
+                }
+            }
+        }
+        t
+    }
+
+    fn fit_one(
+        &mut self,
+        pod: &PodItem<'_>,
+        i: usize,
+        t: &Trial,
+        overrides: &BTreeMap<usize, mig::Override>,
+        rack_kw: &mut BTreeMap<&str, f64>,
+    ) -> Result<(Vec<DeviceAllocation>, NodeUse), Failure> {
+        let (node, prints) = match overrides.get(&i) {
+            Some(o) => (&o.node, o.prints.as_slice()),
+            None => (&self.nodes[i], self.prints[i].as_slice()),
+        };
+        static_fit(pod.spec, node)?;
+        let used = t
+            .uses
+            .get(&i)
+            .or_else(|| overrides.get(&i).map(|o| &o.uses))
+            .unwrap_or(&self.uses[i]);
+        resource_fit(&pod.req, node, used)?;
+        if pod.whole_gpus > 0 {
+            let free = node
+                .devices
+                .iter()
+                .zip(&used.devices)
+                .filter(|(d, u)| d.kind == DeviceKind::Gpu && !u.exclusive && u.shares == 0)
+                .count();
+            if free < pod.whole_gpus && pod.req.mig.is_empty() && overrides.is_empty() {
+                return Err(Failure::new(
+                    "insufficient GPUs",
+                    format!("{} requested, {free} free", pod.whole_gpus),
+                ));
+            }
+        }
+        if !self.up[i] && !t.power_ons.contains(&i) {
+            self.power_budget_ok(i, rack_kw)?;
+        }
+        let mut ctx = DeviceContext {
+            cel: &mut self.cel,
+            classes: &self.classes,
+            prints,
+            node_key: i as u64,
+        };
+        let (allocs, devices) =
+            allocate_devices(pod.spec, &pod.req, node, &used.devices, &mut ctx)?;
+        let mut next = used.clone();
+        next.devices = devices;
+        next.add(&pod.req);
+        Ok((allocs, next))
+    }
+
+    /// Whether powering node `i` on stays within its rack's power budget,
+    /// counting nodes already up and those this round powers on.
+    fn power_budget_ok(&self, i: usize, rack_kw: &BTreeMap<&str, f64>) -> Result<(), Failure> {
+        let Some(rack_name) = self.nodes[i].rack.as_deref() else {
+            return Ok(());
+        };
+        let Some(rack) = self.racks.get(rack_name) else {
+            return Ok(());
+        };
+        let Some(budget) = rack.power_budget_kw else {
+            return Ok(());
+        };
+        let committed: f64 = (0..self.nodes.len())
+            .filter(|&j| self.up[j] && self.nodes[j].rack.as_deref() == Some(rack_name))
+            .map(|j| self.nodes[j].power_kw)
+            .sum();
+        let in_trial = rack_kw.get(rack.name.as_str()).copied().unwrap_or(0.0);
+        let need = self.nodes[i].power_kw;
+        if committed + in_trial + need > budget + 1e-9 {
+            return Err(Failure::new(
+                format!("rack {rack_name} power budget"),
+                format!(
+                    "{:.1} of {budget:.1} kW committed, node needs {need:.1} kW",
+                    committed + in_trial
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn cost(&self, t: &Trial, overrides: &BTreeMap<usize, mig::Override>) -> Cost {
+        let warm: BTreeSet<&str> = (0..self.nodes.len())
+            .filter(|&i| self.up[i])
+            .filter_map(|i| self.nodes[i].rack.as_deref())
+            .collect();
+        let cold: BTreeSet<&str> = t
+            .power_ons
+            .iter()
+            .filter_map(|&i| self.nodes[i].rack.as_deref())
+            .filter(|r| !warm.contains(r))
+            .collect();
+        Cost {
+            power_ons: t.power_ons.len(),
+            cold_racks: cold.len(),
+            power_w: t
+                .power_ons
+                .iter()
+                .map(|&i| (self.nodes[i].power_kw * 1000.0) as u64)
+                .sum(),
+            reconfigs: overrides.values().map(|o| o.gpus.len()).sum(),
+        }
+    }
+
+    fn commit(
+        &mut self,
+        w: &Workload,
+        pool: &Pool,
+        domain: Option<String>,
+        trial: Trial,
+        overrides: BTreeMap<usize, mig::Override>,
+    ) -> WorkloadPlacement {
+        let key = w.key();
+        // MIG reconfigurations first: the pods land on the new instances.
+        for (i, o) in overrides {
+            for (gpu, layout) in &o.gpus {
+                self.actions.push(Action::ReconfigureMig {
+                    node: self.nodes[i].name.clone(),
+                    gpu: *gpu,
+                    layout: layout.clone(),
+                    for_workloads: vec![key.clone()],
+                });
+            }
+            self.nodes[i] = o.node;
+            self.prints[i] = o.prints;
+            self.uses[i] = o.uses;
+        }
+        for &i in &trial.power_ons {
+            let node = &self.nodes[i];
+            if let Some(profile) = &node.bios_profile {
+                if node.bios_profile_applied.as_ref() != Some(profile) {
+                    self.actions.push(Action::ApplyBiosProfile {
+                        node: node.name.clone(),
+                        profile: profile.clone(),
+                    });
+                }
+            }
+            let wave = self.wave(i);
+            self.actions.push(Action::PowerOn {
+                node: node.name.clone(),
+                wave,
+                for_workloads: vec![key.clone()],
+            });
+            self.planned_on[i] = true;
+            self.up[i] = true;
+        }
+        for (i, u) in trial.uses {
+            // For reconfigured nodes this use already refers to the new devices.
+            self.uses[i] = u;
+        }
+        WorkloadPlacement {
+            workload: key,
+            domain,
+            reservation: pool
+                .reservation
+                .map(|ri| self.reservations[ri].name.clone()),
+            pods: trial
+                .pods
+                .into_iter()
+                .map(|(pod, i, devices)| PodPlacement {
+                    pod,
+                    node: self.nodes[i].name.clone(),
+                    devices,
+                    reclaimable: pool.reclaimable.contains(&i),
+                })
+                .collect(),
+        }
+    }
+
+    /// The power-on wave for node `i`: its rack's concurrent power-on limit
+    /// counts nodes already powering on and those planned before it.
+    fn wave(&self, i: usize) -> u32 {
+        let Some(rack) = self.nodes[i].rack.as_deref() else {
+            return 0;
+        };
+        let Some(limit) = self
+            .racks
+            .get(rack)
+            .and_then(|r| r.max_concurrent_power_ons)
+        else {
+            return 0;
+        };
+        let in_flight = (0..self.nodes.len())
+            .filter(|&j| self.nodes[j].rack.as_deref() == Some(rack))
+            .filter(|&j| self.nodes[j].power == PowerState::PoweringOn || self.planned_on[j])
+            .count() as u32;
+        in_flight / limit.max(1)
+    }
+
+    fn summarize(failures: &FailureCounts) -> String {
+        let mut v: Vec<(&String, &(usize, String))> = failures.iter().collect();
+        v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+        v.iter()
+            .map(|(cat, (n, detail))| {
+                if detail.is_empty() {
+                    format!("{n} nodes: {cat}")
+                } else {
+                    format!("{n} nodes: {cat} ({detail})")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn explain_flat(&self, w: &Workload, pods: &[PodItem<'_>], t: &Trial) -> String {
+        let mut s = format!(
+            "{} of {} pods fit, gang needs {}",
+            t.pods.len(),
+            pods.len(),
+            w.min()
+        );
+        if let Some((pod, failures)) = &t.first_failure {
+            s.push_str(&format!(
+                "; {pod} fits no node: {}",
+                Self::summarize(failures)
+            ));
+        }
+        s
+    }
+
+    fn explain_domains(
+        &self,
+        w: &Workload,
+        level: &str,
+        domains: usize,
+        mut partial: Vec<(usize, String, Trial)>,
+    ) -> String {
+        if domains == 0 {
+            return format!("no usable node has a {level}");
+        }
+        partial.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut s = format!(
+            "gang needs {} pods in one {level}; none of {} {level}s holds it",
+            w.min(),
+            domains
+        );
+        if let Some((n, value, t)) = partial.first() {
+            s.push_str(&format!(
+                "; best {level} {value}: {n} of {} pods fit",
+                w.min()
+            ));
+            if let Some((pod, failures)) = &t.first_failure {
+                if pod.is_empty() {
+                    s.push_str(&format!(" ({})", Self::summarize(failures)));
+                } else {
+                    s.push_str(&format!(" ({pod}: {})", Self::summarize(failures)));
+                }
+            }
+        }
+        s
+    }
+
+    /// Idle nodes past the idle time, not held by a reservation minimum or a
+    /// warm-spare setting, and never one with workloads.
+    fn scale_down(&mut self) {
+        let idle = |p: &Self, i: usize| {
+            p.nodes[i].power == PowerState::On && !p.planned_on[i] && p.uses[i].is_empty()
+        };
+        let mut spares: BTreeMap<String, u32> = BTreeMap::new();
+        let mut kept_for_reservation: BTreeMap<usize, u32> = BTreeMap::new();
+        for (ri, r) in self.reservations.iter().enumerate() {
+            if r.active(self.now) {
+                let up = (0..self.nodes.len())
+                    .filter(|&i| self.reserved_by[i] == Some(ri) && self.up[i])
+                    .count() as u32;
+                kept_for_reservation.insert(ri, up);
+            }
+        }
+        for i in 0..self.nodes.len() {
+            if !idle(self, i) {
+                continue;
+            }
+            let rack = self.nodes[i].rack.clone().unwrap_or_default();
+            let kept = spares.entry(rack.clone()).or_insert(0);
+            if *kept < self.policy.warm_spares_per_rack {
+                *kept += 1;
+                continue;
+            }
+            let Some(since) = self.nodes[i].idle_since else {
+                continue;
+            };
+            let idle_for = self.now.saturating_sub(since);
+            if idle_for < self.policy.idle_power_off_after_s {
+                continue;
+            }
+            if let Some(ri) = self.reserved_by[i] {
+                let up = kept_for_reservation.entry(ri).or_insert(0);
+                if *up <= self.reservations[ri].min_powered_on {
+                    continue;
+                }
+                *up -= 1;
+            }
+            self.power_offs.push(Action::PowerOff {
+                node: self.nodes[i].name.clone(),
+                reason: format!(
+                    "idle for {idle_for} s (threshold {} s)",
+                    self.policy.idle_power_off_after_s
+                ),
+            });
+        }
+    }
+}
+
+/// The human-readable form of a plan (`accordctl plan`).
+pub fn render(plan: &Plan) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "Actions ({})", plan.actions.len());
+    for a in &plan.actions {
+        let _ = match a {
+            Action::PowerOn {
+                node,
+                wave,
+                for_workloads,
+            } => writeln!(
+                s,
+                "  power on   {node} (wave {wave}) for {}",
+                for_workloads.join(", ")
+            ),
+            Action::ApplyBiosProfile { node, profile } => {
+                writeln!(s, "  bios       {node}: apply profile {profile}")
+            }
+            Action::ReconfigureMig {
+                node,
+                gpu,
+                layout,
+                for_workloads,
+            } => writeln!(
+                s,
+                "  mig        {node} gpu {gpu} -> [{}] for {}",
+                layout.join(", "),
+                for_workloads.join(", ")
+            ),
+            Action::PowerOff { node, reason } => writeln!(s, "  power off  {node}: {reason}"),
+        };
+    }
+    let _ = writeln!(s, "Placements ({})", plan.placements.len());
+    for p in &plan.placements {
+        let mut head = format!("  {}", p.workload);
+        if let Some(d) = &p.domain {
+            head.push_str(&format!(" in {d}"));
+        }
+        if let Some(r) = &p.reservation {
+            head.push_str(&format!(" (reservation {r})"));
+        }
+        let _ = writeln!(s, "{head}");
+        for pod in &p.pods {
+            let devices: Vec<String> = pod
+                .devices
+                .iter()
+                .map(|d| {
+                    if d.capacity.is_empty() {
+                        d.device.clone()
+                    } else {
+                        let caps: Vec<String> = d
+                            .capacity
+                            .iter()
+                            .map(|(k, v)| format!("{k}={}", quantity::Display(*v)))
+                            .collect();
+                        format!("{}[{}]", d.device, caps.join(","))
+                    }
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "    {} -> {}{}{}",
+                pod.pod,
+                pod.node,
+                if devices.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", devices.join(", "))
+                },
+                if pod.reclaimable {
+                    " (reclaimable)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    let _ = writeln!(s, "Unsatisfied ({})", plan.unsatisfied.len());
+    for u in &plan.unsatisfied {
+        let _ = writeln!(s, "  {}: {}", u.workload, u.reason);
+    }
+    for n in &plan.notes {
+        let _ = writeln!(s, "Note: {n}");
+    }
+    s
+}
