@@ -310,6 +310,9 @@ pub struct Node {
     pub bios_profile_applied: Option<String>,
     pub gpus: Vec<PlannerGpu>,
     pub devices: Vec<Device>,
+    /// CEL fingerprints of `devices`, computed once when the fleet is built.
+    #[serde(skip)]
+    pub device_prints: Vec<u64>,
 }
 
 impl Node {
@@ -384,14 +387,7 @@ impl Fleet {
                 message: e.message().to_owned(),
             }
         })?;
-        let problems = parsed.validate();
-        if !problems.is_empty() {
-            return Err(FleetError::Invalid {
-                file: file.to_owned(),
-                problems,
-            });
-        }
-        parsed.resolve(file, load_hardware)
+        parsed.build(file, load_hardware)
     }
 }
 
@@ -403,6 +399,23 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 }
 
 impl FleetFile {
+    /// Validates, then resolves profiles, racks and reservations into the
+    /// planner's fleet.
+    pub fn build(
+        &self,
+        file: &str,
+        load_hardware: &mut HardwareLoader<'_>,
+    ) -> Result<Fleet, FleetError> {
+        let problems = self.validate();
+        if !problems.is_empty() {
+            return Err(FleetError::Invalid {
+                file: file.to_owned(),
+                problems,
+            });
+        }
+        self.resolve(file, load_hardware)
+    }
+
     /// Every problem at once, each naming the key.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
@@ -694,6 +707,7 @@ impl FleetFile {
             power_kw: cfg.power_kw.unwrap_or(power_kw),
             bios_profile: cfg.bios_profile.clone(),
             bios_profile_applied: cfg.bios_profile_applied.clone(),
+            device_prints: devices.iter().map(crate::fit::fingerprint).collect(),
             gpus,
             devices,
         }

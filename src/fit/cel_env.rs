@@ -34,11 +34,34 @@ struct Expr {
     node_specific: bool,
 }
 
+/// FNV-1a as a `Hasher`: much cheaper than SipHash for the small keys of
+/// the caches here, which hold no attacker-controlled data.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        if self.0 == 0 {
+            self.0 = 0xcbf2_9ce4_8422_2325;
+        }
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+
 #[derive(Default)]
 pub struct CelEngine {
     exprs: Vec<Expr>,
-    ids: HashMap<String, usize>,
-    cache: HashMap<(usize, bool, u64), Result<bool, String>>,
+    ids: FnvMap<String, usize>,
+    cache: FnvMap<(usize, bool, u64), Result<bool, String>>,
 }
 
 impl std::fmt::Debug for CelEngine {

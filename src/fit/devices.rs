@@ -74,6 +74,53 @@ struct ClaimPlan {
     reqs: Vec<Req>,
     /// (request indices, attribute)
     constraints: Vec<(Vec<usize>, String)>,
+    /// Extra constraints tried in order (locality preferences), the last
+    /// being none.
+    preferences: Vec<Vec<(Vec<usize>, String)>>,
+}
+
+/// A pod's device requests, compiled once and allocated on many nodes.
+pub struct PodDevices {
+    plans: Vec<ClaimPlan>,
+}
+
+impl std::fmt::Debug for PodDevices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodDevices")
+            .field("claims", &self.plans.len())
+            .finish()
+    }
+}
+
+impl PodDevices {
+    pub fn is_empty(&self) -> bool {
+        self.plans.is_empty()
+    }
+}
+
+/// Compiles a pod's device requests (classes, CEL, constraints).
+pub fn compile_devices(
+    spec: &PodSpec,
+    req: &PodRequest,
+    cel: &mut CelEngine,
+    classes: &BTreeMap<String, Vec<usize>>,
+) -> Result<PodDevices, Failure> {
+    let mut plans = claim_plans(spec, req, cel, classes)?;
+    for plan in &mut plans {
+        // Inside a node, prefer devices under one PCIe root, then one NUMA
+        // node, for claims with several requests (GPU + NIC).
+        let all: Vec<usize> = (0..plan.reqs.len()).collect();
+        plan.preferences = if plan.reqs.len() > 1 {
+            vec![
+                vec![(all.clone(), PCIE_ROOT.to_owned())],
+                vec![(all, NUMA_NODE.to_owned())],
+                vec![],
+            ]
+        } else {
+            vec![vec![]]
+        };
+    }
+    Ok(PodDevices { plans })
 }
 
 fn compile_alt(
@@ -141,6 +188,7 @@ fn claim_plans(
             name: "extended-resources".into(),
             reqs: implicit,
             constraints: Vec::new(),
+            preferences: Vec::new(),
         });
     }
     for claim in &spec.claims {
@@ -200,6 +248,7 @@ fn claim_plan(
         name: claim.name.clone(),
         reqs,
         constraints,
+        preferences: Vec::new(),
     })
 }
 
@@ -443,27 +492,29 @@ pub fn allocate_devices(
     if req.gpus == 0 && req.mig.is_empty() && spec.claims.is_empty() {
         return Ok((Vec::new(), uses.to_vec()));
     }
-    let plans = claim_plans(spec, req, ctx.cel, ctx.classes)?;
+    let compiled = compile_devices(spec, req, ctx.cel, ctx.classes)?;
+    allocate_compiled(&compiled, node, uses, ctx)
+}
+
+/// [`allocate_devices`] for requests compiled with [`compile_devices`].
+pub fn allocate_compiled(
+    compiled: &PodDevices,
+    node: &Node,
+    uses: &[DeviceUse],
+    ctx: &mut DeviceContext<'_>,
+) -> Result<(Vec<DeviceAllocation>, Vec<DeviceUse>), Failure> {
+    if compiled.plans.is_empty() {
+        return Ok((Vec::new(), uses.to_vec()));
+    }
     let mut attempt = Attempt {
         node,
         uses: uses.to_vec(),
         out: Vec::new(),
         why: None,
     };
-    for plan in &plans {
-        // Inside a node, prefer devices under one PCIe root, then one NUMA
-        // node, for claims with several requests (GPU + NIC).
-        let all: Vec<usize> = (0..plan.reqs.len()).collect();
-        let preferences: Vec<Vec<(Vec<usize>, String)>> = if plan.reqs.len() > 1 {
-            vec![
-                vec![(all.clone(), PCIE_ROOT.to_owned())],
-                vec![(all, NUMA_NODE.to_owned())],
-                vec![],
-            ]
-        } else {
-            vec![vec![]]
-        };
-        if !preferences
+    for plan in &compiled.plans {
+        if !plan
+            .preferences
             .iter()
             .any(|extra| attempt.claim(plan, extra, ctx))
         {

@@ -18,7 +18,10 @@ use crate::quantity::{self, Milli};
 
 pub use cel_env::fingerprint;
 pub use cel_env::CelEngine;
-pub use devices::{allocate_devices, DeviceAllocation, DeviceContext, DeviceUse};
+pub use devices::{
+    allocate_compiled, allocate_devices, compile_devices, DeviceAllocation, DeviceContext,
+    DeviceUse, PodDevices,
+};
 
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";

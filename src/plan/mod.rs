@@ -14,6 +14,7 @@
 
 mod mig;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -21,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use crate::demand::{builtin_classes, Demand, PodSpec, TopologyMode, Workload};
 use crate::device::DeviceKind;
 use crate::fit::{
-    allocate_devices, fingerprint, resource_fit, static_fit, CelEngine, DeviceAllocation,
-    DeviceContext, Failure, NodeUse, PodRequest,
+    allocate_compiled, compile_devices, fingerprint, resource_fit, static_fit, CelEngine,
+    DeviceAllocation, DeviceContext, Failure, NodeUse, PodDevices, PodRequest,
 };
 use crate::fleet::{Fleet, Node, Policy, PowerState, Reservation};
 use crate::quantity;
@@ -122,6 +123,8 @@ struct PodItem<'d> {
     name: String,
     spec: &'d PodSpec,
     req: PodRequest,
+    /// Device requests, compiled once per pod set.
+    devices: std::rc::Rc<PodDevices>,
     /// Lower bound of whole GPUs it needs, for quick rejection.
     whole_gpus: usize,
 }
@@ -147,13 +150,19 @@ struct Cost {
     reconfigs: usize,
 }
 
+/// Identifies a pool's membership: (its reservation, or the reservations
+/// the workload owns for the shared pool).
+type PoolKey = (Option<usize>, Vec<usize>);
+
 struct Pool {
-    nodes: Vec<usize>,
+    key: PoolKey,
+    /// Membership by node index.
+    member: Vec<bool>,
     reservation: Option<usize>,
     reclaimable: BTreeSet<usize>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Step {
     Up,
     Reconfigure,
@@ -161,30 +170,67 @@ enum Step {
 }
 
 struct Planner<'f> {
-    nodes: Vec<Node>,
+    /// Borrowed from the fleet; owned once a MIG reconfiguration changes one.
+    nodes: Vec<Cow<'f, Node>>,
     policy: Policy,
-    racks: &'f BTreeMap<String, crate::fleet::Rack>,
     reservations: Vec<Reservation>,
     now: u64,
     uses: Vec<NodeUse>,
     /// Up now, or planned to be powered on this round.
     up: Vec<bool>,
     planned_on: Vec<bool>,
-    prints: Vec<Vec<u64>>,
+    prints: Vec<Cow<'f, [u64]>>,
     cel: CelEngine,
     classes: BTreeMap<String, Vec<usize>>,
     /// Active reservation each node belongs to.
     reserved_by: Vec<Option<usize>>,
     /// Reservations whose owners have nothing bound or pending on them.
     idle_reservations: BTreeSet<usize>,
-    /// Per topology level: domain names (sorted) and each node's domain.
-    levels: BTreeMap<String, (Vec<String>, Vec<Option<usize>>)>,
+    /// Per topology level: its domains and their nodes.
+    levels: BTreeMap<String, std::rc::Rc<LevelIndex>>,
+    /// Per node: index into `rack_names`.
+    rack_of: Vec<Option<usize>>,
+    rack_names: Vec<String>,
+    rack_budget_kw: Vec<Option<f64>>,
+    rack_limit: Vec<Option<u32>>,
+    /// Power of the rack's nodes that are up or planned up.
+    rack_up_kw: Vec<f64>,
+    rack_up_nodes: Vec<u32>,
+    /// Nodes powering on now or planned to.
+    rack_in_flight: Vec<u32>,
+    /// Whole GPUs free per node (kept current on commit).
+    free_gpus: Vec<usize>,
+    /// Node indices by ascending power draw, then name.
+    static_order: Vec<usize>,
+    /// Per pool: its usable nodes in preference order.
+    candidate_cache: BTreeMap<PoolKey, std::rc::Rc<Vec<usize>>>,
+    /// Per pool and level: those nodes by domain.
+    domain_cache: BTreeMap<(PoolKey, String), std::rc::Rc<Vec<Vec<usize>>>>,
     actions: Vec<Action>,
     power_offs: Vec<Action>,
     notes: Vec<String>,
 }
 
-fn level_index(nodes: &[Node]) -> BTreeMap<String, (Vec<String>, Vec<Option<usize>>)> {
+fn count_free_gpus(node: &Node, used: &NodeUse) -> usize {
+    node.devices
+        .iter()
+        .zip(&used.devices)
+        .filter(|(d, u)| d.kind == DeviceKind::Gpu && !u.exclusive && u.shares == 0)
+        .count()
+}
+
+/// The domains of one topology level.
+struct LevelIndex {
+    /// Domain values, sorted; a domain's id is its position.
+    names: Vec<String>,
+    /// Each domain's nodes, in the planner's static preference order.
+    members: Vec<Vec<usize>>,
+}
+
+fn level_index(
+    nodes: &[Cow<'_, Node>],
+    static_order: &[usize],
+) -> BTreeMap<String, std::rc::Rc<LevelIndex>> {
     let mut names: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for n in nodes {
         for (level, v) in &n.domains {
@@ -194,23 +240,28 @@ fn level_index(nodes: &[Node]) -> BTreeMap<String, (Vec<String>, Vec<Option<usiz
     names
         .into_iter()
         .map(|(level, values)| {
-            let values: Vec<String> = values.into_iter().map(str::to_owned).collect();
-            let of_node = nodes
-                .iter()
-                .map(|n| {
-                    n.domains
-                        .get(level)
-                        .and_then(|v| values.binary_search(v).ok())
-                })
-                .collect();
-            (level.to_owned(), (values, of_node))
+            let names: Vec<String> = values.into_iter().map(str::to_owned).collect();
+            let mut members = vec![Vec::new(); names.len()];
+            for &i in static_order {
+                if let Some(d) = nodes[i]
+                    .domains
+                    .get(level)
+                    .and_then(|v| names.binary_search(v).ok())
+                {
+                    members[d].push(i);
+                }
+            }
+            (
+                level.to_owned(),
+                std::rc::Rc::new(LevelIndex { names, members }),
+            )
         })
         .collect()
 }
 
 impl<'f> Planner<'f> {
     fn new(fleet: &'f Fleet, demand: &Demand, policy: &Policy, now: u64) -> Self {
-        let mut nodes = fleet.nodes.clone();
+        let mut nodes: Vec<Cow<'f, Node>> = fleet.nodes.iter().map(Cow::Borrowed).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let mut reservations = fleet.reservations.clone();
         reservations.sort_by(|a, b| a.name.cmp(&b.name));
@@ -240,16 +291,62 @@ impl<'f> Planner<'f> {
         }
         let prints = nodes
             .iter()
-            .map(|n| n.devices.iter().map(fingerprint).collect())
+            .map(|n| match n {
+                Cow::Borrowed(b) if b.device_prints.len() == b.devices.len() => {
+                    Cow::Borrowed(b.device_prints.as_slice())
+                }
+                _ => Cow::Owned(n.devices.iter().map(fingerprint).collect()),
+            })
             .collect();
-        let uses = nodes.iter().map(NodeUse::new).collect();
-        let up = nodes.iter().map(Node::is_up).collect();
+        let uses = nodes.iter().map(|n| NodeUse::new(n)).collect();
+        let up = nodes.iter().map(|n| n.is_up()).collect();
+        let rack_names: Vec<String> = fleet.racks.keys().cloned().collect();
+        let rack_of: Vec<Option<usize>> = nodes
+            .iter()
+            .map(|n| {
+                n.rack
+                    .as_ref()
+                    .and_then(|r| rack_names.binary_search(r).ok())
+            })
+            .collect();
+        let mut rack_up_kw = vec![0.0; rack_names.len()];
+        let mut rack_up_nodes = vec![0; rack_names.len()];
+        let mut rack_in_flight = vec![0; rack_names.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            if let Some(r) = rack_of[i] {
+                if n.is_up() {
+                    rack_up_kw[r] += n.power_kw;
+                    rack_up_nodes[r] += 1;
+                }
+                if n.power == PowerState::PoweringOn {
+                    rack_in_flight[r] += 1;
+                }
+            }
+        }
+        let mut static_order: Vec<usize> = (0..nodes.len()).collect();
+        static_order.sort_by_key(|&i| ((nodes[i].power_kw * 1000.0) as u64, i));
         let mut planner = Planner {
             planned_on: vec![false; nodes.len()],
-            levels: level_index(&nodes),
+            levels: level_index(&nodes, &static_order),
+            rack_budget_kw: rack_names
+                .iter()
+                .map(|r| fleet.racks[r].power_budget_kw)
+                .collect(),
+            rack_limit: rack_names
+                .iter()
+                .map(|r| fleet.racks[r].max_concurrent_power_ons)
+                .collect(),
+            rack_of,
+            rack_names,
+            rack_up_kw,
+            rack_up_nodes,
+            rack_in_flight,
+            free_gpus: Vec::new(),
+            static_order,
+            candidate_cache: BTreeMap::new(),
+            domain_cache: BTreeMap::new(),
             nodes,
             policy: policy.clone(),
-            racks: &fleet.racks,
             reservations,
             now,
             uses,
@@ -264,6 +361,9 @@ impl<'f> Planner<'f> {
             notes: Vec::new(),
         };
         planner.bind(demand, &index);
+        planner.free_gpus = (0..planner.nodes.len())
+            .map(|i| count_free_gpus(&planner.nodes[i], &planner.uses[i]))
+            .collect();
         planner
     }
 
@@ -378,11 +478,14 @@ impl<'f> Planner<'f> {
         }
     }
 
-    fn pods<'d>(&self, w: &'d Workload) -> Result<Vec<PodItem<'d>>, String> {
+    fn pods<'d>(&mut self, w: &'d Workload) -> Result<Vec<PodItem<'d>>, String> {
         let mut pods = Vec::new();
         for set in &w.pod_sets {
             let req =
                 PodRequest::parse(&set.pod).map_err(|e| format!("pod set {}: {e}", set.name))?;
+            let devices = compile_devices(&set.pod, &req, &mut self.cel, &self.classes)
+                .map_err(|f| format!("pod set {}: {f}", set.name))?;
+            let devices = std::rc::Rc::new(devices);
             let claim_gpus: u32 = set
                 .pod
                 .claims
@@ -397,6 +500,7 @@ impl<'f> Planner<'f> {
                     name: format!("{}-{i}", set.name),
                     spec: &set.pod,
                     req: req.clone(),
+                    devices: devices.clone(),
                     whole_gpus: (req.gpus + claim_gpus) as usize,
                 });
             }
@@ -419,29 +523,33 @@ impl<'f> Planner<'f> {
                 ri,
             )
         });
-        for ri in owned {
+        for &ri in &owned {
             pools.push(Pool {
-                nodes: (0..self.nodes.len())
-                    .filter(|&i| self.reserved_by[i] == Some(ri))
+                key: (Some(ri), Vec::new()),
+                member: (0..self.nodes.len())
+                    .map(|i| self.reserved_by[i] == Some(ri))
                     .collect(),
                 reservation: Some(ri),
                 reclaimable: BTreeSet::new(),
             });
         }
         let mut excluded: BTreeMap<String, usize> = BTreeMap::new();
+        let mut owned_sorted = owned.clone();
+        owned_sorted.sort_unstable();
         let mut shared = Pool {
-            nodes: Vec::new(),
+            key: (None, owned_sorted),
+            member: vec![false; self.nodes.len()],
             reservation: None,
             reclaimable: BTreeSet::new(),
         };
         for i in 0..self.nodes.len() {
             match self.reserved_by[i] {
-                None => shared.nodes.push(i),
+                None => shared.member[i] = true,
                 Some(ri) if self.reservations[ri].owns(&w.namespace, &w.labels) => {
-                    shared.nodes.push(i);
+                    shared.member[i] = true;
                 }
                 Some(ri) if self.idle_reservations.contains(&ri) => {
-                    shared.nodes.push(i);
+                    shared.member[i] = true;
                     shared.reclaimable.insert(i);
                 }
                 Some(ri) => {
@@ -451,10 +559,6 @@ impl<'f> Planner<'f> {
                 }
             }
         }
-        // Lent nodes last: the fleet's own capacity first.
-        shared
-            .nodes
-            .sort_by_key(|i| (shared.reclaimable.contains(i), *i));
         pools.push(shared);
         (pools, excluded)
     }
@@ -465,7 +569,7 @@ impl<'f> Planner<'f> {
             return Err("workload has no pods".into());
         }
         if let Some(t) = &w.topology {
-            if !self.nodes.iter().any(|n| n.domains.contains_key(&t.level)) {
+            if !self.levels.contains_key(&t.level) {
                 return Err(format!(
                     "topology level {:?} is not configured on any node",
                     t.level
@@ -501,34 +605,59 @@ impl<'f> Planner<'f> {
         Err(reason)
     }
 
-    /// Candidate nodes of a pool for a step, in preference order: up nodes
-    /// (busiest first would need re-sorting; name order is stable), then off
-    /// nodes in racks that already have power, then cold racks, cheaper
-    /// power first.
-    fn candidates(&self, pool: &Pool, step: Step) -> Vec<usize> {
-        let warm_racks: BTreeSet<&str> = (0..self.nodes.len())
-            .filter(|&i| self.up[i])
-            .filter_map(|i| self.nodes[i].rack.as_deref())
-            .collect();
-        let mut out: Vec<usize> = pool
-            .nodes
+    /// Candidate nodes of a pool for a step, in preference order: nodes that
+    /// are up, then off nodes in racks that already have power, then cold
+    /// racks; cheaper power first inside each group; lent nodes last.
+    /// The pool's usable nodes in preference order (cheaper power first,
+    /// lent nodes last). Whether a node is up is checked by the trial, so
+    /// the list stays valid as nodes are planned up.
+    fn candidates(&mut self, pool: &Pool) -> std::rc::Rc<Vec<usize>> {
+        if let Some(c) = self.candidate_cache.get(&pool.key) {
+            return c.clone();
+        }
+        let mut c: Vec<usize> = self
+            .static_order
             .iter()
             .copied()
-            .filter(|&i| self.nodes[i].usable() && (self.up[i] || step == Step::PowerOn))
-            .filter(|&i| self.nodes[i].power != PowerState::PoweringOff)
+            .filter(|&i| pool.member[i] && self.nodes[i].usable())
             .collect();
-        out.sort_by_key(|&i| {
-            let n = &self.nodes[i];
-            let cold = !n.rack.as_deref().is_some_and(|r| warm_racks.contains(r));
-            (
-                pool.reclaimable.contains(&i),
-                !self.up[i],
-                cold && !self.up[i],
-                (n.power_kw * 1000.0) as u64,
-                i,
-            )
-        });
-        out
+        if !pool.reclaimable.is_empty() {
+            c.sort_by_key(|i| pool.reclaimable.contains(i));
+        }
+        let c = std::rc::Rc::new(c);
+        self.candidate_cache.insert(pool.key.clone(), c.clone());
+        c
+    }
+
+    /// [`Self::candidates`] split by domain at `level`.
+    fn domain_members(
+        &mut self,
+        pool: &Pool,
+        level: &str,
+        index: &LevelIndex,
+    ) -> std::rc::Rc<Vec<Vec<usize>>> {
+        let key = (pool.key.clone(), level.to_owned());
+        if let Some(c) = self.domain_cache.get(&key) {
+            return c.clone();
+        }
+        let lists: Vec<Vec<usize>> = index
+            .members
+            .iter()
+            .map(|m| {
+                let mut v: Vec<usize> = m
+                    .iter()
+                    .copied()
+                    .filter(|&i| pool.member[i] && self.nodes[i].usable())
+                    .collect();
+                if !pool.reclaimable.is_empty() {
+                    v.sort_by_key(|i| pool.reclaimable.contains(i));
+                }
+                v
+            })
+            .collect();
+        let c = std::rc::Rc::new(lists);
+        self.domain_cache.insert(key, c.clone());
+        c
     }
 
     fn try_pool(
@@ -538,18 +667,12 @@ impl<'f> Planner<'f> {
         pool: &Pool,
         step: Step,
     ) -> Result<WorkloadPlacement, String> {
-        let candidates = self.candidates(pool, step);
-        if candidates.is_empty() {
-            return Err(match step {
-                Step::PowerOn => "no usable nodes".into(),
-                _ => "no usable nodes are up".into(),
-            });
-        }
         if step != Step::Reconfigure {
-            let (domain, trial) = self.evaluate(w, pods, &candidates, &BTreeMap::new())?;
+            let (domain, trial) = self.evaluate(w, pods, pool, step, &BTreeMap::new())?;
             return Ok(self.commit(w, pool, domain, trial, BTreeMap::new()));
         }
         // Reconfigure as few idle GPUs as it takes: one more each round.
+        let candidates = self.candidates(pool);
         let options = mig::options(self, pods, &candidates);
         if options.is_empty() {
             return Err(
@@ -559,7 +682,7 @@ impl<'f> Planner<'f> {
         let mut last = String::new();
         for k in 1..=options.len() {
             let overrides = mig::build(self, &options[..k]);
-            match self.evaluate(w, pods, &candidates, &overrides) {
+            match self.evaluate(w, pods, pool, step, &overrides) {
                 Ok((domain, trial)) => return Ok(self.commit(w, pool, domain, trial, overrides)),
                 Err(why) => last = why,
             }
@@ -567,17 +690,30 @@ impl<'f> Planner<'f> {
         Err(last)
     }
 
-    /// Places the gang over `candidates`, honouring its topology.
+    /// Places the gang over the pool's candidates for `step`, honouring its
+    /// topology.
     fn evaluate(
         &mut self,
         w: &Workload,
         pods: &[PodItem<'_>],
-        candidates: &[usize],
+        pool: &Pool,
+        step: Step,
         overrides: &BTreeMap<usize, mig::Override>,
     ) -> Result<(Option<String>, Trial), String> {
         let min = w.min() as usize;
+        let no_nodes = || match step {
+            Step::PowerOn => "no usable nodes".to_owned(),
+            _ => "no usable nodes are up".to_owned(),
+        };
         let Some(topology) = &w.topology else {
-            let trial = self.trial(pods, candidates, overrides);
+            let candidates = self.candidates(pool);
+            if !candidates
+                .iter()
+                .any(|&i| self.up[i] || step == Step::PowerOn)
+            {
+                return Err(no_nodes());
+            }
+            let trial = self.trial(pods, &candidates, overrides, step == Step::PowerOn);
             return if trial.pods.len() >= min {
                 Ok((None, trial))
             } else {
@@ -585,40 +721,86 @@ impl<'f> Planner<'f> {
             };
         };
         let level = topology.level.as_str();
-        let (names, of_node) = self.levels.get(level).cloned().unwrap_or_default();
-        let mut domains: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for &i in candidates {
-            if let Some(d) = of_node.get(i).copied().flatten() {
-                domains.entry(d).or_default().push(i);
-            }
-        }
+        let Some(index) = self.levels.get(level).cloned() else {
+            return Err(format!("no usable node has a {level}"));
+        };
+        let names = &index.names;
+        let lists = self.domain_members(pool, level, &index);
         let need_gpus: usize = pods.iter().take(min).map(|p| p.whole_gpus).sum();
         let mut best: Option<(Cost, String, Trial)> = None;
         let mut partial: Vec<(usize, String, Trial)> = Vec::new();
-        for (&d, members) in &domains {
-            let value = names[d].as_str();
-            if need_gpus > 0 && overrides.is_empty() {
-                let free: usize = members.iter().map(|&i| self.free_whole_gpus(i)).sum();
-                if free < need_gpus {
-                    let why = BTreeMap::from([(
-                        "insufficient GPUs".to_owned(),
-                        (
-                            members.len(),
-                            format!("{free} GPUs free, gang needs {need_gpus}"),
-                        ),
-                    )]);
-                    partial.push((
-                        0,
-                        value.to_string(),
-                        Trial {
-                            first_failure: Some((String::new(), why)),
-                            ..Trial::default()
-                        },
-                    ));
+        // Lower bound of power-ons per domain (whole GPUs missing on its up
+        // nodes over the most an off node offers): try likely-cheap domains
+        // first and stop once no remaining domain can beat the best.
+        let mut order: Vec<(Cost, usize)> = Vec::with_capacity(names.len());
+        let mut domains_seen = 0;
+        for d in 0..names.len() {
+            let mut up_free = 0;
+            let mut total = 0;
+            let mut off_max = 0;
+            let mut off_min_w = u64::MAX;
+            let mut up_any = false;
+            let mut count = 0;
+            for &i in &lists[d] {
+                if step != Step::PowerOn && !self.up[i] {
                     continue;
                 }
+                count += 1;
+                let f = self.free_whole_gpus(i);
+                total += f;
+                if self.up[i] {
+                    up_free += f;
+                    up_any = true;
+                } else {
+                    off_max = off_max.max(f);
+                    off_min_w = off_min_w.min((self.nodes[i].power_kw * 1000.0) as u64);
+                }
             }
-            let trial = self.trial(pods, members, overrides);
+            if off_min_w == u64::MAX {
+                off_min_w = 0;
+            }
+            if count == 0 {
+                continue;
+            }
+            domains_seen += 1;
+            if need_gpus > 0 && overrides.is_empty() && total < need_gpus {
+                let why = BTreeMap::from([(
+                    "insufficient GPUs".to_owned(),
+                    (count, format!("{total} GPUs free, gang needs {need_gpus}")),
+                )]);
+                partial.push((
+                    0,
+                    names[d].clone(),
+                    Trial {
+                        first_failure: Some((String::new(), why)),
+                        ..Trial::default()
+                    },
+                ));
+                continue;
+            }
+            let deficit = need_gpus.saturating_sub(up_free);
+            let lb = if deficit == 0 || !overrides.is_empty() {
+                0
+            } else {
+                deficit.div_ceil(off_max.max(1))
+            };
+            let bound = Cost {
+                power_ons: lb,
+                cold_racks: usize::from(lb > 0 && !up_any),
+                power_w: lb as u64 * off_min_w,
+                reconfigs: 0,
+            };
+            order.push((bound, d));
+        }
+        order.sort_unstable();
+        for (bound, d) in order {
+            // Sorted by a lower bound of the cost: nothing later can beat
+            // the best found.
+            if best.as_ref().is_some_and(|(c, _, _)| *c <= bound) {
+                break;
+            }
+            let value = names[d].as_str();
+            let trial = self.trial(pods, &lists[d], overrides, step == Step::PowerOn);
             if trial.pods.len() >= min {
                 let cost = self.cost(&trial, overrides);
                 if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
@@ -635,31 +817,40 @@ impl<'f> Planner<'f> {
         if let Some((_, value, trial)) = best {
             return Ok((Some(format!("{level}={value}")), trial));
         }
+        if domains_seen == 0 {
+            return Err(no_nodes());
+        }
         if topology.mode == TopologyMode::Required {
-            return Err(self.explain_domains(w, level, domains.len(), partial));
+            return Err(self.explain_domains(w, level, domains_seen, partial));
         }
         // Preferred: span as few domains as possible, fullest domains first.
-        let mut ordered: Vec<(usize, usize)> = domains
-            .iter()
-            .map(|(d, m)| {
+        let mut ordered: Vec<(usize, usize, Vec<usize>)> = (0..names.len())
+            .map(|d| {
+                let m = lists[d].clone();
                 (
                     m.iter().map(|&i| self.free_whole_gpus(i)).sum::<usize>(),
-                    *d,
+                    d,
+                    m,
                 )
             })
+            .filter(|(_, _, m)| !m.is_empty())
             .collect();
         ordered.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let order: Vec<usize> = ordered
+        let in_level: BTreeSet<usize> = ordered
             .iter()
-            .flat_map(|(_, d)| domains[d].iter().copied())
+            .flat_map(|(_, _, m)| m.iter().copied())
+            .collect();
+        let order: Vec<usize> = ordered
+            .into_iter()
+            .flat_map(|(_, _, m)| m)
             .chain(
-                candidates
+                self.candidates(pool)
                     .iter()
                     .copied()
-                    .filter(|&i| of_node.get(i).copied().flatten().is_none()),
+                    .filter(|i| !in_level.contains(i)),
             )
             .collect();
-        let trial = self.trial(pods, &order, overrides);
+        let trial = self.trial(pods, &order, overrides, step == Step::PowerOn);
         if trial.pods.len() >= min {
             Ok((None, trial))
         } else {
@@ -668,58 +859,112 @@ impl<'f> Planner<'f> {
     }
 
     fn free_whole_gpus(&self, i: usize) -> usize {
-        self.nodes[i]
-            .devices
-            .iter()
-            .zip(&self.uses[i].devices)
-            .filter(|(d, u)| d.kind == DeviceKind::Gpu && !u.exclusive && u.shares == 0)
-            .count()
+        self.free_gpus[i]
     }
 
     /// Places the pods first-fit over `order`: nodes already up (or already
     /// chosen for power-on in this trial) before nodes that would need it.
+    /// Once a replica of a pod set fits nowhere, its identical siblings are
+    /// not tried again.
     fn trial(
         &mut self,
         pods: &[PodItem<'_>],
         order: &[usize],
         overrides: &BTreeMap<usize, mig::Override>,
+        allow_off: bool,
     ) -> Trial {
         let mut t = Trial::default();
-        let mut rack_kw: BTreeMap<&str, f64> = BTreeMap::new();
+        let mut rack_kw: BTreeMap<usize, f64> = BTreeMap::new();
+        let mut hopeless: Vec<*const PodSpec> = Vec::new();
+        // First fit: a node an identical earlier replica skipped cannot fit
+        // this one either, so each pass resumes where the last replica of
+        // the same pod set was placed.
+        let mut cursors: Vec<(*const PodSpec, [usize; 3])> = Vec::new();
+        let passes = if allow_off { 3 } else { 1 };
         for pod in pods {
+            let spec_ptr = pod.spec as *const PodSpec;
+            if hopeless.contains(&spec_ptr) {
+                continue;
+            }
+            let ci = match cursors.iter().position(|(p, _)| *p == spec_ptr) {
+                Some(ci) => ci,
+                None => {
+                    cursors.push((spec_ptr, [0; 3]));
+                    cursors.len() - 1
+                }
+            };
             let mut failures: FailureCounts = BTreeMap::new();
+            let mut gpu_short = 0usize;
             let mut placed = None;
-            'passes: for pass in 0..2 {
-                for &i in order {
-                    let on = self.up[i] || t.power_ons.contains(&i);
-                    if (pass == 0) != on {
-                        continue;
+            let resumed = cursors[ci].1 != [0; 3];
+            // A second scan from the start only explains a failure fully.
+            for full in [false, true] {
+                if full && (placed.is_some() || !resumed) {
+                    break;
+                }
+                if full {
+                    failures.clear();
+                    gpu_short = 0;
+                }
+                'passes: for pass in 0..passes {
+                    let start = if full { 0 } else { cursors[ci].1[pass] };
+                    for (pos, &i) in order.iter().enumerate().skip(start) {
+                        // Pass 0: nodes up now; 1: off in racks with power;
+                        // 2: off in cold racks.
+                        let node_pass = if self.up[i] {
+                            0
+                        } else if self.rack_of[i].is_some_and(|r| self.rack_up_nodes[r] > 0) {
+                            1
+                        } else {
+                            2
+                        };
+                        if node_pass != pass {
+                            continue;
+                        }
+                        // The common "no" first, without building a message.
+                        if pod.whole_gpus > self.free_gpus[i]
+                            && pod.req.mig.is_empty()
+                            && overrides.is_empty()
+                        {
+                            gpu_short += 1;
+                            continue;
+                        }
+                        match self.fit_one(pod, i, &t, overrides, &rack_kw) {
+                            Ok(found) if !full => {
+                                cursors[ci].1[pass] = pos;
+                                placed = Some((i, found));
+                                break 'passes;
+                            }
+                            Ok(_) => {}
+                            Err(f) => {
+                                let e = failures.entry(f.category).or_insert((0, f.detail));
+                                e.0 += 1;
+                            }
+                        }
                     }
-                    match self.fit_one(pod, i, &t, overrides, &mut rack_kw) {
-                        Ok(found) => {
-                            placed = Some((i, found));
-                            break 'passes;
-                        }
-                        Err(f) => {
-                            let e = failures.entry(f.category).or_insert((0, f.detail));
-                            e.0 += 1;
-                        }
+                    if !full {
+                        cursors[ci].1[pass] = order.len();
                     }
                 }
             }
             match placed {
                 Some((i, (allocs, use_))) => {
                     if !self.up[i] && t.power_ons.insert(i) {
-                        if let Some(r) = self.nodes[i].rack.as_deref() {
-                            *rack_kw
-                                .entry(self.racks.get(r).map_or("", |x| x.name.as_str()))
-                                .or_insert(0.0) += self.nodes[i].power_kw;
+                        if let Some(r) = self.rack_of[i] {
+                            *rack_kw.entry(r).or_insert(0.0) += self.nodes[i].power_kw;
                         }
                     }
                     t.uses.insert(i, use_);
                     t.pods.push((pod.name.clone(), i, allocs));
                 }
                 None => {
+                    if gpu_short > 0 {
+                        let e = failures
+                            .entry("insufficient GPUs".to_owned())
+                            .or_insert((0, format!("{} requested", pod.whole_gpus)));
+                        e.0 += gpu_short;
+                    }
+                    hopeless.push(pod.spec);
                     if t.first_failure.is_none() {
                         t.first_failure = Some((pod.name.clone(), failures));
                     }
@@ -735,12 +980,24 @@ impl<'f> Planner<'f> {
         i: usize,
         t: &Trial,
         overrides: &BTreeMap<usize, mig::Override>,
-        rack_kw: &mut BTreeMap<&str, f64>,
+        rack_kw: &BTreeMap<usize, f64>,
     ) -> Result<(Vec<DeviceAllocation>, NodeUse), Failure> {
         let (node, prints) = match overrides.get(&i) {
             Some(o) => (&o.node, o.prints.as_slice()),
-            None => (&self.nodes[i], self.prints[i].as_slice()),
+            None => (&*self.nodes[i], &*self.prints[i]),
         };
+        if pod.whole_gpus > 0 && pod.req.mig.is_empty() && !overrides.contains_key(&i) {
+            let free = match t.uses.get(&i) {
+                Some(u) => count_free_gpus(node, u),
+                None => self.free_gpus[i],
+            };
+            if free < pod.whole_gpus {
+                return Err(Failure::new(
+                    "insufficient GPUs",
+                    format!("{} requested, {free} free", pod.whole_gpus),
+                ));
+            }
+        }
         static_fit(pod.spec, node)?;
         let used = t
             .uses
@@ -748,20 +1005,6 @@ impl<'f> Planner<'f> {
             .or_else(|| overrides.get(&i).map(|o| &o.uses))
             .unwrap_or(&self.uses[i]);
         resource_fit(&pod.req, node, used)?;
-        if pod.whole_gpus > 0 {
-            let free = node
-                .devices
-                .iter()
-                .zip(&used.devices)
-                .filter(|(d, u)| d.kind == DeviceKind::Gpu && !u.exclusive && u.shares == 0)
-                .count();
-            if free < pod.whole_gpus && pod.req.mig.is_empty() && overrides.is_empty() {
-                return Err(Failure::new(
-                    "insufficient GPUs",
-                    format!("{} requested, {free} free", pod.whole_gpus),
-                ));
-            }
-        }
         if !self.up[i] && !t.power_ons.contains(&i) {
             self.power_budget_ok(i, rack_kw)?;
         }
@@ -771,8 +1014,7 @@ impl<'f> Planner<'f> {
             prints,
             node_key: i as u64,
         };
-        let (allocs, devices) =
-            allocate_devices(pod.spec, &pod.req, node, &used.devices, &mut ctx)?;
+        let (allocs, devices) = allocate_compiled(&pod.devices, node, &used.devices, &mut ctx)?;
         let mut next = used.clone();
         next.devices = devices;
         next.add(&pod.req);
@@ -780,45 +1022,31 @@ impl<'f> Planner<'f> {
     }
 
     /// Whether powering node `i` on stays within its rack's power budget,
-    /// counting nodes already up and those this round powers on.
-    fn power_budget_ok(&self, i: usize, rack_kw: &BTreeMap<&str, f64>) -> Result<(), Failure> {
-        let Some(rack_name) = self.nodes[i].rack.as_deref() else {
+    /// counting nodes already up, those planned up, and this trial's.
+    fn power_budget_ok(&self, i: usize, rack_kw: &BTreeMap<usize, f64>) -> Result<(), Failure> {
+        let Some(r) = self.rack_of[i] else {
             return Ok(());
         };
-        let Some(rack) = self.racks.get(rack_name) else {
+        let Some(budget) = self.rack_budget_kw[r] else {
             return Ok(());
         };
-        let Some(budget) = rack.power_budget_kw else {
-            return Ok(());
-        };
-        let committed: f64 = (0..self.nodes.len())
-            .filter(|&j| self.up[j] && self.nodes[j].rack.as_deref() == Some(rack_name))
-            .map(|j| self.nodes[j].power_kw)
-            .sum();
-        let in_trial = rack_kw.get(rack.name.as_str()).copied().unwrap_or(0.0);
+        let committed = self.rack_up_kw[r] + rack_kw.get(&r).copied().unwrap_or(0.0);
         let need = self.nodes[i].power_kw;
-        if committed + in_trial + need > budget + 1e-9 {
+        if committed + need > budget + 1e-9 {
             return Err(Failure::new(
-                format!("rack {rack_name} power budget"),
-                format!(
-                    "{:.1} of {budget:.1} kW committed, node needs {need:.1} kW",
-                    committed + in_trial
-                ),
+                format!("rack {} power budget", self.rack_names[r]),
+                format!("{committed:.1} of {budget:.1} kW committed, node needs {need:.1} kW"),
             ));
         }
         Ok(())
     }
 
     fn cost(&self, t: &Trial, overrides: &BTreeMap<usize, mig::Override>) -> Cost {
-        let warm: BTreeSet<&str> = (0..self.nodes.len())
-            .filter(|&i| self.up[i])
-            .filter_map(|i| self.nodes[i].rack.as_deref())
-            .collect();
-        let cold: BTreeSet<&str> = t
+        let cold: BTreeSet<usize> = t
             .power_ons
             .iter()
-            .filter_map(|&i| self.nodes[i].rack.as_deref())
-            .filter(|r| !warm.contains(r))
+            .filter_map(|&i| self.rack_of[i])
+            .filter(|&r| self.rack_up_nodes[r] == 0)
             .collect();
         Cost {
             power_ons: t.power_ons.len(),
@@ -851,9 +1079,10 @@ impl<'f> Planner<'f> {
                     for_workloads: vec![key.clone()],
                 });
             }
-            self.nodes[i] = o.node;
-            self.prints[i] = o.prints;
+            self.nodes[i] = Cow::Owned(o.node);
+            self.prints[i] = Cow::Owned(o.prints);
             self.uses[i] = o.uses;
+            self.free_gpus[i] = count_free_gpus(&self.nodes[i], &self.uses[i]);
         }
         for &i in &trial.power_ons {
             let node = &self.nodes[i];
@@ -873,10 +1102,16 @@ impl<'f> Planner<'f> {
             });
             self.planned_on[i] = true;
             self.up[i] = true;
+            if let Some(r) = self.rack_of[i] {
+                self.rack_up_kw[r] += self.nodes[i].power_kw;
+                self.rack_up_nodes[r] += 1;
+                self.rack_in_flight[r] += 1;
+            }
         }
         for (i, u) in trial.uses {
             // For reconfigured nodes this use already refers to the new devices.
             self.uses[i] = u;
+            self.free_gpus[i] = count_free_gpus(&self.nodes[i], &self.uses[i]);
         }
         WorkloadPlacement {
             workload: key,
@@ -900,21 +1135,13 @@ impl<'f> Planner<'f> {
     /// The power-on wave for node `i`: its rack's concurrent power-on limit
     /// counts nodes already powering on and those planned before it.
     fn wave(&self, i: usize) -> u32 {
-        let Some(rack) = self.nodes[i].rack.as_deref() else {
+        let Some(r) = self.rack_of[i] else {
             return 0;
         };
-        let Some(limit) = self
-            .racks
-            .get(rack)
-            .and_then(|r| r.max_concurrent_power_ons)
-        else {
-            return 0;
-        };
-        let in_flight = (0..self.nodes.len())
-            .filter(|&j| self.nodes[j].rack.as_deref() == Some(rack))
-            .filter(|&j| self.nodes[j].power == PowerState::PoweringOn || self.planned_on[j])
-            .count() as u32;
-        in_flight / limit.max(1)
+        match self.rack_limit[r] {
+            Some(limit) => self.rack_in_flight[r] / limit.max(1),
+            None => 0,
+        }
     }
 
     fn summarize(failures: &FailureCounts) -> String {

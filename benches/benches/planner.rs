@@ -1,0 +1,20 @@
+//! Full plan time, single thread: 10,000 nodes x 8 GPUs (250 racks), 20,000
+//! pending pods in 2,000 gangs with DRA claims (CEL selectors) and rack
+//! topology requirements. Goal: under 100 ms.
+
+use accord::plan::plan;
+use criterion::{criterion_group, criterion_main, Criterion};
+
+fn planner(c: &mut Criterion) {
+    let fleet = accord_benches::fleet(250, 40, 1);
+    let demand = accord_benches::demand(2_000, 10, 2);
+    let mut group = c.benchmark_group("plan");
+    group.sample_size(10);
+    group.bench_function("10k_nodes_20k_pods_2k_gangs", |b| {
+        b.iter(|| plan(&fleet, &demand, &fleet.policy, 1_000_000))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, planner);
+criterion_main!(benches);
