@@ -202,10 +202,20 @@ struct Planner<'f> {
     free_gpus: Vec<usize>,
     /// Node indices by ascending power draw, then name.
     static_order: Vec<usize>,
+    /// Pools by (owned reservations, hinted reservation).
+    #[allow(clippy::type_complexity)]
+    pool_cache:
+        BTreeMap<(Vec<usize>, Option<String>), std::rc::Rc<(Vec<Pool>, BTreeMap<String, usize>)>>,
     /// Per pool: its usable nodes in preference order.
     candidate_cache: BTreeMap<PoolKey, std::rc::Rc<Vec<usize>>>,
     /// Per pool and level: those nodes by domain.
     domain_cache: BTreeMap<(PoolKey, String), std::rc::Rc<Vec<Vec<usize>>>>,
+    /// Per pool and level: domain capacity, updated from `touched`.
+    stats_cache: BTreeMap<(PoolKey, String), StatsCache>,
+    /// Nodes whose power or free GPUs changed, in order.
+    touched: Vec<usize>,
+    /// Power draw per node (W).
+    power_w: Vec<u64>,
     actions: Vec<Action>,
     power_offs: Vec<Action>,
     notes: Vec<String>,
@@ -219,12 +229,33 @@ fn count_free_gpus(node: &Node, used: &NodeUse) -> usize {
         .count()
 }
 
+/// Whole-GPU capacity of one domain's candidate nodes.
+#[derive(Debug, Clone, Copy, Default)]
+struct DomainStats {
+    up_free: usize,
+    up_count: usize,
+    all_free: usize,
+    all_count: usize,
+    /// Most GPUs an off node offers.
+    off_max: usize,
+    /// Least power an off node draws (W).
+    off_min_w: u64,
+}
+
+/// Per-domain stats kept current from the log of touched nodes.
+struct StatsCache {
+    seen: usize,
+    stats: Vec<DomainStats>,
+}
+
 /// The domains of one topology level.
 struct LevelIndex {
     /// Domain values, sorted; a domain's id is its position.
     names: Vec<String>,
     /// Each domain's nodes, in the planner's static preference order.
     members: Vec<Vec<usize>>,
+    /// Each node's domain.
+    of_node: Vec<Option<usize>>,
 }
 
 fn level_index(
@@ -242,6 +273,7 @@ fn level_index(
         .map(|(level, values)| {
             let names: Vec<String> = values.into_iter().map(str::to_owned).collect();
             let mut members = vec![Vec::new(); names.len()];
+            let mut of_node = vec![None; nodes.len()];
             for &i in static_order {
                 if let Some(d) = nodes[i]
                     .domains
@@ -249,11 +281,16 @@ fn level_index(
                     .and_then(|v| names.binary_search(v).ok())
                 {
                     members[d].push(i);
+                    of_node[i] = Some(d);
                 }
             }
             (
                 level.to_owned(),
-                std::rc::Rc::new(LevelIndex { names, members }),
+                std::rc::Rc::new(LevelIndex {
+                    names,
+                    members,
+                    of_node,
+                }),
             )
         })
         .collect()
@@ -344,6 +381,10 @@ impl<'f> Planner<'f> {
             free_gpus: Vec::new(),
             static_order,
             candidate_cache: BTreeMap::new(),
+            pool_cache: BTreeMap::new(),
+            stats_cache: BTreeMap::new(),
+            touched: Vec::new(),
+            power_w: nodes.iter().map(|n| (n.power_kw * 1000.0) as u64).collect(),
             domain_cache: BTreeMap::new(),
             nodes,
             policy: policy.clone(),
@@ -508,14 +549,30 @@ impl<'f> Planner<'f> {
         Ok(pods)
     }
 
-    fn pools(&self, w: &Workload) -> (Vec<Pool>, BTreeMap<String, usize>) {
-        let mut pools = Vec::new();
-        let mut owned: Vec<usize> = (0..self.reservations.len())
+    /// The workload's node pools, shared by all workloads that own the same
+    /// reservations (and hint the same one).
+    fn pools(&mut self, w: &Workload) -> std::rc::Rc<(Vec<Pool>, BTreeMap<String, usize>)> {
+        let owned: Vec<usize> = (0..self.reservations.len())
             .filter(|&ri| {
                 let r = &self.reservations[ri];
                 r.active(self.now) && r.owns(&w.namespace, &w.labels)
             })
             .collect();
+        let key = (owned.clone(), w.reservation.clone());
+        if let Some(p) = self.pool_cache.get(&key) {
+            return p.clone();
+        }
+        let built = std::rc::Rc::new(self.build_pools(w, owned));
+        self.pool_cache.insert(key, built.clone());
+        built
+    }
+
+    fn build_pools(
+        &self,
+        w: &Workload,
+        mut owned: Vec<usize>,
+    ) -> (Vec<Pool>, BTreeMap<String, usize>) {
+        let mut pools = Vec::new();
         // The hinted reservation first.
         owned.sort_by_key(|&ri| {
             (
@@ -576,14 +633,15 @@ impl<'f> Planner<'f> {
                 ));
             }
         }
-        let (pools, excluded) = self.pools(w);
+        let shared = self.pools(w);
+        let (pools, excluded) = (&shared.0, &shared.1);
         let steps: &[Step] = if self.policy.reconfigure_mig {
             &[Step::Up, Step::Reconfigure, Step::PowerOn]
         } else {
             &[Step::Up, Step::PowerOn]
         };
         let mut last_failure = String::new();
-        for pool in &pools {
+        for pool in pools {
             for &step in steps {
                 if step == Step::Reconfigure && pods.iter().all(|p| p.req.mig.is_empty()) {
                     continue;
@@ -627,6 +685,60 @@ impl<'f> Planner<'f> {
         let c = std::rc::Rc::new(c);
         self.candidate_cache.insert(pool.key.clone(), c.clone());
         c
+    }
+
+    fn compute_stats(&self, members: &[usize]) -> DomainStats {
+        let mut st = DomainStats {
+            off_min_w: u64::MAX,
+            ..DomainStats::default()
+        };
+        for &i in members {
+            let f = self.free_gpus[i];
+            st.all_count += 1;
+            st.all_free += f;
+            if self.up[i] {
+                st.up_count += 1;
+                st.up_free += f;
+            } else {
+                st.off_max = st.off_max.max(f);
+                st.off_min_w = st.off_min_w.min(self.power_w[i]);
+            }
+        }
+        if st.off_min_w == u64::MAX {
+            st.off_min_w = 0;
+        }
+        st
+    }
+
+    /// Capacity per domain, recomputing only domains whose nodes changed.
+    fn domain_stats(
+        &mut self,
+        pool: &Pool,
+        level: &str,
+        index: &LevelIndex,
+        lists: &[Vec<usize>],
+    ) -> Vec<DomainStats> {
+        let key = (pool.key.clone(), level.to_owned());
+        let mut cache = match self.stats_cache.remove(&key) {
+            Some(c) => c,
+            None => StatsCache {
+                seen: self.touched.len(),
+                stats: lists.iter().map(|m| self.compute_stats(m)).collect(),
+            },
+        };
+        let mut dirty: BTreeSet<usize> = BTreeSet::new();
+        for &i in &self.touched[cache.seen..] {
+            if let Some(d) = index.of_node[i] {
+                dirty.insert(d);
+            }
+        }
+        for d in dirty {
+            cache.stats[d] = self.compute_stats(&lists[d]);
+        }
+        cache.seen = self.touched.len();
+        let out = cache.stats.clone();
+        self.stats_cache.insert(key, cache);
+        out
     }
 
     /// [`Self::candidates`] split by domain at `level`.
@@ -734,60 +846,33 @@ impl<'f> Planner<'f> {
         // first and stop once no remaining domain can beat the best.
         let mut order: Vec<(Cost, usize)> = Vec::with_capacity(names.len());
         let mut domains_seen = 0;
-        for d in 0..names.len() {
-            let mut up_free = 0;
-            let mut total = 0;
-            let mut off_max = 0;
-            let mut off_min_w = u64::MAX;
-            let mut up_any = false;
-            let mut count = 0;
-            for &i in &lists[d] {
-                if step != Step::PowerOn && !self.up[i] {
-                    continue;
-                }
-                count += 1;
-                let f = self.free_whole_gpus(i);
-                total += f;
-                if self.up[i] {
-                    up_free += f;
-                    up_any = true;
-                } else {
-                    off_max = off_max.max(f);
-                    off_min_w = off_min_w.min((self.nodes[i].power_kw * 1000.0) as u64);
-                }
-            }
-            if off_min_w == u64::MAX {
-                off_min_w = 0;
-            }
+        // (domain, nodes, GPUs free) of domains too small for the gang.
+        let mut too_small: Vec<(usize, usize, usize)> = Vec::new();
+        let stats = self.domain_stats(pool, level, &index, &lists);
+        for (d, st) in stats.iter().enumerate() {
+            let (count, total) = if step == Step::PowerOn {
+                (st.all_count, st.all_free)
+            } else {
+                (st.up_count, st.up_free)
+            };
             if count == 0 {
                 continue;
             }
             domains_seen += 1;
             if need_gpus > 0 && overrides.is_empty() && total < need_gpus {
-                let why = BTreeMap::from([(
-                    "insufficient GPUs".to_owned(),
-                    (count, format!("{total} GPUs free, gang needs {need_gpus}")),
-                )]);
-                partial.push((
-                    0,
-                    names[d].clone(),
-                    Trial {
-                        first_failure: Some((String::new(), why)),
-                        ..Trial::default()
-                    },
-                ));
+                too_small.push((d, count, total));
                 continue;
             }
-            let deficit = need_gpus.saturating_sub(up_free);
+            let deficit = need_gpus.saturating_sub(st.up_free);
             let lb = if deficit == 0 || !overrides.is_empty() {
                 0
             } else {
-                deficit.div_ceil(off_max.max(1))
+                deficit.div_ceil(st.off_max.max(1))
             };
             let bound = Cost {
                 power_ons: lb,
-                cold_racks: usize::from(lb > 0 && !up_any),
-                power_w: lb as u64 * off_min_w,
+                cold_racks: usize::from(lb > 0 && st.up_count == 0),
+                power_w: lb as u64 * st.off_min_w,
                 reconfigs: 0,
             };
             order.push((bound, d));
@@ -820,34 +905,40 @@ impl<'f> Planner<'f> {
         if domains_seen == 0 {
             return Err(no_nodes());
         }
+        if best.is_none() {
+            for (d, count, total) in too_small {
+                let why = BTreeMap::from([(
+                    "insufficient GPUs".to_owned(),
+                    (count, format!("{total} GPUs free, gang needs {need_gpus}")),
+                )]);
+                partial.push((
+                    0,
+                    names[d].clone(),
+                    Trial {
+                        first_failure: Some((String::new(), why)),
+                        ..Trial::default()
+                    },
+                ));
+            }
+        }
         if topology.mode == TopologyMode::Required {
             return Err(self.explain_domains(w, level, domains_seen, partial));
         }
         // Preferred: span as few domains as possible, fullest domains first.
-        let mut ordered: Vec<(usize, usize, Vec<usize>)> = (0..names.len())
-            .map(|d| {
-                let m = lists[d].clone();
-                (
-                    m.iter().map(|&i| self.free_whole_gpus(i)).sum::<usize>(),
-                    d,
-                    m,
-                )
-            })
-            .filter(|(_, _, m)| !m.is_empty())
+        let mut ordered: Vec<(usize, usize)> = (0..names.len())
+            .filter(|&d| !lists[d].is_empty())
+            .map(|d| (lists[d].iter().map(|&i| self.free_whole_gpus(i)).sum(), d))
             .collect();
         ordered.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let in_level: BTreeSet<usize> = ordered
-            .iter()
-            .flat_map(|(_, _, m)| m.iter().copied())
-            .collect();
+        let candidates = self.candidates(pool);
         let order: Vec<usize> = ordered
-            .into_iter()
-            .flat_map(|(_, _, m)| m)
+            .iter()
+            .flat_map(|&(_, d)| lists[d].iter().copied())
             .chain(
-                self.candidates(pool)
+                candidates
                     .iter()
                     .copied()
-                    .filter(|i| !in_level.contains(i)),
+                    .filter(|&i| index.of_node[i].is_none()),
             )
             .collect();
         let trial = self.trial(pods, &order, overrides, step == Step::PowerOn);
@@ -1083,6 +1174,7 @@ impl<'f> Planner<'f> {
             self.prints[i] = Cow::Owned(o.prints);
             self.uses[i] = o.uses;
             self.free_gpus[i] = count_free_gpus(&self.nodes[i], &self.uses[i]);
+            self.touched.push(i);
         }
         for &i in &trial.power_ons {
             let node = &self.nodes[i];
@@ -1102,6 +1194,7 @@ impl<'f> Planner<'f> {
             });
             self.planned_on[i] = true;
             self.up[i] = true;
+            self.touched.push(i);
             if let Some(r) = self.rack_of[i] {
                 self.rack_up_kw[r] += self.nodes[i].power_kw;
                 self.rack_up_nodes[r] += 1;
@@ -1112,6 +1205,7 @@ impl<'f> Planner<'f> {
             // For reconfigured nodes this use already refers to the new devices.
             self.uses[i] = u;
             self.free_gpus[i] = count_free_gpus(&self.nodes[i], &self.uses[i]);
+            self.touched.push(i);
         }
         WorkloadPlacement {
             workload: key,
