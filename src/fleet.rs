@@ -58,6 +58,23 @@ pub struct Policy {
     /// Propose MIG reconfiguration of idle GPUs before powering on nodes.
     #[serde(default = "yes")]
     pub reconfigure_mig: bool,
+    /// How pods are spread over nodes that are already up.
+    #[serde(default)]
+    pub placement: Placement,
+}
+
+/// Node choice among nodes that are up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// First node that fits, in preference order: fast, packs nodes.
+    #[default]
+    FirstFit,
+    /// The node whose GPU fragmentation (the free GPU capacity that the
+    /// pending mix of pod shapes could not use) grows least: the FGD
+    /// heuristic (Weng et al., USENIX ATC '23). Slower; best with shared
+    /// GPUs.
+    LeastFragmentation,
 }
 
 fn default_idle() -> u64 {
@@ -74,6 +91,7 @@ impl Default for Policy {
             idle_power_off_after_s: default_idle(),
             warm_spares_per_rack: 0,
             reconfigure_mig: true,
+            placement: Placement::FirstFit,
         }
     }
 }

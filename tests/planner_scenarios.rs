@@ -76,6 +76,13 @@ fn gang_with_required_rack_prefers_the_warm_rack_with_fewest_power_ons() {
     );
     // r1 allows two concurrent power-ons: the third waits for the next wave.
     assert_eq!(power_ons(&p), [("r1-n3", 0), ("r1-n4", 0), ("r1-n5", 1)]);
+    // r1-n5 gets its BIOS profile before it boots.
+    let bios = p.actions.iter().position(|a| matches!(a, Action::ApplyBiosProfile { node, profile } if node == "r1-n5" && profile == "gpu-perf"));
+    let on = p
+        .actions
+        .iter()
+        .position(|a| matches!(a, Action::PowerOn { node, .. } if node == "r1-n5"));
+    assert!(bios.is_some() && bios < on, "{:?}", p.actions);
     assert!(p.unsatisfied.is_empty());
 }
 
@@ -217,4 +224,19 @@ fn scale_down_never_touches_a_busy_node() {
     // busy has a pod; idle-short is under the threshold; reserved-idle is
     // the reservation's minimum; dark is already off.
     assert_eq!(offs, ["idle-long"]);
+}
+
+#[test]
+fn least_fragmentation_keeps_whole_gpus_whole() {
+    let p = run("fragmentation-aware");
+    let share = p
+        .placements
+        .iter()
+        .find(|w| w.workload == "serve/share")
+        .unwrap();
+    assert_eq!(share.pods[0].node, "b");
+    assert_eq!(share.pods[0].devices[0].device, "gpu-0");
+    // All three whole-GPU pods still fit: a's two GPUs and b's gpu-1.
+    assert_eq!(nodes_of(&p, "train/whole").len(), 3);
+    assert!(p.unsatisfied.is_empty());
 }

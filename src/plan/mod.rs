@@ -12,6 +12,7 @@
 //! that holds the whole gang; gangs are placed whole (at least `min_count`
 //! pods) or not at all.
 
+mod fragmentation;
 mod mig;
 
 use std::borrow::Cow;
@@ -25,8 +26,8 @@ use crate::fit::{
     allocate_compiled, compile_devices, fingerprint, resource_fit, static_fit, CelEngine,
     DeviceAllocation, DeviceContext, Failure, NodeUse, PodDevices, PodRequest,
 };
-use crate::fleet::{Fleet, Node, Policy, PowerState, Reservation};
-use crate::quantity;
+use crate::fleet::{Fleet, Node, Placement, Policy, PowerState, Reservation};
+use crate::quantity::{self, Milli};
 
 /// What the planner proposes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -216,9 +217,51 @@ struct Planner<'f> {
     touched: Vec<usize>,
     /// Power draw per node (W).
     power_w: Vec<u64>,
+    /// Pending pod shapes, for fragmentation-aware placement.
+    mix: fragmentation::Mix,
     actions: Vec<Action>,
     power_offs: Vec<Action>,
     notes: Vec<String>,
+}
+
+/// The shapes of all pending pods, weighted by count.
+fn demand_mix(demand: &Demand) -> fragmentation::Mix {
+    let mut counts: BTreeMap<fragmentation::Shape, u64> = BTreeMap::new();
+    for w in &demand.workloads {
+        for set in &w.pod_sets {
+            let Ok(req) = PodRequest::parse(&set.pod) else {
+                continue;
+            };
+            let mut whole = req.gpus;
+            let mut share = 0;
+            for e in set
+                .pod
+                .claims
+                .iter()
+                .flat_map(|c| &c.requests)
+                .filter_map(|r| r.exactly.as_ref())
+            {
+                if e.device_class != "gpu.nvidia.com" {
+                    continue;
+                }
+                match e.capacity.get(crate::device::COMPUTE) {
+                    Some(q) => share = quantity::parse(q).unwrap_or(0),
+                    None => whole += e.count,
+                }
+            }
+            // CPU and memory rounded down to coarse steps: the mix needs
+            // their scale, not every distinct value, and fewer shapes keep
+            // the score cheap.
+            let shape = fragmentation::Shape {
+                cpu: req.cpu / 2000 * 2000,
+                memory: req.memory / (8_000 << 30) * (8_000 << 30),
+                whole,
+                share,
+            };
+            *counts.entry(shape).or_insert(0) += u64::from(set.count);
+        }
+    }
+    fragmentation::Mix::new(&counts)
 }
 
 fn count_free_gpus(node: &Node, used: &NodeUse) -> usize {
@@ -385,6 +428,7 @@ impl<'f> Planner<'f> {
             stats_cache: BTreeMap::new(),
             touched: Vec::new(),
             power_w: nodes.iter().map(|n| (n.power_kw * 1000.0) as u64).collect(),
+            mix: demand_mix(demand),
             domain_cache: BTreeMap::new(),
             nodes,
             policy: policy.clone(),
@@ -987,10 +1031,13 @@ impl<'f> Planner<'f> {
             let mut failures: FailureCounts = BTreeMap::new();
             let mut gpu_short = 0usize;
             let mut placed = None;
+            if self.policy.placement == Placement::LeastFragmentation && overrides.is_empty() {
+                placed = self.least_fragmentation(pod, order, &t, &rack_kw);
+            }
             let resumed = cursors[ci].1 != [0; 3];
             // A second scan from the start only explains a failure fully.
             for full in [false, true] {
-                if full && (placed.is_some() || !resumed) {
+                if placed.is_some() || (full && !resumed) {
                     break;
                 }
                 if full {
@@ -1063,6 +1110,46 @@ impl<'f> Planner<'f> {
             }
         }
         t
+    }
+
+    /// Among nodes that are up, the one where the pod fits with the least
+    /// growth of GPU fragmentation for the pending mix.
+    #[allow(clippy::type_complexity)]
+    fn least_fragmentation(
+        &mut self,
+        pod: &PodItem<'_>,
+        order: &[usize],
+        t: &Trial,
+        rack_kw: &BTreeMap<usize, f64>,
+    ) -> Option<(usize, (Vec<DeviceAllocation>, NodeUse))> {
+        let no_overrides = BTreeMap::new();
+        let mut best: Option<(f64, Milli, usize, (Vec<DeviceAllocation>, NodeUse))> = None;
+        for &i in order {
+            if !self.up[i] || pod.whole_gpus > self.free_gpus[i] {
+                continue;
+            }
+            let Ok(found) = self.fit_one(pod, i, t, &no_overrides, rack_kw) else {
+                continue;
+            };
+            let node = &self.nodes[i];
+            let before_use = t.uses.get(&i).unwrap_or(&self.uses[i]);
+            let free_before = fragmentation::free(node, before_use);
+            let free_after = fragmentation::free(node, &found.1);
+            let delta = fragmentation::fragmentation(&free_after, &self.mix)
+                - fragmentation::fragmentation(&free_before, &self.mix);
+            let left = self.free_gpus[i] as Milli * 1000 + free_after.gpu_total() / 1000;
+            // Ties (common: many nodes leave no usable fragment) go to the
+            // node with the fewest whole free GPUs, then least free capacity:
+            // packing keeps whole GPUs for whole-GPU pods.
+            let better = match &best {
+                None => true,
+                Some((d, l, _, _)) => delta < *d - 1e-9 || (delta < *d + 1e-9 && left < *l),
+            };
+            if better {
+                best = Some((delta, left, i, found));
+            }
+        }
+        best.map(|(_, _, i, found)| (i, found))
     }
 
     fn fit_one(
