@@ -255,6 +255,8 @@ fn claim_plan(
 struct Attempt<'n> {
     node: &'n Node,
     uses: Vec<DeviceUse>,
+    /// Previous use of each device changed, to roll back a failed try.
+    undo: Vec<(usize, DeviceUse)>,
     out: Vec<DeviceAllocation>,
     /// First reason something was not available, for explanations.
     why: Option<String>,
@@ -336,6 +338,7 @@ impl Attempt<'_> {
     }
 
     fn commit(&mut self, claim: &str, req: &str, di: usize, draw: BTreeMap<String, Milli>) {
+        self.undo.push((di, self.uses[di].clone()));
         let use_ = &mut self.uses[di];
         if self.node.devices[di].shared.is_some() {
             use_.shares += 1;
@@ -443,7 +446,7 @@ impl Attempt<'_> {
         }
         let mut choice = vec![0usize; constraints.len()];
         loop {
-            let saved_uses = self.uses.clone();
+            let saved_undo = self.undo.len();
             let saved_len = self.out.len();
             let mut ok = true;
             for (ri, req) in plan.reqs.iter().enumerate() {
@@ -461,7 +464,10 @@ impl Attempt<'_> {
             if ok {
                 return true;
             }
-            self.uses = saved_uses;
+            while self.undo.len() > saved_undo {
+                let (di, before) = self.undo.pop().expect("undo entry");
+                self.uses[di] = before;
+            }
             self.out.truncate(saved_len);
             // next combination
             let mut i = 0;
@@ -509,6 +515,7 @@ pub fn allocate_compiled(
     let mut attempt = Attempt {
         node,
         uses: uses.to_vec(),
+        undo: Vec::new(),
         out: Vec::new(),
         why: None,
     };

@@ -208,7 +208,7 @@ struct Planner<'f> {
     pool_cache:
         BTreeMap<(Vec<usize>, Option<String>), std::rc::Rc<(Vec<Pool>, BTreeMap<String, usize>)>>,
     /// Per pool: its usable nodes in preference order.
-    candidate_cache: BTreeMap<PoolKey, std::rc::Rc<Vec<usize>>>,
+    candidate_cache: BTreeMap<PoolKey, (std::rc::Rc<Vec<usize>>, UpIndex)>,
     /// Per pool and level: those nodes by domain.
     domain_cache: BTreeMap<(PoolKey, String), std::rc::Rc<Vec<Vec<usize>>>>,
     /// Per pool and level: domain capacity, updated from `touched`.
@@ -270,6 +270,19 @@ fn count_free_gpus(node: &Node, used: &NodeUse) -> usize {
         .zip(&used.devices)
         .filter(|(d, u)| d.kind == DeviceKind::Gpu && !u.exclusive && u.shares == 0)
         .count()
+}
+
+/// Where the up nodes sit in a cached candidate list, so first fit over
+/// 10,000 nodes skips the off ones and the prefix already full.
+#[derive(Debug, Default)]
+struct UpIndex {
+    /// Node → position in the list (`u32::MAX`: not in it).
+    pos: Vec<u32>,
+    /// Positions of nodes that are up, ascending.
+    up: Vec<usize>,
+    /// `up[..full]` are nodes with no whole GPU free (monotone: no
+    /// departures within a plan).
+    full: usize,
 }
 
 /// Whole-GPU capacity of one domain's candidate nodes.
@@ -714,7 +727,7 @@ impl<'f> Planner<'f> {
     /// lent nodes last). Whether a node is up is checked by the trial, so
     /// the list stays valid as nodes are planned up.
     fn candidates(&mut self, pool: &Pool) -> std::rc::Rc<Vec<usize>> {
-        if let Some(c) = self.candidate_cache.get(&pool.key) {
+        if let Some((c, _)) = self.candidate_cache.get(&pool.key) {
             return c.clone();
         }
         let mut c: Vec<usize> = self
@@ -726,8 +739,20 @@ impl<'f> Planner<'f> {
         if !pool.reclaimable.is_empty() {
             c.sort_by_key(|i| pool.reclaimable.contains(i));
         }
+        let mut index = UpIndex {
+            pos: vec![u32::MAX; self.nodes.len()],
+            up: Vec::new(),
+            full: 0,
+        };
+        for (p, &i) in c.iter().enumerate() {
+            index.pos[i] = p as u32;
+            if self.up[i] {
+                index.up.push(p);
+            }
+        }
         let c = std::rc::Rc::new(c);
-        self.candidate_cache.insert(pool.key.clone(), c.clone());
+        self.candidate_cache
+            .insert(pool.key.clone(), (c.clone(), index));
         c
     }
 
@@ -869,7 +894,20 @@ impl<'f> Planner<'f> {
             {
                 return Err(no_nodes());
             }
-            let trial = self.trial(pods, &candidates, overrides, step == Step::PowerOn);
+            let mut index = self
+                .candidate_cache
+                .remove(&pool.key)
+                .map(|(_, idx)| idx)
+                .unwrap_or_default();
+            let trial = self.trial_indexed(
+                pods,
+                &candidates,
+                overrides,
+                step == Step::PowerOn,
+                Some(&mut index),
+            );
+            self.candidate_cache
+                .insert(pool.key.clone(), (candidates.clone(), index));
             return if trial.pods.len() >= min {
                 Ok((None, trial))
             } else {
@@ -1008,6 +1046,19 @@ impl<'f> Planner<'f> {
         overrides: &BTreeMap<usize, mig::Override>,
         allow_off: bool,
     ) -> Trial {
+        self.trial_indexed(pods, order, overrides, allow_off, None)
+    }
+
+    /// [`Self::trial`], with an index of the up nodes in `order` when the
+    /// list is long.
+    fn trial_indexed(
+        &mut self,
+        pods: &[PodItem<'_>],
+        order: &[usize],
+        overrides: &BTreeMap<usize, mig::Override>,
+        allow_off: bool,
+        mut up_index: Option<&mut UpIndex>,
+    ) -> Trial {
         let mut t = Trial::default();
         let mut rack_kw: BTreeMap<usize, f64> = BTreeMap::new();
         let mut hopeless: Vec<*const PodSpec> = Vec::new();
@@ -1046,7 +1097,33 @@ impl<'f> Planner<'f> {
                 }
                 'passes: for pass in 0..passes {
                     let start = if full { 0 } else { cursors[ci].1[pass] };
-                    for (pos, &i) in order.iter().enumerate().skip(start) {
+                    // Pass 0 over an indexed list visits only up nodes past
+                    // the full prefix.
+                    let gpu_pod = pod.whole_gpus > 0 && overrides.is_empty();
+                    let mut from = 0;
+                    if let (Some(idx), 0) = (up_index.as_deref_mut(), pass) {
+                        if gpu_pod {
+                            while idx.full < idx.up.len()
+                                && self.free_gpus[order[idx.up[idx.full]]] == 0
+                            {
+                                idx.full += 1;
+                            }
+                        }
+                        from = idx.up.partition_point(|&p| p < start);
+                        if gpu_pod {
+                            from = from.max(idx.full);
+                        }
+                    }
+                    let indexed: Option<&[usize]> = match (up_index.as_deref(), pass) {
+                        (Some(idx), 0) => Some(&idx.up[from..]),
+                        _ => None,
+                    };
+                    let positions: Box<dyn Iterator<Item = usize>> = match indexed {
+                        Some(v) => Box::new(v.iter().copied()),
+                        None => Box::new(start..order.len()),
+                    };
+                    for pos in positions {
+                        let i = order[pos];
                         // Pass 0: nodes up now; 1: off in racks with power;
                         // 2: off in cold racks.
                         let node_pass = if self.up[i] {
@@ -1193,8 +1270,13 @@ impl<'f> Planner<'f> {
             node_key: i as u64,
         };
         let (allocs, devices) = allocate_compiled(&pod.devices, node, &used.devices, &mut ctx)?;
-        let mut next = used.clone();
-        next.devices = devices;
+        let mut next = NodeUse {
+            cpu: used.cpu,
+            memory: used.memory,
+            pods: used.pods,
+            extended: used.extended.clone(),
+            devices,
+        };
         next.add(&pod.req);
         Ok((allocs, next))
     }
@@ -1282,6 +1364,14 @@ impl<'f> Planner<'f> {
             self.planned_on[i] = true;
             self.up[i] = true;
             self.touched.push(i);
+            for (_, idx) in self.candidate_cache.values_mut() {
+                let p = idx.pos[i];
+                if p != u32::MAX {
+                    let at = idx.up.partition_point(|&q| q < p as usize);
+                    idx.up.insert(at, p as usize);
+                    idx.full = idx.full.min(at);
+                }
+            }
             if let Some(r) = self.rack_of[i] {
                 self.rack_up_kw[r] += self.nodes[i].power_kw;
                 self.rack_up_nodes[r] += 1;

@@ -8,7 +8,7 @@ fn main() {
     let demand = accord_benches::demand(2_000, 10, 2);
     let mut best = f64::MAX;
     let mut plan = None;
-    for _ in 0..3 {
+    for _ in 0..10 {
         let start = Instant::now();
         let p = accord::plan::plan(&fleet, &demand, &fleet.policy, 1_000_000);
         best = best.min(start.elapsed().as_secs_f64() * 1000.0);
@@ -17,7 +17,7 @@ fn main() {
     let p = plan.expect("ran");
     let pods: usize = p.placements.iter().map(|w| w.pods.len()).sum();
     println!(
-        "plan: {} nodes, {} gangs: best of 3 {best:.1} ms; {} gangs placed ({pods} pods), {} unsatisfied, {} actions",
+        "plan: {} nodes, {} gangs: best of 10 {best:.1} ms; {} gangs placed ({pods} pods), {} unsatisfied, {} actions",
         fleet.nodes.len(),
         demand.workloads.len(),
         p.placements.len(),
