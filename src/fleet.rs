@@ -141,6 +141,53 @@ pub struct HardwareProfile {
     pub mig_layout: Vec<String>,
 }
 
+impl HardwareProfile {
+    /// A profile with this CPU and memory and every other key at its default.
+    pub fn new(cpu: &str, memory: &str) -> Self {
+        HardwareProfile {
+            gpus: 0,
+            gpu_model: None,
+            gpu_memory_gib: 0,
+            cpu: cpu.to_owned(),
+            memory: memory.to_owned(),
+            pods: default_pods(),
+            power_kw: 0.0,
+            nics: 0,
+            gpus_per_pcie_root: 1,
+            numa_nodes: 2,
+            mig_enabled: false,
+            mig_layout: Vec::new(),
+        }
+    }
+}
+
+impl NodeConfig {
+    /// A node of a declared profile, every other key at its default.
+    pub fn new(name: &str, profile: &str) -> Self {
+        NodeConfig {
+            name: name.to_owned(),
+            rack: None,
+            profile: Some(profile.to_owned()),
+            hardware: None,
+            cpu: None,
+            memory: None,
+            power_kw: None,
+            power: PowerState::Off,
+            schedulable: true,
+            failed: None,
+            idle_since: None,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            levels: BTreeMap::new(),
+            extended: BTreeMap::new(),
+            gpu_sharing: None,
+            bios_profile: None,
+            bios_profile_applied: None,
+            mig_layout: None,
+        }
+    }
+}
+
 fn default_pods() -> i64 {
     110
 }

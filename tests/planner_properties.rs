@@ -98,15 +98,8 @@ fn build(
                 gpus,
                 gpu_model: (gpus > 0).then(|| "NVIDIA H100 80GB HBM3".to_owned()),
                 gpu_memory_gib: 80,
-                cpu: "64".into(),
-                memory: "512Gi".into(),
-                pods: 110,
                 power_kw: 2.0 + f64::from(gpus),
-                nics: 0,
-                gpus_per_pcie_root: 1,
-                numa_nodes: 2,
-                mig_enabled: false,
-                mig_layout: vec![],
+                ..HardwareProfile::new("64", "512Gi")
             },
         );
     }
@@ -128,18 +121,9 @@ fn build(
             reserved.push(name.clone());
         }
         file.nodes.push(NodeConfig {
-            name,
             rack: Some(format!("r{}", n.rack % budgets.len())),
-            profile: Some(format!("p{}", n.gpus)),
-            hardware: None,
-            cpu: None,
-            memory: None,
-            power_kw: None,
             power: n.power,
-            schedulable: true,
-            failed: None,
             idle_since: n.idle_for.map(|d| NOW - d),
-            labels: BTreeMap::new(),
             taints: if n.tainted {
                 vec![Taint {
                     key: "dedicated".into(),
@@ -149,12 +133,7 @@ fn build(
             } else {
                 vec![]
             },
-            levels: BTreeMap::new(),
-            extended: BTreeMap::new(),
-            gpu_sharing: None,
-            bios_profile: None,
-            bios_profile_applied: None,
-            mig_layout: None,
+            ..NodeConfig::new(&name, &format!("p{}", n.gpus))
         });
     }
     if !reserved.is_empty() {

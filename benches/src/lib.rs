@@ -35,15 +35,9 @@ fn h100() -> HardwareProfile {
         gpus: 8,
         gpu_model: Some("NVIDIA H100 80GB HBM3".into()),
         gpu_memory_gib: 80,
-        cpu: "192".into(),
-        memory: "2Ti".into(),
-        pods: 110,
         power_kw: 10.2,
         nics: 8,
-        gpus_per_pcie_root: 1,
-        numa_nodes: 2,
-        mig_enabled: false,
-        mig_layout: vec![],
+        ..HardwareProfile::new("192", "2Ti")
     }
 }
 
@@ -64,29 +58,13 @@ pub fn fleet(racks: usize, per_rack: usize, seed: u64) -> Fleet {
         });
         for n in 0..per_rack {
             file.nodes.push(NodeConfig {
-                name: format!("r{r:04}-n{n:02}"),
                 rack: Some(format!("r{r:04}")),
-                profile: Some("h100".into()),
-                hardware: None,
-                cpu: None,
-                memory: None,
-                power_kw: None,
                 power: if rng.below(10) < 6 {
                     PowerState::On
                 } else {
                     PowerState::Off
                 },
-                schedulable: true,
-                failed: None,
-                idle_since: None,
-                labels: BTreeMap::new(),
-                taints: vec![],
-                levels: BTreeMap::new(),
-                extended: BTreeMap::new(),
-                gpu_sharing: None,
-                bios_profile: None,
-                bios_profile_applied: None,
-                mig_layout: None,
+                ..NodeConfig::new(&format!("r{r:04}-n{n:02}"), "h100")
             });
         }
     }

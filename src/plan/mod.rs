@@ -111,6 +111,9 @@ pub struct WorkloadPlacement {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unsatisfied {
     pub workload: String,
+    /// The object it came from (`PodGroup ml/train-a`), for events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     pub reason: String,
 }
 
@@ -561,6 +564,7 @@ impl<'f> Planner<'f> {
                 Ok(p) => placements.push(p),
                 Err(reason) => unsatisfied.push(Unsatisfied {
                     workload: w.key(),
+                    source: w.source.clone(),
                     reason,
                 }),
             }
@@ -1609,7 +1613,11 @@ pub fn render(plan: &Plan) -> String {
     }
     let _ = writeln!(s, "Unsatisfied ({})", plan.unsatisfied.len());
     for u in &plan.unsatisfied {
-        let _ = writeln!(s, "  {}: {}", u.workload, u.reason);
+        match &u.source {
+            Some(src) => writeln!(s, "  {} ({src}): {}", u.workload, u.reason),
+            None => writeln!(s, "  {}: {}", u.workload, u.reason),
+        }
+        .ok();
     }
     for n in &plan.notes {
         let _ = writeln!(s, "Note: {n}");

@@ -65,37 +65,19 @@ fn fleet() -> (accord::fleet::Fleet, u64) {
                 gpus,
                 gpu_model: Some(model.clone()),
                 gpu_memory_gib: 16,
-                cpu: "1".into(),
-                memory: "1Gi".into(),
                 pods: 1000,
                 power_kw: 1.0,
-                nics: 0,
-                gpus_per_pcie_root: 1,
                 numa_nodes: 1,
-                mig_enabled: false,
-                mig_layout: vec![],
+                ..HardwareProfile::new("1", "1Gi")
             });
         capacity += u64::from(gpus) * 1000;
         file.nodes.push(NodeConfig {
-            name: format!("node-{i:04}"),
             rack: None,
-            profile: Some(profile),
-            hardware: None,
             cpu: Some(format!("{}m", num(r, "cpu_milli"))),
             memory: Some(format!("{}Mi", num(r, "memory_mib"))),
-            power_kw: None,
             power: PowerState::On,
-            schedulable: true,
-            failed: None,
-            idle_since: None,
-            labels: BTreeMap::new(),
-            taints: vec![],
-            levels: BTreeMap::new(),
-            extended: BTreeMap::new(),
             gpu_sharing: Some(Sharing::default()),
-            bios_profile: None,
-            bios_profile_applied: None,
-            mig_layout: None,
+            ..NodeConfig::new(&format!("node-{i:04}"), &profile)
         });
     }
     (
