@@ -73,6 +73,10 @@ pub struct Device {
     pub shared: Option<BTreeMap<String, RequestPolicy>>,
     /// The physical GPU (index into the node's GPUs) this device lives on.
     pub gpu: Option<usize>,
+    /// Partitionable devices (KEP-4815): counters this device draws from
+    /// its node's counter sets while allocated (set → counter → amount).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub consumes: BTreeMap<String, BTreeMap<String, Milli>>,
 }
 
 impl Device {
@@ -115,13 +119,31 @@ pub struct PlannerGpu {
     pub mig: Option<crate::hardware::MigState>,
 }
 
-/// Builds the node's devices from its hardware model.
+/// Shared counter sets of a node (ResourceSlice `sharedCounters`): set →
+/// counter → capacity.
+pub type CounterSets = BTreeMap<String, BTreeMap<String, Milli>>;
+
+/// A node's devices as the planner sees them.
+#[derive(Debug, Clone, Default)]
+pub struct NodeDevices {
+    pub gpus: Vec<PlannerGpu>,
+    pub devices: Vec<Device>,
+    pub counters: CounterSets,
+}
+
+/// Builds the node's devices from its hardware model. With `dynamic_mig`,
+/// each MIG-capable GPU is published partitionably: the whole GPU and every
+/// published MIG placement, all drawing on the GPU's memory-slice counters,
+/// so the DRA allocator picks a layout (the driver creates instances on
+/// allocation).
 pub fn devices_from_hardware(
     hw: &NodeHardware,
     sharing: Option<Sharing>,
-) -> (Vec<PlannerGpu>, Vec<Device>) {
+    dynamic_mig: bool,
+) -> NodeDevices {
     let mut gpus = Vec::new();
     let mut devices = Vec::new();
+    let mut counters = CounterSets::new();
     for (gi, g) in hw.gpus.iter().enumerate() {
         // Only NVIDIA GPUs are published by the NVIDIA DRA driver; others
         // (an AMD card beside them) stay out of this model for now.
@@ -166,7 +188,52 @@ pub fn devices_from_hardware(
             .mig
             .as_ref()
             .is_some_and(|m| m.current_mode == MigMode::Enabled);
-        if mig_on {
+        let published = g
+            .mig
+            .as_ref()
+            .filter(|m| m.capable && !m.profiles.is_empty())
+            .map(|m| m.profiles.clone())
+            .or_else(|| crate::hardware::mig::catalog::profiles_for_model(&model));
+        if let (true, Some(profiles)) = (dynamic_mig, published) {
+            let set = format!("gpu-{gi}");
+            let slices = profiles
+                .iter()
+                .flat_map(|p| p.placements.iter().map(|pl| pl.start + pl.size))
+                .max()
+                .unwrap_or(0);
+            let slice = |k: u32| format!("memory-slice-{k}");
+            counters.insert(set.clone(), (0..slices).map(|k| (slice(k), 1000)).collect());
+            let draw = |start: u32, size: u32| -> BTreeMap<String, BTreeMap<String, Milli>> {
+                BTreeMap::from([(
+                    set.clone(),
+                    (start..start + size).map(|k| (slice(k), 1000)).collect(),
+                )])
+            };
+            let mut whole_attrs = common.clone();
+            whole_attrs.insert("gpu.nvidia.com/type".into(), s("gpu"));
+            whole_attrs.insert("gpu.nvidia.com/uuid".into(), s(uuid.clone()));
+            let mut whole = gpu_device(gi, whole_attrs, memory, None);
+            whole.consumes = draw(0, slices);
+            devices.push(whole);
+            for p in profiles.iter().filter(|p| !p.name.ends_with("+me")) {
+                for pl in &p.placements {
+                    let mut attrs = common.clone();
+                    attrs.insert("gpu.nvidia.com/type".into(), s("mig"));
+                    attrs.insert("gpu.nvidia.com/profile".into(), s(p.name.clone()));
+                    attrs.insert("gpu.nvidia.com/parentUUID".into(), s(uuid.clone()));
+                    devices.push(Device {
+                        name: format!("gpu-{gi}-{}@{}", p.name, pl.start),
+                        driver: GPU_DRIVER.into(),
+                        kind: DeviceKind::Mig,
+                        attributes: attrs,
+                        capacity: BTreeMap::from([(MEMORY.into(), to_milli(p.memory_mib << 20))]),
+                        shared: None,
+                        gpu: Some(gi),
+                        consumes: draw(pl.start, pl.size),
+                    });
+                }
+            }
+        } else if mig_on {
             let mig = g.mig.as_ref().expect("checked");
             for inst in &mig.gpu_instances {
                 let mut attrs = common.clone();
@@ -188,6 +255,7 @@ pub fn devices_from_hardware(
                     capacity: BTreeMap::from([(MEMORY.into(), to_milli(mem))]),
                     shared: None,
                     gpu: Some(gi),
+                    consumes: BTreeMap::new(),
                 });
             }
         } else {
@@ -225,9 +293,14 @@ pub fn devices_from_hardware(
             capacity: BTreeMap::new(),
             shared: None,
             gpu: None,
+            consumes: BTreeMap::new(),
         });
     }
-    (gpus, devices)
+    NodeDevices {
+        gpus,
+        devices,
+        counters,
+    }
 }
 
 pub(crate) fn to_milli(units: u64) -> Milli {
@@ -267,5 +340,6 @@ pub(crate) fn gpu_device(
         capacity,
         shared,
         gpu: Some(gi),
+        consumes: BTreeMap::new(),
     }
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::demand::{Taint, TaintEffect};
-use crate::device::{devices_from_hardware, Device, PlannerGpu, Sharing};
+use crate::device::{devices_from_hardware, Device, NodeDevices, PlannerGpu, Sharing};
 use crate::hardware::{
     mig::catalog, Gpu, GpuInstance, MigMode, MigPlacement, MigState, Nic, NicKind, NodeHardware,
     PciBusId, Source,
@@ -139,6 +139,10 @@ pub struct HardwareProfile {
     pub mig_enabled: bool,
     #[serde(default)]
     pub mig_layout: Vec<String>,
+    /// Publish MIG-capable GPUs partitionably (whole GPU and every MIG
+    /// placement, sharing counters): the DRA allocator chooses the layout.
+    #[serde(default)]
+    pub mig_dynamic: bool,
 }
 
 impl HardwareProfile {
@@ -157,6 +161,7 @@ impl HardwareProfile {
             numa_nodes: 2,
             mig_enabled: false,
             mig_layout: Vec::new(),
+            mig_dynamic: false,
         }
     }
 }
@@ -184,6 +189,7 @@ impl NodeConfig {
             bios_profile: None,
             bios_profile_applied: None,
             mig_layout: None,
+            mig_dynamic: None,
         }
     }
 }
@@ -264,6 +270,9 @@ pub struct NodeConfig {
     /// Overrides the profile's MIG layout.
     #[serde(default)]
     pub mig_layout: Option<Vec<String>>,
+    /// Overrides the profile's `mig_dynamic`.
+    #[serde(default)]
+    pub mig_dynamic: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -375,6 +384,9 @@ pub struct Node {
     pub bios_profile_applied: Option<String>,
     pub gpus: Vec<PlannerGpu>,
     pub devices: Vec<Device>,
+    /// Shared counter sets the node's partitionable devices draw on.
+    #[serde(default)]
+    pub counters: crate::device::CounterSets,
     /// CEL fingerprints of `devices`, computed once when the fleet is built.
     #[serde(skip)]
     pub device_prints: Vec<u64>,
@@ -738,7 +750,17 @@ impl FleetFile {
             labels.insert("nvidia.com/gpu.count".into(), hw.gpus.len().to_string());
         }
         labels.extend(cfg.labels.clone());
-        let (gpus, devices) = devices_from_hardware(hw, cfg.gpu_sharing);
+        let dynamic = cfg.mig_dynamic.unwrap_or_else(|| {
+            cfg.profile
+                .as_ref()
+                .and_then(|p| self.profiles.get(p))
+                .is_some_and(|p| p.mig_dynamic)
+        });
+        let NodeDevices {
+            gpus,
+            devices,
+            counters,
+        } = devices_from_hardware(hw, cfg.gpu_sharing, dynamic);
         let extended = cfg
             .extended
             .iter()
@@ -775,6 +797,7 @@ impl FleetFile {
             device_prints: devices.iter().map(crate::fit::fingerprint).collect(),
             gpus,
             devices,
+            counters,
         }
     }
 }

@@ -241,3 +241,32 @@ fn least_fragmentation_keeps_whole_gpus_whole() {
     assert_eq!(nodes_of(&p, "train/whole").len(), 3);
     assert!(p.unsatisfied.is_empty());
 }
+
+#[test]
+fn partitionable_gpu_counters_prevent_overlapping_placements() {
+    let p = run("mig-dynamic");
+    let halves = p
+        .placements
+        .iter()
+        .find(|w| w.workload == "lab/halves")
+        .unwrap();
+    let devices: Vec<&str> = halves
+        .pods
+        .iter()
+        .map(|pod| pod.devices[0].device.as_str())
+        .collect();
+    // Two 3g.40gb fit (slices 0-3 and 4-7); the third does not.
+    assert_eq!(devices, ["gpu-0-3g.40gb@0", "gpu-0-3g.40gb@4"]);
+    // The whole GPU shares the same counters: no longer available.
+    let whole = p
+        .unsatisfied
+        .iter()
+        .find(|u| u.workload == "lab/whole")
+        .unwrap();
+    assert!(
+        whole.reason.contains("nvidia.com/gpu: 1 requested, 0 free"),
+        "{}",
+        whole.reason
+    );
+    assert!(p.actions.is_empty());
+}

@@ -299,10 +299,35 @@ impl Attempt<'_> {
     }
 
     /// The capacity this allocation would draw, if the device can take it.
+    /// Whether the node's shared counters can pay for device `di`: the
+    /// devices in use draw on them too (partitionable devices).
+    fn counters_allow(&self, di: usize) -> bool {
+        let want = &self.node.devices[di].consumes;
+        want.iter().all(|(set, counters)| {
+            let Some(capacity) = self.node.counters.get(set) else {
+                return false;
+            };
+            counters.iter().all(|(counter, amount)| {
+                let used: Milli = self
+                    .node
+                    .devices
+                    .iter()
+                    .zip(&self.uses)
+                    .filter(|(_, u)| u.exclusive || u.shares > 0)
+                    .filter_map(|(d, _)| d.consumes.get(set)?.get(counter))
+                    .sum();
+                used + amount <= capacity.get(counter).copied().unwrap_or(0)
+            })
+        })
+    }
+
     fn take(&self, alt: &Alt, di: usize) -> Option<BTreeMap<String, Milli>> {
         let device = &self.node.devices[di];
         let used = &self.uses[di];
         if used.exclusive {
+            return None;
+        }
+        if !device.consumes.is_empty() && !self.counters_allow(di) {
             return None;
         }
         match &device.shared {
@@ -566,7 +591,9 @@ fn explain_claim(plan: &ClaimPlan, attempt: &Attempt<'_>) -> Failure {
                         Filter::MigProfile(p) => d.mig_profile() == Some(p),
                         Filter::Cel { .. } => true,
                     };
-                    kind_ok && !attempt.uses[*di].exclusive
+                    kind_ok
+                        && !attempt.uses[*di].exclusive
+                        && (d.consumes.is_empty() || attempt.counters_allow(*di))
                 })
                 .count();
             if matches!(alt.filter, Filter::Cel { .. }) {

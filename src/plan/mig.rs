@@ -166,6 +166,7 @@ pub(super) fn build(p: &Planner<'_>, chosen: &[Option_]) -> BTreeMap<usize, Over
                 capacity: BTreeMap::from([(MEMORY.to_owned(), crate::device::to_milli(mem))]),
                 shared: None,
                 gpu: Some(gi),
+                consumes: BTreeMap::new(),
             });
             uses.push(DeviceUse::default());
             let start = inst.placement.map_or(0, |pl| pl.start);
