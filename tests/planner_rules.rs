@@ -1,0 +1,142 @@
+//! Smaller planner rules, on inline fleets: preferred topology, reservation
+//! windows and counted reservations, priorities.
+
+use accord::demand::Demand;
+use accord::fleet::Fleet;
+use accord::plan::{plan, Action, Plan};
+
+const FLEET: &str = r#"
+[profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+gpu_memory_gib = 80
+cpu = "192"
+memory = "2Ti"
+power_kw = 10.0
+
+[[racks]]
+name = "r1"
+
+[[racks]]
+name = "r2"
+
+[[nodes]]
+name = "r1-a"
+rack = "r1"
+profile = "h100"
+power = "on"
+
+[[nodes]]
+name = "r1-b"
+rack = "r1"
+profile = "h100"
+power = "on"
+
+[[nodes]]
+name = "r2-a"
+rack = "r2"
+profile = "h100"
+power = "on"
+"#;
+
+fn run(extra: &str, demand: &str, now: u64) -> Plan {
+    let text = format!("{FLEET}\n{extra}");
+    let fleet = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+    let demand = Demand::from_json(demand, "demand.json").unwrap();
+    plan(&fleet, &demand, &fleet.policy, now)
+}
+
+fn gang(name: &str, ns: &str, pods: u32, topology: Option<&str>, priority: i32) -> String {
+    let topo = topology
+        .map(|m| format!(r#", "topology": {{ "level": "rack", "mode": "{m}" }}"#))
+        .unwrap_or_default();
+    format!(
+        r#"{{ "name": "{name}", "namespace": "{ns}", "priority": {priority}{topo},
+             "pod_sets": [ {{ "name": "w", "count": {pods}, "pod": {{ "requests": {{ "nvidia.com/gpu": "8" }} }} }} ] }}"#
+    )
+}
+
+fn demand(workloads: &[String]) -> String {
+    format!(r#"{{ "workloads": [ {} ] }}"#, workloads.join(","))
+}
+
+#[test]
+fn preferred_topology_spans_racks_only_when_it_must() {
+    // Two pods fit in r1: one rack.
+    let p = run(
+        "",
+        &demand(&[gang("two", "ml", 2, Some("preferred"), 0)]),
+        0,
+    );
+    assert_eq!(p.placements[0].domain.as_deref(), Some("rack=r1"));
+    // Three pods: no rack holds them; preferred spreads, required refuses.
+    let p = run(
+        "",
+        &demand(&[gang("three", "ml", 3, Some("preferred"), 0)]),
+        0,
+    );
+    assert_eq!(p.placements[0].pods.len(), 3);
+    assert_eq!(p.placements[0].domain, None);
+    let p = run(
+        "",
+        &demand(&[gang("three", "ml", 3, Some("required"), 0)]),
+        0,
+    );
+    assert!(p.placements.is_empty());
+    assert!(p.unsatisfied[0].reason.contains("in one rack"));
+}
+
+#[test]
+fn reservations_apply_only_inside_their_window() {
+    let res = r#"
+[[reservations]]
+name = "night"
+owner = { namespace = "batch" }
+nodes = ["r1-a", "r1-b", "r2-a"]
+start = 1000
+end = 2000
+"#;
+    let d = demand(&[gang("job", "ml", 1, None, 0)]);
+    assert!(
+        run(res, &d, 1500).placements.is_empty(),
+        "inside the window"
+    );
+    assert_eq!(run(res, &d, 2500).placements.len(), 1, "after the window");
+    assert_eq!(run(res, &d, 500).placements.len(), 1, "before the window");
+}
+
+#[test]
+fn counted_reservations_take_n_nodes_of_the_profile() {
+    let res = r#"
+[[reservations]]
+name = "two-h100"
+owner = { namespace = "research" }
+count = 2
+profile = "h100"
+"#;
+    // The first two by name (r1-a, r1-b) are reserved; others get r2-a only.
+    let p = run(res, &demand(&[gang("job", "ml", 2, None, 0)]), 0);
+    assert!(p.placements.is_empty());
+    assert!(
+        p.unsatisfied[0]
+            .reason
+            .contains("2 nodes reserved for two-h100"),
+        "{}",
+        p.unsatisfied[0].reason
+    );
+}
+
+#[test]
+fn higher_priority_gangs_are_placed_first() {
+    let d = demand(&[
+        gang("low", "ml", 2, None, 0),
+        gang("high", "ml", 2, None, 10),
+    ]);
+    let p = run("", &d, 0);
+    assert_eq!(p.placements[0].workload, "ml/high");
+    assert_eq!(p.unsatisfied[0].workload, "ml/low");
+    assert!(!p
+        .actions
+        .iter()
+        .any(|a| matches!(a, Action::PowerOn { .. })));
+}
