@@ -59,8 +59,9 @@ impl RequestPolicy {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Device {
-    /// Unique within the node: `gpu-0`, `gpu-3-mig-7`, `nic-1`.
-    pub name: String,
+    /// Unique within the node: `gpu-0`, `gpu-3-mig-7`, `nic-1`. Shared:
+    /// every allocation of the device names it.
+    pub name: std::sync::Arc<str>,
     pub driver: String,
     pub kind: DeviceKind,
     /// Qualified attribute names (`gpu.nvidia.com/productName`,
@@ -222,7 +223,7 @@ pub fn devices_from_hardware(
                     attrs.insert("gpu.nvidia.com/profile".into(), s(p.name.clone()));
                     attrs.insert("gpu.nvidia.com/parentUUID".into(), s(uuid.clone()));
                     devices.push(Device {
-                        name: format!("gpu-{gi}-{}@{}", p.name, pl.start),
+                        name: format!("gpu-{gi}-{}@{}", p.name, pl.start).into(),
                         driver: GPU_DRIVER.into(),
                         kind: DeviceKind::Mig,
                         attributes: attrs,
@@ -248,7 +249,7 @@ pub fn devices_from_hardware(
                     .map(|p| p.memory_mib << 20)
                     .unwrap_or(0);
                 devices.push(Device {
-                    name: format!("gpu-{gi}-mig-{}", inst.id),
+                    name: format!("gpu-{gi}-mig-{}", inst.id).into(),
                     driver: GPU_DRIVER.into(),
                     kind: DeviceKind::Mig,
                     attributes: attrs,
@@ -286,7 +287,7 @@ pub fn devices_from_hardware(
             attrs.insert(NUMA_NODE.into(), AttrValue::Int(i64::from(n)));
         }
         devices.push(Device {
-            name: format!("nic-{ni}"),
+            name: format!("nic-{ni}").into(),
             driver: NIC_DRIVER.into(),
             kind: DeviceKind::Nic,
             attributes: attrs,
@@ -333,7 +334,7 @@ pub(crate) fn gpu_device(
         ])
     });
     Device {
-        name: format!("gpu-{gi}"),
+        name: format!("gpu-{gi}").into(),
         driver: GPU_DRIVER.into(),
         kind: DeviceKind::Gpu,
         attributes: attrs,

@@ -296,7 +296,7 @@ fn check_fit(fleet: &Fleet, demand: &Demand, p: &Plan) -> Result<(), String> {
                 if !node.devices.iter().any(|x| x.name == d.device) {
                     return Err(format!("{} has no device {}", node.name, d.device));
                 }
-                if !taken.insert((node.name.clone(), d.device.clone())) {
+                if !taken.insert((node.name.clone(), d.device.to_string())) {
                     return Err(format!("{} {} allocated twice", node.name, d.device));
                 }
             }

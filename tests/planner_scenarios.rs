@@ -169,11 +169,7 @@ fn gpu_and_nic_under_one_pcie_root_only_where_the_topology_allows() {
     let job = &p.placements[0];
     assert_eq!(job.workload, "hpc/rdma-job");
     assert_eq!(job.pods[0].node, "x9drg-free");
-    let devices: Vec<&str> = job.pods[0]
-        .devices
-        .iter()
-        .map(|d| d.device.as_str())
-        .collect();
+    let devices: Vec<&str> = job.pods[0].devices.iter().map(|d| &*d.device).collect();
     assert_eq!(devices, ["gpu-1", "nic-0"]);
     // The second job finds the only IB NIC taken.
     let second = &p.unsatisfied[0];
@@ -194,7 +190,7 @@ fn several_pods_share_one_gpu_through_consumable_capacity() {
     // then gpu-1; no power-on for shared-2.
     let on_gpu0 = pods
         .iter()
-        .filter(|pod| pod.devices[0].device == "gpu-0")
+        .filter(|pod| &*pod.devices[0].device == "gpu-0")
         .count();
     assert_eq!(on_gpu0, 3);
     assert!(pods.iter().all(|pod| pod.node == "shared-1"));
@@ -236,7 +232,7 @@ fn least_fragmentation_keeps_whole_gpus_whole() {
         .find(|w| w.workload == "serve/share")
         .unwrap();
     assert_eq!(share.pods[0].node, "b");
-    assert_eq!(share.pods[0].devices[0].device, "gpu-0");
+    assert_eq!(&*share.pods[0].devices[0].device, "gpu-0");
     // All three whole-GPU pods still fit: a's two GPUs and b's gpu-1.
     assert_eq!(nodes_of(&p, "train/whole").len(), 3);
     assert!(p.unsatisfied.is_empty());
@@ -253,7 +249,7 @@ fn partitionable_gpu_counters_prevent_overlapping_placements() {
     let devices: Vec<&str> = halves
         .pods
         .iter()
-        .map(|pod| pod.devices[0].device.as_str())
+        .map(|pod| &*pod.devices[0].device)
         .collect();
     // Two 3g.40gb fit (slices 0-3 and 4-7); the third does not.
     assert_eq!(devices, ["gpu-0-3g.40gb@0", "gpu-0-3g.40gb@4"]);

@@ -5,6 +5,10 @@
 use accord::plan::plan;
 use criterion::{criterion_group, criterion_main, Criterion};
 
+/// The same allocator as the daemon, whose planning this measures.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn planner(c: &mut Criterion) {
     let fleet = accord_benches::fleet(250, 40, 1);
     let demand = accord_benches::demand(2_000, 10, 2);

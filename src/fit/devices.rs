@@ -7,6 +7,7 @@
 //! counted twice.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -30,9 +31,11 @@ pub struct DeviceUse {
 /// One device allocated to one request of one claim.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct DeviceAllocation {
-    pub claim: String,
-    pub request: String,
-    pub device: String,
+    // Shared strings: a plan holds tens of thousands of these, and trial
+    // fits make and drop many more; cloning them must not allocate.
+    pub claim: Arc<str>,
+    pub request: Arc<str>,
+    pub device: Arc<str>,
     /// Capacity drawn from a shared device (milli-units); empty when whole.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capacity: BTreeMap<String, Milli>,
@@ -57,7 +60,8 @@ enum Filter {
 }
 
 struct Alt {
-    name: Option<String>,
+    /// The allocation's request name: `request` or `request/subrequest`.
+    request_name: Arc<str>,
     filter: Filter,
     count: u32,
     all: bool,
@@ -65,12 +69,12 @@ struct Alt {
 }
 
 struct Req {
-    name: String,
+    name: Arc<str>,
     alts: Vec<Alt>,
 }
 
 struct ClaimPlan {
-    name: String,
+    name: Arc<str>,
     reqs: Vec<Req>,
     /// (request indices, attribute)
     constraints: Vec<(Vec<usize>, String)>,
@@ -124,6 +128,7 @@ pub fn compile_devices(
 }
 
 fn compile_alt(
+    request: &str,
     e: &ExactRequest,
     cel: &mut CelEngine,
     classes: &BTreeMap<String, Vec<usize>>,
@@ -140,7 +145,10 @@ fn compile_alt(
         capacity.insert(k.clone(), v);
     }
     Ok(Alt {
-        name: e.name.clone(),
+        request_name: match &e.name {
+            Some(sub) => format!("{request}/{sub}").into(),
+            None => request.into(),
+        },
         filter: Filter::Cel {
             class: e.device_class.clone(),
             exprs,
@@ -163,7 +171,7 @@ fn claim_plans(
         implicit.push(Req {
             name: super::GPU_RESOURCE.into(),
             alts: vec![Alt {
-                name: None,
+                request_name: super::GPU_RESOURCE.into(),
                 filter: Filter::Kind(DeviceKind::Gpu),
                 count: req.gpus,
                 all: false,
@@ -172,10 +180,11 @@ fn claim_plans(
         });
     }
     for (profile, n) in &req.mig {
+        let name: Arc<str> = format!("{}{profile}", super::MIG_RESOURCE_PREFIX).into();
         implicit.push(Req {
-            name: format!("{}{profile}", super::MIG_RESOURCE_PREFIX),
+            name: name.clone(),
             alts: vec![Alt {
-                name: None,
+                request_name: name,
                 filter: Filter::MigProfile(profile.clone()),
                 count: *n,
                 all: false,
@@ -206,10 +215,10 @@ fn claim_plan(
     for r in &claim.requests {
         let mut alts = Vec::new();
         if let Some(e) = &r.exactly {
-            alts.push(compile_alt(e, cel, classes)?);
+            alts.push(compile_alt(&r.name, e, cel, classes)?);
         }
         for e in &r.first_available {
-            alts.push(compile_alt(e, cel, classes)?);
+            alts.push(compile_alt(&r.name, e, cel, classes)?);
         }
         if alts.is_empty() {
             return Err(Failure::new(
@@ -221,7 +230,7 @@ fn claim_plan(
             ));
         }
         reqs.push(Req {
-            name: r.name.clone(),
+            name: r.name.as_str().into(),
             alts,
         });
     }
@@ -233,7 +242,7 @@ fn claim_plan(
             c.requests
                 .iter()
                 .map(|n| {
-                    reqs.iter().position(|r| &r.name == n).ok_or_else(|| {
+                    reqs.iter().position(|r| *r.name == **n).ok_or_else(|| {
                         Failure::new(
                             format!("claim {}: constraint names unknown request {n}", claim.name),
                             "",
@@ -245,7 +254,7 @@ fn claim_plan(
         constraints.push((idx, c.match_attribute.clone()));
     }
     Ok(ClaimPlan {
-        name: claim.name.clone(),
+        name: claim.name.as_str().into(),
         reqs,
         constraints,
         preferences: Vec::new(),
@@ -362,7 +371,13 @@ impl Attempt<'_> {
         }
     }
 
-    fn commit(&mut self, claim: &str, req: &str, di: usize, draw: BTreeMap<String, Milli>) {
+    fn commit(
+        &mut self,
+        claim: &Arc<str>,
+        req: &Arc<str>,
+        di: usize,
+        draw: BTreeMap<String, Milli>,
+    ) {
         self.undo.push((di, self.uses[di].clone()));
         let use_ = &mut self.uses[di];
         if self.node.devices[di].shared.is_some() {
@@ -374,8 +389,8 @@ impl Attempt<'_> {
             use_.exclusive = true;
         }
         self.out.push(DeviceAllocation {
-            claim: claim.to_owned(),
-            request: req.to_owned(),
+            claim: claim.clone(),
+            request: req.clone(),
             device: self.node.devices[di].name.clone(),
             capacity: draw,
         });
@@ -384,13 +399,14 @@ impl Attempt<'_> {
     /// Allocates one request under `pins` (attribute → required value).
     fn request(
         &mut self,
-        claim: &str,
+        claim: &Arc<str>,
         req: &Req,
         pins: &[(&str, &AttrValue)],
         ctx: &mut DeviceContext<'_>,
     ) -> bool {
         'alts: for alt in &req.alts {
-            let mut candidates: Vec<(usize, BTreeMap<String, Milli>)> = Vec::new();
+            let mut candidates: Vec<(usize, BTreeMap<String, Milli>)> =
+                Vec::with_capacity(self.node.devices.len());
             let mut matching = 0;
             for di in 0..self.node.devices.len() {
                 let device = &self.node.devices[di];
@@ -432,12 +448,8 @@ impl Attempt<'_> {
                 };
                 (free, *di)
             });
-            let request_name = match &alt.name {
-                Some(sub) => format!("{}/{sub}", req.name),
-                None => req.name.clone(),
-            };
             for (di, draw) in candidates.into_iter().take(need) {
-                self.commit(claim, &request_name, di, draw);
+                self.commit(claim, &alt.request_name, di, draw);
             }
             return true;
         }
@@ -454,14 +466,14 @@ impl Attempt<'_> {
     ) -> bool {
         let constraints: Vec<&(Vec<usize>, String)> =
             plan.constraints.iter().chain(extra).collect();
-        let values: Vec<Vec<AttrValue>> = constraints
+        let node = self.node;
+        let values: Vec<Vec<&AttrValue>> = constraints
             .iter()
             .map(|(_, attr)| {
-                let set: BTreeSet<AttrValue> = self
-                    .node
+                let set: BTreeSet<&AttrValue> = node
                     .devices
                     .iter()
-                    .filter_map(|d| attr_value(d, attr).cloned())
+                    .filter_map(|d| attr_value(d, attr))
                     .collect();
                 set.into_iter().collect()
             })
@@ -479,7 +491,7 @@ impl Attempt<'_> {
                     .iter()
                     .enumerate()
                     .filter(|(_, (reqs, _))| reqs.contains(&ri))
-                    .map(|(ci, (_, attr))| (attr.as_str(), &values[ci][choice[ci]]))
+                    .map(|(ci, (_, attr))| (attr.as_str(), values[ci][choice[ci]]))
                     .collect();
                 if !self.request(&plan.name, req, &pins, ctx) {
                     ok = false;
@@ -540,8 +552,8 @@ pub fn allocate_compiled(
     let mut attempt = Attempt {
         node,
         uses: uses.to_vec(),
-        undo: Vec::new(),
-        out: Vec::new(),
+        undo: Vec::with_capacity(8),
+        out: Vec::with_capacity(8),
         why: None,
     };
     for plan in &compiled.plans {
@@ -557,8 +569,8 @@ pub fn allocate_compiled(
 }
 
 fn explain_claim(plan: &ClaimPlan, attempt: &Attempt<'_>) -> Failure {
-    let category = if plan.name == "extended-resources" {
-        let names: Vec<&str> = plan.reqs.iter().map(|r| r.name.as_str()).collect();
+    let category = if &*plan.name == "extended-resources" {
+        let names: Vec<&str> = plan.reqs.iter().map(|r| &*r.name).collect();
         format!("insufficient {}", names.join(", "))
     } else if plan.constraints.is_empty() {
         format!("claim {}: devices unavailable", plan.name)

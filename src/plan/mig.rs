@@ -159,7 +159,7 @@ pub(super) fn build(p: &Planner<'_>, chosen: &[Option_]) -> BTreeMap<usize, Over
                 .profile(&inst.profile)
                 .map_or(0, |pr| pr.memory_mib << 20);
             devices.push(Device {
-                name: format!("gpu-{gi}-mig-{}", inst.id),
+                name: format!("gpu-{gi}-mig-{}", inst.id).into(),
                 driver: GPU_DRIVER.into(),
                 kind: DeviceKind::Mig,
                 attributes: attrs,

@@ -27,7 +27,7 @@ use crate::fit::{
     DeviceAllocation, DeviceContext, Failure, NodeUse, PodDevices, PodRequest,
 };
 use crate::fleet::{Fleet, Node, Placement, Policy, PowerState, Reservation};
-use crate::quantity::{self, Milli};
+use crate::quantity;
 
 /// What the planner proposes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -252,11 +252,15 @@ fn demand_mix(demand: &Demand) -> fragmentation::Mix {
                     None => whole += e.count,
                 }
             }
-            // CPU and memory rounded down to coarse steps: the mix needs
-            // their scale, not every distinct value, and fewer shapes keep
-            // the score cheap.
+            // Pods without GPUs cannot use free GPU capacity, so they do not
+            // define its fragmentation (as in FGD). CPU is kept exact:
+            // coarser steps measured worse on the Alibaba trace; memory is
+            // rounded to 8 GiB, which is its scale in practice.
+            if whole == 0 && share == 0 {
+                continue;
+            }
             let shape = fragmentation::Shape {
-                cpu: req.cpu / 2000 * 2000,
+                cpu: req.cpu,
                 memory: req.memory / (8_000 << 30) * (8_000 << 30),
                 whole,
                 share,
@@ -502,7 +506,7 @@ impl<'f> Planner<'f> {
                 let Some(di) = self.nodes[i]
                     .devices
                     .iter()
-                    .position(|d| d.name == dev.name)
+                    .position(|d| *d.name == *dev.name)
                 else {
                     self.notes.push(format!(
                         "bound pod {}/{} holds unknown device {} on {}",
@@ -1204,7 +1208,7 @@ impl<'f> Planner<'f> {
         rack_kw: &BTreeMap<usize, f64>,
     ) -> Option<(usize, (Vec<DeviceAllocation>, NodeUse))> {
         let no_overrides = BTreeMap::new();
-        let mut best: Option<(f64, Milli, usize, (Vec<DeviceAllocation>, NodeUse))> = None;
+        let mut best: Option<(u32, usize, (Vec<DeviceAllocation>, NodeUse))> = None;
         for &i in order {
             if !self.up[i] || pod.whole_gpus > self.free_gpus[i] {
                 continue;
@@ -1216,21 +1220,16 @@ impl<'f> Planner<'f> {
             let before_use = t.uses.get(&i).unwrap_or(&self.uses[i]);
             let free_before = fragmentation::free(node, before_use);
             let free_after = fragmentation::free(node, &found.1);
-            let delta = fragmentation::fragmentation(&free_after, &self.mix)
+            let growth = fragmentation::fragmentation(&free_after, &self.mix)
                 - fragmentation::fragmentation(&free_before, &self.mix);
-            let left = self.free_gpus[i] as Milli * 1000 + free_after.gpu_total() / 1000;
-            // Ties (common: many nodes leave no usable fragment) go to the
-            // node with the fewest whole free GPUs, then least free capacity:
-            // packing keeps whole GPUs for whole-GPU pods.
-            let better = match &best {
-                None => true,
-                Some((d, l, _, _)) => delta < *d - 1e-9 || (delta < *d + 1e-9 && left < *l),
-            };
-            if better {
-                best = Some((delta, left, i, found));
+            let score = fragmentation::score(growth);
+            // Equal scores go to the earlier node in preference order, as
+            // first fit would: packing the same nodes keeps others whole.
+            if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
+                best = Some((score, i, found));
             }
         }
-        best.map(|(_, _, i, found)| (i, found))
+        best.map(|(_, i, found)| (i, found))
     }
 
     fn fit_one(
@@ -1582,7 +1581,7 @@ pub fn render(plan: &Plan) -> String {
                 .iter()
                 .map(|d| {
                     if d.capacity.is_empty() {
-                        d.device.clone()
+                        d.device.to_string()
                     } else {
                         let caps: Vec<String> = d
                             .capacity

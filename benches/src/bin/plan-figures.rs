@@ -3,6 +3,10 @@
 
 use std::time::Instant;
 
+/// The same allocator as the daemon, whose planning this measures.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let fleet = accord_benches::fleet(250, 40, 1);
     let demand = accord_benches::demand(2_000, 10, 2);

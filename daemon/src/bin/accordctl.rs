@@ -10,6 +10,9 @@ use accord::hardware::{NodeHardware, SCHEMA_VERSION};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "accordctl",
