@@ -140,3 +140,47 @@ fn higher_priority_gangs_are_placed_first() {
         .iter()
         .any(|a| matches!(a, Action::PowerOn { .. })));
 }
+
+#[test]
+fn a_domain_whose_free_gpus_are_split_too_small_is_explained() {
+    // r1 has 8 free GPUs in all, 4 on each node: no 8-GPU pod fits there,
+    // though the GPU count alone would allow one.
+    let bound = r#""bound": [
+        { "node": "r1-a", "namespace": "old", "name": "a", "requests": { "nvidia.com/gpu": "4" } },
+        { "node": "r1-b", "namespace": "old", "name": "b", "requests": { "nvidia.com/gpu": "4" } },
+        { "node": "r2-a", "namespace": "old", "name": "c", "requests": { "nvidia.com/gpu": "8" } } ]"#;
+    let with_bound = |w: String| format!(r#"{{ "workloads": [ {w} ], {bound} }}"#);
+    let p = run(
+        "",
+        &with_bound(gang("big", "ml", 1, Some("required"), 0)),
+        0,
+    );
+    assert!(
+        p.placements.is_empty(),
+        "{}",
+        serde_json::to_string_pretty(&p).unwrap()
+    );
+    let reason = &p.unsatisfied[0].reason;
+    assert!(
+        reason.contains("0 pods of 8 GPUs fit on nodes' free GPUs, gang needs 1"),
+        "{reason}"
+    );
+    // Two 4-GPU pods do fit in r1, one per node.
+    let four = r#"{ "name": "four", "namespace": "ml", "topology": { "level": "rack", "mode": "required" },
+        "pod_sets": [ { "name": "w", "count": 2, "pod": { "requests": { "nvidia.com/gpu": "4" } } } ] }"#;
+    let p = run("", &with_bound(four.to_owned()), 0);
+    assert_eq!(p.placements.len(), 1, "{:?}", p.unsatisfied);
+    assert_eq!(p.placements[0].domain.as_deref(), Some("rack=r1"));
+    // Preferred topology: all racks together cannot hold it either.
+    let p = run(
+        "",
+        &with_bound(gang("big", "ml", 1, Some("preferred"), 0)),
+        0,
+    );
+    assert!(p.placements.is_empty());
+    assert!(
+        p.unsatisfied[0].reason.contains("pods of 8 GPUs"),
+        "{}",
+        p.unsatisfied[0].reason
+    );
+}

@@ -57,11 +57,19 @@ impl std::hash::Hasher for Fnv {
 
 type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
 
+/// (expression ids, device fingerprints, mask of devices passing all).
+type MaskEntry = (Vec<usize>, Vec<u64>, u64);
+
 #[derive(Default)]
 pub struct CelEngine {
     exprs: Vec<Expr>,
     ids: FnvMap<String, usize>,
     cache: FnvMap<(usize, bool, u64), Result<bool, String>>,
+    /// (hash of expression ids, hash of a node's device fingerprints) →
+    /// (the ids, the fingerprints, which devices pass all of them): one
+    /// lookup per fit instead of one per device and expression. The keys
+    /// are kept so a hash collision cannot return another node's answer.
+    masks: FnvMap<(u64, u64), MaskEntry>,
 }
 
 impl std::fmt::Debug for CelEngine {
@@ -188,6 +196,53 @@ impl CelEngine {
     /// device in the fleet, `print` is its [`fingerprint`]. An expression
     /// that cannot be compiled or evaluated is an `Err` with the reason:
     /// never a silent match.
+    /// Which of `devices` (at most 64) pass every expression in `exprs`, as
+    /// a bit mask; `None` when that cannot be cached (node-specific
+    /// expressions, too many devices) or an expression fails on some
+    /// device, so that the caller evaluates per device and explains.
+    pub fn mask(&mut self, exprs: &[usize], devices: &[Device], prints: &[u64]) -> Option<u64> {
+        if devices.len() > 64 || exprs.iter().any(|&id| self.exprs[id].node_specific) {
+            return None;
+        }
+        let hash = |xs: &mut dyn Iterator<Item = u64>| {
+            use std::hash::Hasher;
+            let mut h = Fnv::default();
+            for x in xs {
+                h.write_u64(x);
+            }
+            h.finish()
+        };
+        let key = (
+            hash(&mut exprs.iter().map(|&e| e as u64)),
+            hash(&mut prints.iter().copied()),
+        );
+        if let Some((ids, fingerprints, mask)) = self.masks.get(&key) {
+            if ids == exprs && fingerprints == prints {
+                return Some(*mask);
+            }
+        }
+        let mut mask = 0u64;
+        for (di, device) in devices.iter().enumerate() {
+            let mut pass = true;
+            for &id in exprs {
+                match self.matches(id, device, 0, prints[di]) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        pass = false;
+                        break;
+                    }
+                    Err(_) => return None,
+                }
+            }
+            if pass {
+                mask |= 1 << di;
+            }
+        }
+        self.masks
+            .insert(key, (exprs.to_vec(), prints.to_vec(), mask));
+        Some(mask)
+    }
+
     pub fn matches(
         &mut self,
         id: usize,

@@ -28,6 +28,13 @@ pub struct DeviceUse {
     pub consumed: BTreeMap<String, Milli>,
 }
 
+impl DeviceUse {
+    /// Nothing holds the device, whole or in part.
+    pub fn is_free(&self) -> bool {
+        !self.exclusive && self.shares == 0
+    }
+}
+
 /// One device allocated to one request of one claim.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct DeviceAllocation {
@@ -408,12 +415,21 @@ impl Attempt<'_> {
             let mut candidates: Vec<(usize, BTreeMap<String, Milli>)> =
                 Vec::with_capacity(self.node.devices.len());
             let mut matching = 0;
+            let mask = match &alt.filter {
+                Filter::Cel { exprs, .. } => ctx.cel.mask(exprs, &self.node.devices, ctx.prints),
+                _ => None,
+            };
             for di in 0..self.node.devices.len() {
                 let device = &self.node.devices[di];
+                if let Some(m) = mask {
+                    if m & (1 << di) == 0 {
+                        continue;
+                    }
+                }
                 if !pins.iter().all(|(a, v)| attr_value(device, a) == Some(*v)) {
                     continue;
                 }
-                if !self.passes(alt, di, ctx) {
+                if mask.is_none() && !self.passes(alt, di, ctx) {
                     continue;
                 }
                 matching += 1;

@@ -303,6 +303,48 @@ struct DomainStats {
     off_max: usize,
     /// Least power an off node draws (W).
     off_min_w: u64,
+    /// Up nodes, and all nodes, by free whole GPUs (see [`Slots`]).
+    up_slots: Slots,
+    all_slots: Slots,
+}
+
+/// Nodes counted by free whole GPUs, to bound how many pods of `g` GPUs a
+/// domain can take without trying: a domain with 100 free GPUs spread as
+/// 4 per node takes no 8-GPU pod. Fixed-size, so the stats stay `Copy`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slots {
+    /// Nodes with exactly `k` free GPUs, for `k` below [`Slots::BIG`].
+    by_free: [u32; Slots::BIG],
+    /// Free GPUs summed over nodes with `BIG` or more.
+    big_free: usize,
+}
+
+impl Slots {
+    const BIG: usize = 16;
+
+    fn add(&mut self, free: usize) {
+        if free < Self::BIG {
+            self.by_free[free] += 1;
+        } else {
+            self.big_free += free;
+        }
+    }
+
+    /// At least as many pods of `g` whole GPUs as fit (exact below `BIG`).
+    fn pods_of(&self, g: usize) -> usize {
+        let small: usize = (g..Self::BIG)
+            .map(|k| self.by_free[k] as usize * (k / g))
+            .sum();
+        small + self.big_free / g
+    }
+}
+
+/// Why a domain cannot take a gang, known without trying it.
+enum TooSmall {
+    /// Free GPUs in all.
+    Gpus(usize),
+    /// (pods of this many GPUs that fit, GPUs per pod)
+    Pods(usize, usize),
 }
 
 /// Per-domain stats kept current from the log of touched nodes.
@@ -362,21 +404,19 @@ fn level_index(
 impl<'f> Planner<'f> {
     fn new(fleet: &'f Fleet, demand: &Demand, policy: &Policy, now: u64) -> Self {
         let mut nodes: Vec<Cow<'f, Node>> = fleet.nodes.iter().map(Cow::Borrowed).collect();
-        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        // Fleets are usually built sorted; checking is cheaper than sorting.
+        if !nodes.is_sorted_by(|a, b| a.name <= b.name) {
+            nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        }
         let mut reservations = fleet.reservations.clone();
         reservations.sort_by(|a, b| a.name.cmp(&b.name));
-        let index: BTreeMap<String, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
-            .collect();
         let mut reserved_by = vec![None; nodes.len()];
         for (ri, r) in reservations.iter().enumerate() {
             if !r.active(now) {
                 continue;
             }
             for n in &r.nodes {
-                if let Some(&i) = index.get(n.as_str()) {
+                if let Ok(i) = nodes.binary_search_by(|x| x.name.as_str().cmp(n.as_str())) {
                     reserved_by[i].get_or_insert(ri);
                 }
             }
@@ -465,7 +505,7 @@ impl<'f> Planner<'f> {
             power_offs: Vec::new(),
             notes: Vec::new(),
         };
-        planner.bind(demand, &index);
+        planner.bind(demand);
         planner.free_gpus = (0..planner.nodes.len())
             .map(|i| count_free_gpus(&planner.nodes[i], &planner.uses[i]))
             .collect();
@@ -473,14 +513,21 @@ impl<'f> Planner<'f> {
     }
 
     /// Accounts for pods already bound to nodes.
-    fn bind(&mut self, demand: &Demand, index: &BTreeMap<String, usize>) {
+    /// Position of the node named `name` (nodes are sorted by name).
+    fn node_index(&self, name: &str) -> Option<usize> {
+        self.nodes
+            .binary_search_by(|x| x.name.as_str().cmp(name))
+            .ok()
+    }
+
+    fn bind(&mut self, demand: &Demand) {
         let mut bound: Vec<&crate::demand::BoundPod> = demand.bound.iter().collect();
         bound.sort_by(|a, b| {
             (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name))
         });
         let mut owner_busy = BTreeSet::new();
         for pod in bound {
-            let Some(&i) = index.get(&pod.node) else {
+            let Some(i) = self.node_index(&pod.node) else {
                 self.notes.push(format!(
                     "bound pod {}/{} is on unknown node {}",
                     pod.namespace, pod.name, pod.node
@@ -491,9 +538,13 @@ impl<'f> Planner<'f> {
                 requests: pod.requests.clone(),
                 ..PodSpec::default()
             };
+            // GPUs and MIG devices the pod holds through the device plugin;
+            // those it names are marked below, the rest after that.
+            let mut unnamed: Vec<(Option<String>, u32)> = Vec::new();
             match PodRequest::parse(&spec) {
                 Ok(mut req) => {
-                    // Devices are named explicitly below.
+                    unnamed.push((None, req.gpus));
+                    unnamed.extend(req.mig.iter().map(|(p, n)| (Some(p.clone()), *n)));
                     req.gpus = 0;
                     req.mig.clear();
                     self.uses[i].add(&req);
@@ -514,6 +565,18 @@ impl<'f> Planner<'f> {
                     ));
                     continue;
                 };
+                let device = &self.nodes[i].devices[di];
+                let profile = match device.kind {
+                    DeviceKind::Mig => device.mig_profile().map(str::to_owned),
+                    _ => None,
+                };
+                if dev.capacity.is_empty()
+                    && matches!(device.kind, DeviceKind::Gpu | DeviceKind::Mig)
+                {
+                    if let Some(n) = unnamed.iter_mut().find(|(p, _)| *p == profile) {
+                        n.1 = n.1.saturating_sub(1);
+                    }
+                }
                 let use_ = &mut self.uses[i].devices[di];
                 if dev.capacity.is_empty() {
                     use_.exclusive = true;
@@ -523,6 +586,35 @@ impl<'f> Planner<'f> {
                         let v = quantity::parse(q).unwrap_or(0);
                         *use_.consumed.entry(k.clone()).or_insert(0) += v;
                     }
+                }
+            }
+            // The device plugin chose which ones; not knowing, take the
+            // first free ones, so the count at least is right.
+            for (profile, mut n) in unnamed {
+                for di in 0..self.nodes[i].devices.len() {
+                    if n == 0 {
+                        break;
+                    }
+                    let d = &self.nodes[i].devices[di];
+                    let fits = match &profile {
+                        None => d.kind == DeviceKind::Gpu,
+                        Some(p) => d.kind == DeviceKind::Mig && d.mig_profile() == Some(p.as_str()),
+                    };
+                    if fits && self.uses[i].devices[di].is_free() {
+                        self.uses[i].devices[di].exclusive = true;
+                        n -= 1;
+                    }
+                }
+                if n > 0 {
+                    self.notes.push(format!(
+                        "bound pod {}/{} holds {n} more {} than {} has free",
+                        pod.namespace,
+                        pod.name,
+                        profile
+                            .as_deref()
+                            .map_or("GPUs".to_owned(), |p| format!("MIG {p} devices")),
+                        pod.node
+                    ));
                 }
             }
             if let Some(ri) = self.reserved_by[i] {
@@ -773,9 +865,11 @@ impl<'f> Planner<'f> {
             let f = self.free_gpus[i];
             st.all_count += 1;
             st.all_free += f;
+            st.all_slots.add(f);
             if self.up[i] {
                 st.up_count += 1;
                 st.up_free += f;
+                st.up_slots.add(f);
             } else {
                 st.off_max = st.off_max.max(f);
                 st.off_min_w = st.off_min_w.min(self.power_w[i]);
@@ -936,22 +1030,32 @@ impl<'f> Planner<'f> {
         // first and stop once no remaining domain can beat the best.
         let mut order: Vec<(Cost, usize)> = Vec::with_capacity(names.len());
         let mut domains_seen = 0;
-        // (domain, nodes, GPUs free) of domains too small for the gang.
-        let mut too_small: Vec<(usize, usize, usize)> = Vec::new();
+        // (domain, nodes, why) of domains too small for the gang.
+        let mut too_small: Vec<(usize, usize, TooSmall)> = Vec::new();
         let stats = self.domain_stats(pool, level, &index, &lists);
+        // The smallest whole-GPU pod: no node with fewer free GPUs takes
+        // any pod of the gang.
+        let least_gpus = pods.iter().map(|p| p.whole_gpus).min().unwrap_or(0);
         for (d, st) in stats.iter().enumerate() {
-            let (count, total) = if step == Step::PowerOn {
-                (st.all_count, st.all_free)
+            let (count, total, slots) = if step == Step::PowerOn {
+                (st.all_count, st.all_free, &st.all_slots)
             } else {
-                (st.up_count, st.up_free)
+                (st.up_count, st.up_free, &st.up_slots)
             };
             if count == 0 {
                 continue;
             }
             domains_seen += 1;
-            if need_gpus > 0 && overrides.is_empty() && total < need_gpus {
-                too_small.push((d, count, total));
-                continue;
+            if need_gpus > 0 && overrides.is_empty() {
+                if total < need_gpus {
+                    too_small.push((d, count, TooSmall::Gpus(total)));
+                    continue;
+                }
+                let fit = slots.pods_of(least_gpus);
+                if fit < min {
+                    too_small.push((d, count, TooSmall::Pods(fit, least_gpus)));
+                    continue;
+                }
             }
             let deficit = need_gpus.saturating_sub(st.up_free);
             let lb = if deficit == 0 || !overrides.is_empty() {
@@ -996,11 +1100,19 @@ impl<'f> Planner<'f> {
             return Err(no_nodes());
         }
         if best.is_none() {
-            for (d, count, total) in too_small {
-                let why = BTreeMap::from([(
-                    "insufficient GPUs".to_owned(),
-                    (count, format!("{total} GPUs free, gang needs {need_gpus}")),
-                )]);
+            // Only the best domain is explained (most pods, then first by
+            // name): of those too small, the first by name.
+            let first = too_small
+                .into_iter()
+                .min_by(|a, b| names[a.0].cmp(&names[b.0]));
+            if let Some((d, count, small)) = first {
+                let detail = match small {
+                    TooSmall::Gpus(total) => format!("{total} GPUs free, gang needs {need_gpus}"),
+                    TooSmall::Pods(fit, g) => {
+                        format!("{fit} pods of {g} GPUs fit on nodes' free GPUs, gang needs {min}")
+                    }
+                };
+                let why = BTreeMap::from([("insufficient GPUs".to_owned(), (count, detail))]);
                 partial.push((
                     0,
                     names[d].clone(),
@@ -1015,12 +1127,43 @@ impl<'f> Planner<'f> {
             return Err(self.explain_domains(w, level, domains_seen, partial));
         }
         // Preferred: span as few domains as possible, fullest domains first.
+        let candidates = self.candidates(pool);
+        if need_gpus > 0 && overrides.is_empty() {
+            // Not even all domains together (and nodes outside any) have
+            // room for the gang: say so without trying.
+            let slots = |st: &DomainStats| {
+                if step == Step::PowerOn {
+                    st.all_slots.pods_of(least_gpus)
+                } else {
+                    st.up_slots.pods_of(least_gpus)
+                }
+            };
+            let mut fit: usize = stats.iter().map(slots).sum();
+            if fit < min {
+                fit += candidates
+                    .iter()
+                    .filter(|&&i| index.of_node[i].is_none())
+                    .filter(|&&i| self.up[i] || step == Step::PowerOn)
+                    .map(|&i| self.free_gpus[i] / least_gpus)
+                    .sum::<usize>();
+            }
+            if fit < min {
+                let where_ = if step == Step::PowerOn {
+                    "usable"
+                } else {
+                    "up"
+                };
+                return Err(format!(
+                    "{} needs {min} pods of {least_gpus} GPUs; the {where_} nodes' free GPUs hold {fit}",
+                    w.key()
+                ));
+            }
+        }
         let mut ordered: Vec<(usize, usize)> = (0..names.len())
             .filter(|&d| !lists[d].is_empty())
-            .map(|d| (lists[d].iter().map(|&i| self.free_whole_gpus(i)).sum(), d))
+            .map(|d| (stats[d].all_free, d))
             .collect();
         ordered.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let candidates = self.candidates(pool);
         let order: Vec<usize> = ordered
             .iter()
             .flat_map(|&(_, d)| lists[d].iter().copied())
@@ -1037,10 +1180,6 @@ impl<'f> Planner<'f> {
         } else {
             Err(self.explain_flat(w, pods, &trial))
         }
-    }
-
-    fn free_whole_gpus(&self, i: usize) -> usize {
-        self.free_gpus[i]
     }
 
     /// Places the pods first-fit over `order`: nodes already up (or already
@@ -1622,4 +1761,27 @@ pub fn render(plan: &Plan) -> String {
         let _ = writeln!(s, "Note: {n}");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Slots;
+
+    #[test]
+    fn slots_count_pods_that_fit_whole_on_each_node() {
+        let mut s = Slots::default();
+        for free in [8, 4, 4, 3, 0] {
+            s.add(free);
+        }
+        assert_eq!(s.pods_of(8), 1);
+        assert_eq!(s.pods_of(4), 4);
+        assert_eq!(s.pods_of(3), 5);
+        assert_eq!(s.pods_of(1), 19);
+        // Nodes with many GPUs are summed: an upper bound, never less
+        // (16 and 17 free take 2 + 2 pods of 8; the bound says 33 / 8 = 4).
+        s.add(16);
+        s.add(17);
+        assert_eq!(s.pods_of(8), 1 + 4);
+        assert_eq!(s.pods_of(16), 2);
+    }
 }
