@@ -37,7 +37,7 @@ struct Expr {
 /// FNV-1a as a `Hasher`: much cheaper than SipHash for the small keys of
 /// the caches here, which hold no attacker-controlled data.
 #[derive(Default)]
-struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl std::hash::Hasher for Fnv {
     fn finish(&self) -> u64 {
@@ -55,7 +55,7 @@ impl std::hash::Hasher for Fnv {
     }
 }
 
-type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+pub(crate) type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
 
 /// (expression ids, device fingerprints, mask of devices passing all).
 type MaskEntry = (Vec<usize>, Vec<u64>, u64);

@@ -18,6 +18,7 @@ use crate::quantity::{self, Milli};
 
 pub use cel_env::fingerprint;
 pub use cel_env::CelEngine;
+pub(crate) use cel_env::FnvMap;
 pub use devices::{
     allocate_compiled, allocate_devices, compile_devices, DeviceAllocation, DeviceContext,
     DeviceUse, PodDevices,

@@ -113,7 +113,7 @@ pub(super) fn build(p: &Planner<'_>, chosen: &[Option_]) -> BTreeMap<usize, Over
     for opt in chosen {
         let o = out.entry(opt.node).or_insert_with(|| Override {
             node: p.nodes[opt.node].as_ref().clone(),
-            uses: p.uses[opt.node].clone(),
+            uses: (*p.uses[opt.node]).clone(),
             prints: Vec::new(),
             gpus: Vec::new(),
         });

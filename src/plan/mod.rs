@@ -17,11 +17,13 @@ mod mig;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::demand::{builtin_classes, Demand, PodSpec, TopologyMode, Workload};
 use crate::device::DeviceKind;
+use crate::fit::FnvMap;
 use crate::fit::{
     allocate_compiled, compile_devices, fingerprint, resource_fit, static_fit, CelEngine,
     DeviceAllocation, DeviceContext, Failure, NodeUse, PodDevices, PodRequest,
@@ -179,7 +181,10 @@ struct Planner<'f> {
     policy: Policy,
     reservations: Vec<Reservation>,
     now: u64,
-    uses: Vec<NodeUse>,
+    /// What is in use on each node. Shared until written: most nodes of a
+    /// large fleet stay empty, and one empty use per device count serves
+    /// them all.
+    uses: Vec<Rc<NodeUse>>,
     /// Up now, or planned to be powered on this round.
     up: Vec<bool>,
     planned_on: Vec<bool>,
@@ -367,24 +372,26 @@ fn level_index(
     nodes: &[Cow<'_, Node>],
     static_order: &[usize],
 ) -> BTreeMap<String, std::rc::Rc<LevelIndex>> {
-    let mut names: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    // Hashed while collecting (tens of thousands of lookups), sorted once
+    // after: the ids follow the sorted names, never the hash order.
+    let mut values: BTreeMap<&str, FnvMap<&str, usize>> = BTreeMap::new();
     for n in nodes {
         for (level, v) in &n.domains {
-            names.entry(level).or_default().insert(v);
+            let seen = values.entry(level).or_default();
+            let next = seen.len();
+            seen.entry(v).or_insert(next);
         }
     }
-    names
+    values
         .into_iter()
-        .map(|(level, values)| {
-            let names: Vec<String> = values.into_iter().map(str::to_owned).collect();
+        .map(|(level, seen)| {
+            let mut names: Vec<&str> = seen.keys().copied().collect();
+            names.sort_unstable();
+            let id: FnvMap<&str, usize> = names.iter().enumerate().map(|(d, v)| (*v, d)).collect();
             let mut members = vec![Vec::new(); names.len()];
             let mut of_node = vec![None; nodes.len()];
             for &i in static_order {
-                if let Some(d) = nodes[i]
-                    .domains
-                    .get(level)
-                    .and_then(|v| names.binary_search(v).ok())
-                {
+                if let Some(&d) = nodes[i].domains.get(level).and_then(|v| id.get(v.as_str())) {
                     members[d].push(i);
                     of_node[i] = Some(d);
                 }
@@ -392,7 +399,7 @@ fn level_index(
             (
                 level.to_owned(),
                 std::rc::Rc::new(LevelIndex {
-                    names,
+                    names: names.into_iter().map(str::to_owned).collect(),
                     members,
                     of_node,
                 }),
@@ -438,7 +445,16 @@ impl<'f> Planner<'f> {
                 _ => Cow::Owned(n.devices.iter().map(fingerprint).collect()),
             })
             .collect();
-        let uses = nodes.iter().map(|n| NodeUse::new(n)).collect();
+        let mut empty: BTreeMap<usize, Rc<NodeUse>> = BTreeMap::new();
+        let uses = nodes
+            .iter()
+            .map(|n| {
+                empty
+                    .entry(n.devices.len())
+                    .or_insert_with(|| Rc::new(NodeUse::new(n)))
+                    .clone()
+            })
+            .collect();
         let up = nodes.iter().map(|n| n.is_up()).collect();
         let rack_names: Vec<String> = fleet.racks.keys().cloned().collect();
         let rack_of: Vec<Option<usize>> = nodes
@@ -547,7 +563,7 @@ impl<'f> Planner<'f> {
                     unnamed.extend(req.mig.iter().map(|(p, n)| (Some(p.clone()), *n)));
                     req.gpus = 0;
                     req.mig.clear();
-                    self.uses[i].add(&req);
+                    Rc::make_mut(&mut self.uses[i]).add(&req);
                 }
                 Err(e) => self
                     .notes
@@ -577,7 +593,7 @@ impl<'f> Planner<'f> {
                         n.1 = n.1.saturating_sub(1);
                     }
                 }
-                let use_ = &mut self.uses[i].devices[di];
+                let use_ = &mut Rc::make_mut(&mut self.uses[i]).devices[di];
                 if dev.capacity.is_empty() {
                     use_.exclusive = true;
                 } else {
@@ -601,7 +617,7 @@ impl<'f> Planner<'f> {
                         Some(p) => d.kind == DeviceKind::Mig && d.mig_profile() == Some(p.as_str()),
                     };
                     if fits && self.uses[i].devices[di].is_free() {
-                        self.uses[i].devices[di].exclusive = true;
+                        Rc::make_mut(&mut self.uses[i]).devices[di].exclusive = true;
                         n -= 1;
                     }
                 }
@@ -1356,7 +1372,7 @@ impl<'f> Planner<'f> {
                 continue;
             };
             let node = &self.nodes[i];
-            let before_use = t.uses.get(&i).unwrap_or(&self.uses[i]);
+            let before_use = t.uses.get(&i).unwrap_or(&*self.uses[i]);
             let free_before = fragmentation::free(node, before_use);
             let free_after = fragmentation::free(node, &found.1);
             let growth = fragmentation::fragmentation(&free_after, &self.mix)
@@ -1400,7 +1416,7 @@ impl<'f> Planner<'f> {
             .uses
             .get(&i)
             .or_else(|| overrides.get(&i).map(|o| &o.uses))
-            .unwrap_or(&self.uses[i]);
+            .unwrap_or(&*self.uses[i]);
         resource_fit(&pod.req, node, used)?;
         if !self.up[i] && !t.power_ons.contains(&i) {
             self.power_budget_ok(i, rack_kw)?;
@@ -1483,7 +1499,7 @@ impl<'f> Planner<'f> {
             }
             self.nodes[i] = Cow::Owned(o.node);
             self.prints[i] = Cow::Owned(o.prints);
-            self.uses[i] = o.uses;
+            self.uses[i] = Rc::new(o.uses);
             self.free_gpus[i] = count_free_gpus(&self.nodes[i], &self.uses[i]);
             self.touched.push(i);
         }
@@ -1522,7 +1538,7 @@ impl<'f> Planner<'f> {
         }
         for (i, u) in trial.uses {
             // For reconfigured nodes this use already refers to the new devices.
-            self.uses[i] = u;
+            self.uses[i] = Rc::new(u);
             self.free_gpus[i] = count_free_gpus(&self.nodes[i], &self.uses[i]);
             self.touched.push(i);
         }
