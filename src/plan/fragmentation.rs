@@ -50,6 +50,18 @@ pub(super) struct Free {
     memory: Milli,
 }
 
+impl Free {
+    /// Free GPU capacity, milli-GPU.
+    pub fn gpu_total(&self) -> Milli {
+        self.gpus.iter().sum()
+    }
+
+    /// Whether the GPUs are as free as in `other` (a pod took none).
+    pub fn same_gpus(&self, other: &Free) -> bool {
+        self.gpus == other.gpus
+    }
+}
+
 pub(super) fn free(node: &Node, used: &NodeUse) -> Free {
     let gpus = node
         .devices

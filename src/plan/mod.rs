@@ -29,7 +29,7 @@ use crate::fit::{
     DeviceAllocation, DeviceContext, Failure, NodeUse, PodDevices, PodRequest,
 };
 use crate::fleet::{Fleet, Node, Placement, Policy, PowerState, Reservation};
-use crate::quantity;
+use crate::quantity::{self, Milli};
 
 /// What the planner proposes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1363,7 +1363,8 @@ impl<'f> Planner<'f> {
         rack_kw: &BTreeMap<usize, f64>,
     ) -> Option<(usize, (Vec<DeviceAllocation>, NodeUse))> {
         let no_overrides = BTreeMap::new();
-        let mut best: Option<(u32, usize, (Vec<DeviceAllocation>, NodeUse))> = None;
+        // (score, free GPU capacity when the pod takes no GPU, node, fit)
+        let mut best: Option<(u32, Milli, usize, (Vec<DeviceAllocation>, NodeUse))> = None;
         for &i in order {
             if !self.up[i] || pod.whole_gpus > self.free_gpus[i] {
                 continue;
@@ -1380,11 +1381,22 @@ impl<'f> Planner<'f> {
             let score = fragmentation::score(growth);
             // Equal scores go to the earlier node in preference order, as
             // first fit would: packing the same nodes keeps others whole.
-            if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
-                best = Some((score, i, found));
+            // A pod that takes no GPU goes, among equals, where the fewest
+            // GPUs are free: there its CPU and memory strand the least.
+            let gpu_free = if free_after.same_gpus(&free_before) {
+                free_after.gpu_total()
+            } else {
+                0
+            };
+            let better = match &best {
+                None => true,
+                Some((s, f, _, _)) => score > *s || (score == *s && gpu_free < *f),
+            };
+            if better {
+                best = Some((score, gpu_free, i, found));
             }
         }
-        best.map(|(_, i, found)| (i, found))
+        best.map(|(_, _, i, found)| (i, found))
     }
 
     fn fit_one(
