@@ -1,7 +1,9 @@
-//! `accordd`: Accord's fleet daemon. In this release it only parses its
-//! arguments; the agent API, store and control loop come next.
+//! `accordd`: Accord's fleet daemon. It keeps the fleet's hardware model
+//! (agents report to its HTTP API; a sled store remembers across restarts);
+//! planning, Kubernetes and Redfish arrive in later releases.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -30,16 +32,39 @@ enum Command {
     CheckConfig { file: PathBuf },
 }
 
-fn main() -> anyhow::Result<()> {
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ACCORD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         None => {
             use clap::CommandFactory;
-            Cli::command().print_help()?;
-            Ok(())
+            Cli::command().print_help().map_err(Into::into)
         }
-        Some(_) => {
-            anyhow::bail!("not implemented yet: accordd only parses its arguments in this release")
+        Some(Command::CheckConfig { file }) => accordd::config::DaemonConfig::load(&file)
+            .map(|_| println!("{}: ok", file.display()))
+            .map_err(Into::into),
+        Some(Command::Run { config }) => run(&config),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("accordd: {e:#}");
+            ExitCode::FAILURE
         }
     }
+}
+
+fn run(file: &std::path::Path) -> anyhow::Result<()> {
+    init_tracing();
+    let config = accordd::config::DaemonConfig::load(file)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(accordd::serve(config, async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    }))
 }

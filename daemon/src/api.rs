@@ -1,0 +1,358 @@
+//! The HTTP API (`/v1/...`): agents report hardware and heartbeat; admins
+//! list and inspect nodes. Every route but `/v1/health` needs a bearer
+//! token, compared in constant time; a refused request stores nothing.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use accord::hardware::{NodeHardware, SCHEMA_VERSION};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+
+use crate::store::{NodeRecord, ReportOutcome, Store, StoreError};
+
+/// How agents prove who they are.
+#[derive(Clone)]
+pub enum AgentTokens {
+    /// One token for every node.
+    Shared(String),
+    /// One token per node name.
+    PerNode(BTreeMap<String, String>),
+}
+
+// Secrets never reach logs: only how many tokens there are.
+impl std::fmt::Debug for AgentTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AgentTokens::Shared(_) => f.write_str("Shared(<redacted>)"),
+            AgentTokens::PerNode(m) => write!(f, "PerNode({} nodes)", m.len()),
+        }
+    }
+}
+
+impl AgentTokens {
+    /// Reads the token file, or every file in the token directory.
+    pub fn load(
+        file: Option<&std::path::Path>,
+        dir: Option<&std::path::Path>,
+    ) -> std::io::Result<Self> {
+        if let Some(f) = file {
+            return Ok(AgentTokens::Shared(
+                std::fs::read_to_string(f)?.trim().to_owned(),
+            ));
+        }
+        let mut tokens = BTreeMap::new();
+        if let Some(d) = dir {
+            for entry in std::fs::read_dir(d)? {
+                let entry = entry?;
+                if entry.file_type()?.is_file() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    tokens.insert(
+                        name,
+                        std::fs::read_to_string(entry.path())?.trim().to_owned(),
+                    );
+                }
+            }
+        }
+        Ok(AgentTokens::PerNode(tokens))
+    }
+
+    fn expected(&self, node: &str) -> Option<&str> {
+        match self {
+            AgentTokens::Shared(t) => Some(t),
+            AgentTokens::PerNode(m) => m.get(node).map(String::as_str),
+        }
+    }
+}
+
+pub struct ApiState {
+    pub store: Store,
+    pub agent_tokens: AgentTokens,
+    pub admin_token: String,
+    pub stale_after_s: u64,
+    /// Reports read, compare and write a record: one at a time.
+    pub writes: Mutex<()>,
+    /// The clock, replaceable in tests.
+    pub now: fn() -> u64,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("store", &self.store)
+            .field("agent_tokens", &self.agent_tokens)
+            .field("stale_after_s", &self.stale_after_s)
+            .finish_non_exhaustive()
+    }
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// An error answer: status and a reason in a JSON body.
+#[derive(Debug)]
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::IdentityMismatch { .. } => {
+                tracing::warn!(error = %e, "report refused");
+                ApiError(StatusCode::CONFLICT, e.to_string())
+            }
+            _ => {
+                tracing::error!(error = %error_chain(&e), "store failure");
+                ApiError(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "store failure; see accordd log".into(),
+                )
+            }
+        }
+    }
+}
+
+/// The error and its sources, `: `-separated, for logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+}
+
+fn check(given: Option<&str>, expected: Option<&str>) -> Result<(), ApiError> {
+    let ok = match (given, expected) {
+        (Some(g), Some(e)) => bool::from(g.as_bytes().ct_eq(e.as_bytes())),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else if given.is_none() {
+        Err(ApiError(
+            StatusCode::UNAUTHORIZED,
+            "missing bearer token".into(),
+        ))
+    } else {
+        Err(ApiError(StatusCode::UNAUTHORIZED, "wrong token".into()))
+    }
+}
+
+/// What an agent sends when its hardware is (re)discovered.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    #[serde(default)]
+    pub agent_version: Option<String>,
+    pub hardware: NodeHardware,
+}
+
+/// An agent's periodic sign of life.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    #[serde(default)]
+    pub agent_version: Option<String>,
+    #[serde(default)]
+    pub uptime_s: Option<u64>,
+    /// e.g. "ok", "2 GPUs with XID errors".
+    #[serde(default)]
+    pub gpu_health: Option<String>,
+}
+
+/// The daemon's answer to an agent.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AgentReply {
+    pub node: String,
+    pub generation: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<ReportOutcome>,
+    /// A command for the agent (MIG reconfiguration, later); none yet.
+    pub command: Option<serde_json::Value>,
+}
+
+/// One node as the admin API shows it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct NodeView {
+    #[serde(flatten)]
+    pub record: NodeRecord,
+    pub state: NodeState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    Fresh,
+    Stale,
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("worker failed: {e}"),
+        )
+    })?
+}
+
+async fn report(
+    State(st): State<Arc<ApiState>>,
+    Path(node): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<AgentReply>, ApiError> {
+    check(bearer(&headers), st.agent_tokens.expected(&node))?;
+    let report: Report = parse_json(&body)?;
+    if report.hardware.schema_version > SCHEMA_VERSION {
+        return Err(ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "hardware schema_version {} is newer than this accordd ({SCHEMA_VERSION}); upgrade accordd first",
+                report.hardware.schema_version
+            ),
+        ));
+    }
+    let reply = blocking(move || {
+        let _guard = st.writes.lock().unwrap_or_else(|p| p.into_inner());
+        let (outcome, record) =
+            st.store
+                .report(&node, report.hardware, report.agent_version, (st.now)())?;
+        tracing::info!(node = %node, generation = record.generation, ?outcome, "report stored");
+        Ok(AgentReply {
+            node,
+            generation: record.generation,
+            outcome: Some(outcome),
+            command: None,
+        })
+    })
+    .await?;
+    Ok(Json(reply))
+}
+
+async fn heartbeat(
+    State(st): State<Arc<ApiState>>,
+    Path(node): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<AgentReply>, ApiError> {
+    check(bearer(&headers), st.agent_tokens.expected(&node))?;
+    let beat: Heartbeat = if body.is_empty() {
+        Heartbeat::default()
+    } else {
+        parse_json(&body)?
+    };
+    let reply = blocking(move || {
+        let _guard = st.writes.lock().unwrap_or_else(|p| p.into_inner());
+        match st.store.heartbeat(&node, beat.agent_version, (st.now)())? {
+            Some(record) => Ok(AgentReply {
+                node,
+                generation: record.generation,
+                outcome: None,
+                command: None,
+            }),
+            None => Err(ApiError(
+                StatusCode::NOT_FOUND,
+                format!("node {node} is not registered; report its hardware first"),
+            )),
+        }
+    })
+    .await?;
+    Ok(Json(reply))
+}
+
+fn view(st: &ApiState, record: NodeRecord) -> NodeView {
+    let state = if record.is_stale((st.now)(), st.stale_after_s) {
+        NodeState::Stale
+    } else {
+        NodeState::Fresh
+    };
+    NodeView { record, state }
+}
+
+async fn list_nodes(
+    State(st): State<Arc<ApiState>>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<NodeView>>, ApiError> {
+    check(bearer(&headers), Some(&st.admin_token))?;
+    let records = st.store.nodes()?;
+    Ok(Json(records.into_iter().map(|r| view(&st, r)).collect()))
+}
+
+async fn get_node(
+    State(st): State<Arc<ApiState>>,
+    Path(node): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<NodeView>, ApiError> {
+    check(bearer(&headers), Some(&st.admin_token))?;
+    match st.store.node(&node)? {
+        Some(r) => Ok(Json(view(&st, r))),
+        None => Err(ApiError(StatusCode::NOT_FOUND, format!("no node {node}"))),
+    }
+}
+
+async fn replace_node(
+    State(st): State<Arc<ApiState>>,
+    Path(node): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    check(bearer(&headers), Some(&st.admin_token))?;
+    let found = blocking(move || {
+        let _guard = st.writes.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(st.store.allow_replacement(&node)?)
+    })
+    .await?;
+    if found {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError(StatusCode::NOT_FOUND, "no such node".into()))
+    }
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+}
+
+pub fn router(state: Arc<ApiState>, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/nodes", get(list_nodes))
+        .route("/v1/nodes/{name}", get(get_node))
+        .route("/v1/nodes/{name}/report", post(report))
+        .route("/v1/nodes/{name}/heartbeat", post(heartbeat))
+        .route("/v1/nodes/{name}/replace", post(replace_node))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}

@@ -1,0 +1,188 @@
+//! `accordd.toml`: parsed strictly (unknown keys are errors), then
+//! validated as a whole so `accordd check-config` reports every problem at
+//! once. Secrets are read from files, which must not be readable by others.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read")]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}:{line}:{column}: {message}")]
+    Parse {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{file}: {} problem(s):\n  {}", problems.len(), problems.join("\n  "))]
+    Invalid {
+        file: PathBuf,
+        problems: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub agents: AgentsConfig,
+    pub admin: AdminConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address the HTTP API listens on.
+    pub listen: String,
+    /// Largest request body accepted, bytes.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// sled directory (systemd's `StateDirectory`).
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// One token shared by all agents.
+    pub token_file: Option<PathBuf>,
+    /// One token per node: a file named after the node.
+    pub token_dir: Option<PathBuf>,
+    /// A node not heard from for this long is shown stale (never deleted).
+    #[serde(default = "default_stale")]
+    pub stale_after_s: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Token for the admin API and `accordctl`.
+    pub token_file: PathBuf,
+}
+
+fn default_max_body() -> usize {
+    4 << 20
+}
+
+fn default_stale() -> u64 {
+    120
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+/// Problems with a secret file: unreadable, empty, or open to others.
+pub fn check_secret(key: &str, path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("{key}: {}: {e}", path.display())),
+    };
+    if meta.is_dir() {
+        if meta.permissions().mode() & 0o077 != 0 {
+            return Some(format!(
+                "{key}: {} is accessible to group or others (mode {:o}); chmod 700",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            ));
+        }
+        return None;
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Some(format!(
+            "{key}: {} is readable by group or others (mode {:o}); chmod 600",
+            path.display(),
+            meta.permissions().mode() & 0o777
+        ));
+    }
+    match std::fs::read_to_string(path) {
+        Ok(t) if t.trim().is_empty() => Some(format!("{key}: {} is empty", path.display())),
+        Ok(_) => None,
+        Err(e) => Some(format!("{key}: {}: {e}", path.display())),
+    }
+}
+
+impl DaemonConfig {
+    pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            ConfigError::Parse {
+                file: file.to_owned(),
+                line,
+                column,
+                message: e.message().to_owned(),
+            }
+        })
+    }
+
+    /// Reads, parses and validates `file`.
+    pub fn load(file: &Path) -> Result<DaemonConfig, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.to_owned(),
+            source,
+        })?;
+        let config = DaemonConfig::parse(&text, file)?;
+        let problems = config.validate();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid {
+                file: file.to_owned(),
+                problems,
+            })
+        }
+    }
+
+    /// Every problem, each naming its key.
+    pub fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.server.listen.parse::<SocketAddr>().is_err() {
+            problems.push(format!(
+                "server.listen: {:?} is not an address like 127.0.0.1:7480",
+                self.server.listen
+            ));
+        }
+        if self.server.max_body_bytes < 1024 {
+            problems.push("server.max_body_bytes: below 1024 no report fits".to_owned());
+        }
+        if self.store.dir.as_os_str().is_empty() {
+            problems.push("store.dir: empty".to_owned());
+        }
+        match (&self.agents.token_file, &self.agents.token_dir) {
+            (None, None) => problems
+                .push("agents: set token_file (shared) or token_dir (one per node)".to_owned()),
+            (Some(_), Some(_)) => {
+                problems.push("agents: set token_file or token_dir, not both".to_owned())
+            }
+            (Some(f), None) => problems.extend(check_secret("agents.token_file", f)),
+            (None, Some(d)) => problems.extend(check_secret("agents.token_dir", d)),
+        }
+        if self.agents.stale_after_s == 0 {
+            problems.push("agents.stale_after_s: must be above 0".to_owned());
+        }
+        problems.extend(check_secret("admin.token_file", &self.admin.token_file));
+        problems
+    }
+
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.server.listen.parse().expect("validated")
+    }
+}

@@ -1,0 +1,88 @@
+//! accordd's pieces: configuration, the sled store and the HTTP API. The
+//! binaries (`accordd`, `accordctl`) are thin wrappers over these.
+
+pub mod api;
+pub mod config;
+pub mod store;
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+
+use crate::api::{AgentTokens, ApiState};
+use crate::config::DaemonConfig;
+use crate::store::Store;
+
+/// Opens the store and reads the secrets named in a validated `config`.
+pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
+    let store = Store::open(&config.store.dir)?;
+    let agent_tokens = AgentTokens::load(
+        config.agents.token_file.as_deref(),
+        config.agents.token_dir.as_deref(),
+    )
+    .context("agents: cannot read tokens")?;
+    let admin_token = std::fs::read_to_string(&config.admin.token_file)
+        .with_context(|| format!("admin.token_file: {}", config.admin.token_file.display()))?
+        .trim()
+        .to_owned();
+    Ok(Arc::new(ApiState {
+        store,
+        agent_tokens,
+        admin_token,
+        stale_after_s: config.agents.stale_after_s,
+        writes: Mutex::new(()),
+        now: api::unix_now,
+    }))
+}
+
+/// Binds the listener, then serves until `shutdown` resolves. The
+/// configuration is checked before anything is bound.
+pub async fn serve(
+    config: DaemonConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state = state(&config)?;
+    let listener = tokio::net::TcpListener::bind(config.listen_addr())
+        .await
+        .with_context(|| format!("server.listen: cannot bind {}", config.server.listen))?;
+    if let Err(e) = notify_ready() {
+        tracing::warn!(error = %e, "cannot tell systemd the daemon is ready");
+    }
+    serve_on(listener, state, config.server.max_body_bytes, shutdown).await
+}
+
+/// Tells systemd (`Type=notify`) that the daemon is ready: called once the
+/// configuration is valid, the store open and the listener bound. A no-op
+/// outside systemd (no `NOTIFY_SOCKET`).
+pub fn notify_ready() -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(());
+    };
+    let socket = std::os::unix::net::UnixDatagram::unbound()?;
+    match path.as_bytes().strip_prefix(b"@") {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+            socket.send_to_addr(b"READY=1", &addr)?;
+        }
+        None => {
+            socket.send_to(b"READY=1", &path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Serves the API on a bound listener until `shutdown` resolves.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: Arc<ApiState>,
+    max_body_bytes: usize,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    tracing::info!(listen = %listener.local_addr()?, "accordd serving");
+    axum::serve(listener, api::router(state, max_body_bytes))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("HTTP server failed")
+}

@@ -1,0 +1,325 @@
+//! The daemon's durable state, in sled: one tree per kind of record, a
+//! schema version checked at open, and a flush before anything is
+//! acknowledged (sled makes writes durable only on flush).
+
+use std::path::{Path, PathBuf};
+
+use accord::hardware::NodeHardware;
+use serde::{Deserialize, Serialize};
+
+/// Version of the records in the store. Raise it with a migration in
+/// [`Store::migrate`] when a record's meaning changes.
+pub const STORE_SCHEMA: u32 = 1;
+
+const META: &str = "meta";
+const NODES: &str = "nodes";
+const SCHEMA_KEY: &[u8] = b"schema";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {path}: cannot open")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: sled::Error,
+    },
+    #[error(
+        "store {path} was written by schema {found}, newer than this accordd ({STORE_SCHEMA}); \
+         run the newer accordd or restore a backup"
+    )]
+    Newer { path: PathBuf, found: u32 },
+    #[error("store {path}: schema record is corrupt")]
+    CorruptSchema { path: PathBuf },
+    #[error("store: {what}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: sled::Error,
+    },
+    #[error("store: node {node}: record is corrupt")]
+    Corrupt {
+        node: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "node {node}: machine identity {reported} contradicts the stored {stored}; \
+         if the machine was replaced, run `accordctl node replace {node}`"
+    )]
+    IdentityMismatch {
+        node: String,
+        stored: String,
+        reported: String,
+    },
+}
+
+/// What identifies the machine behind a node name: its serial if known,
+/// else its GPU UUIDs. A report whose identity contradicts the stored one
+/// is refused (a machine swapped under the same name must be declared).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineIdentity {
+    pub serial: Option<String>,
+    pub gpu_uuids: Vec<String>,
+}
+
+impl MachineIdentity {
+    pub fn of(hw: &NodeHardware) -> MachineIdentity {
+        let mut gpu_uuids: Vec<String> = hw.gpus.iter().filter_map(|g| g.uuid.clone()).collect();
+        gpu_uuids.sort();
+        MachineIdentity {
+            serial: hw.machine.serial.clone(),
+            gpu_uuids,
+        }
+    }
+
+    /// Whether the two can be the same machine: equal where both know.
+    pub fn compatible(&self, other: &MachineIdentity) -> bool {
+        let serial_ok = match (&self.serial, &other.serial) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        let gpus_ok = self.gpu_uuids.is_empty()
+            || other.gpu_uuids.is_empty()
+            || self.gpu_uuids == other.gpu_uuids;
+        serial_ok && gpus_ok
+    }
+}
+
+impl std::fmt::Display for MachineIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.serial {
+            Some(s) => write!(f, "serial {s}")?,
+            None => write!(f, "no serial")?,
+        }
+        write!(f, ", {} GPU UUIDs", self.gpu_uuids.len())?;
+        if let Some(first) = self.gpu_uuids.first() {
+            write!(f, " (first {first})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything the daemon keeps about one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub name: String,
+    pub identity: MachineIdentity,
+    pub hardware: NodeHardware,
+    /// Raised each time the hardware model changes.
+    pub generation: u64,
+    /// Unix seconds of the last hardware report and of the last sign of life.
+    pub reported_at: u64,
+    pub last_seen: u64,
+    pub agent_version: Option<String>,
+    /// Set by `accordctl node replace`: the next report may carry a new
+    /// machine identity.
+    #[serde(default)]
+    pub replacement_allowed: bool,
+}
+
+impl NodeRecord {
+    /// Not heard from within `stale_after_s` of `now`.
+    pub fn is_stale(&self, now: u64, stale_after_s: u64) -> bool {
+        now.saturating_sub(self.last_seen) > stale_after_s
+    }
+}
+
+/// What a report did to the stored record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportOutcome {
+    Registered,
+    Changed,
+    Unchanged,
+}
+
+pub struct Store {
+    db: sled::Db,
+    nodes: sled::Tree,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("nodes", &self.nodes.len())
+            .finish()
+    }
+}
+
+fn io(what: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
+    move |source| StoreError::Io { what, source }
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`, refusing one written by a
+    /// newer schema.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .open()
+            .map_err(|source| StoreError::Open {
+                path: dir.to_owned(),
+                source,
+            })?;
+        let meta = db.open_tree(META).map_err(io("open meta tree"))?;
+        let found = match meta.get(SCHEMA_KEY).map_err(io("read schema"))? {
+            None => None,
+            Some(v) => {
+                let bytes: [u8; 4] =
+                    v.as_ref()
+                        .try_into()
+                        .map_err(|_| StoreError::CorruptSchema {
+                            path: dir.to_owned(),
+                        })?;
+                Some(u32::from_le_bytes(bytes))
+            }
+        };
+        if let Some(found) = found {
+            if found > STORE_SCHEMA {
+                return Err(StoreError::Newer {
+                    path: dir.to_owned(),
+                    found,
+                });
+            }
+        }
+        let store = Store {
+            nodes: db.open_tree(NODES).map_err(io("open nodes tree"))?,
+            db,
+        };
+        store.migrate(found.unwrap_or(STORE_SCHEMA))?;
+        meta.insert(SCHEMA_KEY, &STORE_SCHEMA.to_le_bytes())
+            .map_err(io("write schema"))?;
+        store.flush()?;
+        Ok(store)
+    }
+
+    /// Brings records written by schema `from` up to [`STORE_SCHEMA`].
+    /// Schema 1 is the first; there is nothing to migrate yet.
+    fn migrate(&self, from: u32) -> Result<(), StoreError> {
+        debug_assert!(from <= STORE_SCHEMA);
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush().map_err(io("flush"))?;
+        Ok(())
+    }
+
+    pub fn node(&self, name: &str) -> Result<Option<NodeRecord>, StoreError> {
+        let Some(bytes) = self.nodes.get(name).map_err(io("read node"))? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| StoreError::Corrupt {
+                node: name.to_owned(),
+                source,
+            })
+    }
+
+    /// All nodes, by name.
+    pub fn nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        self.nodes
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.map_err(io("list nodes"))?;
+                serde_json::from_slice(&v).map_err(|source| StoreError::Corrupt {
+                    node: String::from_utf8_lossy(&k).into_owned(),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    fn put(&self, record: &NodeRecord) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(record).expect("records serialize");
+        self.nodes
+            .insert(record.name.as_bytes(), bytes)
+            .map_err(io("write node"))?;
+        // Durable before the caller acknowledges.
+        self.flush()
+    }
+
+    /// Stores a hardware report for `name`. Refused, with nothing
+    /// written, when the machine identity contradicts the stored one.
+    pub fn report(
+        &self,
+        name: &str,
+        hardware: NodeHardware,
+        agent_version: Option<String>,
+        now: u64,
+    ) -> Result<(ReportOutcome, NodeRecord), StoreError> {
+        let identity = MachineIdentity::of(&hardware);
+        let (outcome, record) = match self.node(name)? {
+            None => (
+                ReportOutcome::Registered,
+                NodeRecord {
+                    name: name.to_owned(),
+                    identity,
+                    hardware,
+                    generation: 1,
+                    reported_at: now,
+                    last_seen: now,
+                    agent_version,
+                    replacement_allowed: false,
+                },
+            ),
+            Some(old) => {
+                if !old.replacement_allowed && !old.identity.compatible(&identity) {
+                    return Err(StoreError::IdentityMismatch {
+                        node: name.to_owned(),
+                        stored: old.identity.to_string(),
+                        reported: identity.to_string(),
+                    });
+                }
+                let changed = old.hardware != hardware || old.identity != identity;
+                let record = NodeRecord {
+                    name: name.to_owned(),
+                    generation: old.generation + u64::from(changed),
+                    reported_at: if changed { now } else { old.reported_at },
+                    last_seen: now,
+                    agent_version: agent_version.or(old.agent_version),
+                    replacement_allowed: false,
+                    identity,
+                    hardware,
+                };
+                let outcome = if changed {
+                    ReportOutcome::Changed
+                } else {
+                    ReportOutcome::Unchanged
+                };
+                (outcome, record)
+            }
+        };
+        self.put(&record)?;
+        Ok((outcome, record))
+    }
+
+    /// Records a sign of life; `None` for a node never registered.
+    pub fn heartbeat(
+        &self,
+        name: &str,
+        agent_version: Option<String>,
+        now: u64,
+    ) -> Result<Option<NodeRecord>, StoreError> {
+        let Some(mut record) = self.node(name)? else {
+            return Ok(None);
+        };
+        record.last_seen = now;
+        if agent_version.is_some() {
+            record.agent_version = agent_version;
+        }
+        self.put(&record)?;
+        Ok(Some(record))
+    }
+
+    /// Lets the next report for `name` carry a new machine identity.
+    pub fn allow_replacement(&self, name: &str) -> Result<bool, StoreError> {
+        let Some(mut record) = self.node(name)? else {
+            return Ok(false);
+        };
+        record.replacement_allowed = true;
+        self.put(&record)?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,574 @@
+//! accordd's agent and admin API against a real sled store on a temporary
+//! directory, fed with the recorded hardware models in tests/fixtures.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use accordd::api::ApiState;
+use accordd::config::DaemonConfig;
+use serde_json::Value;
+
+const AGENT_TOKEN: &str = "agent-secret-1";
+const ADMIN_TOKEN: &str = "admin-secret-1";
+const MAX_BODY: usize = 256 * 1024;
+
+fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn secret(dir: &Path, name: &str, value: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, value).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+fn config(dir: &Path, listen: &str) -> (PathBuf, String) {
+    let agent = secret(dir, "agent-token", AGENT_TOKEN);
+    let admin = secret(dir, "admin-token", ADMIN_TOKEN);
+    let text = format!(
+        r#"
+[server]
+listen = "{listen}"
+max_body_bytes = {MAX_BODY}
+
+[store]
+dir = "{}"
+
+[agents]
+token_file = "{}"
+stale_after_s = 120
+
+[admin]
+token_file = "{}"
+"#,
+        dir.join("store").display(),
+        agent.display(),
+        admin.display()
+    );
+    let file = dir.join("accordd.toml");
+    std::fs::write(&file, &text).unwrap();
+    (file, text)
+}
+
+/// A daemon serving on an ephemeral port until dropped.
+struct Daemon {
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Daemon {
+    async fn start(dir: &Path) -> Daemon {
+        let (file, _) = config(dir, "127.0.0.1:0");
+        let config = DaemonConfig::load(&file).unwrap();
+        let state: Arc<ApiState> = accordd::state(&config).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(accordd::serve_on(listener, state, MAX_BODY, async {
+            let _ = stopped.await;
+        }));
+        Daemon {
+            url,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().unwrap();
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> (u16, Value) {
+        let mut req = reqwest::Client::new().request(method, format!("{}{path}", self.url));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.header("content-type", "application/json").body(b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn report(&self, node: &str, token: Option<&str>, body: Vec<u8>) -> (u16, Value) {
+        self.send(
+            reqwest::Method::POST,
+            &format!("/v1/nodes/{node}/report"),
+            token,
+            Some(body),
+        )
+        .await
+    }
+
+    async fn nodes(&self) -> Value {
+        let (status, v) = self
+            .send(reqwest::Method::GET, "/v1/nodes", Some(ADMIN_TOKEN), None)
+            .await;
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+}
+
+fn report_body(hardware: &Value) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({ "agent_version": "test", "hardware": hardware }))
+        .unwrap()
+}
+
+/// (name, GPU count, generation) of every node.
+fn summary(nodes: &Value) -> Vec<(String, usize, u64)> {
+    nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap().to_owned(),
+                n["hardware"]["gpus"].as_array().unwrap().len(),
+                n["generation"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+const FIXTURES: [(&str, &str); 3] = [
+    ("dgx2-01", "dgx2.json"),
+    ("h100-01", "h100-8gpu-mig.json"),
+    ("x9drg-01", "x9drg-wholeio.json"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_register_and_the_store_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path()).await;
+    for (node, file) in FIXTURES {
+        let (status, v) = d
+            .report(node, Some(AGENT_TOKEN), report_body(&fixture(file)))
+            .await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["outcome"], "registered");
+        assert_eq!(v["generation"], 1);
+    }
+    let expected = vec![
+        ("dgx2-01".to_owned(), 16, 1),
+        ("h100-01".to_owned(), 8, 1),
+        ("x9drg-01".to_owned(), 4, 1),
+    ];
+    assert_eq!(summary(&d.nodes().await), expected);
+    // The same report again changes nothing; a heartbeat is accepted.
+    let (status, v) = d
+        .report(
+            "h100-01",
+            Some(AGENT_TOKEN),
+            report_body(&fixture("h100-8gpu-mig.json")),
+        )
+        .await;
+    assert_eq!((status, v["outcome"].as_str()), (200, Some("unchanged")));
+    let (status, v) = d
+        .send(
+            reqwest::Method::POST,
+            "/v1/nodes/h100-01/heartbeat",
+            Some(AGENT_TOKEN),
+            Some(br#"{"uptime_s": 5, "gpu_health": "ok"}"#.to_vec()),
+        )
+        .await;
+    assert_eq!((status, v["generation"].as_u64()), (200, Some(1)), "{v}");
+    // Heartbeats for unknown nodes are refused, not stored.
+    let (status, _) = d
+        .send(
+            reqwest::Method::POST,
+            "/v1/nodes/ghost/heartbeat",
+            Some(AGENT_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+
+    // accordctl reads the same list.
+    let admin = dir.path().join("admin-token");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
+        .args(["nodes", "--json", "--url", &d.url, "--token-file"])
+        .arg(&admin)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary(&listed), expected);
+    let table = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
+        .args(["nodes", "--url", &d.url, "--token-file"])
+        .arg(&admin)
+        .output()
+        .unwrap();
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(
+        table.contains("16× Tesla V100-SXM3-32GB") || table.contains("16×"),
+        "{table}"
+    );
+
+    d.stop().await;
+    let d = Daemon::start(dir.path()).await;
+    assert_eq!(summary(&d.nodes().await), expected, "after a restart");
+    d.stop().await;
+}
+
+/// (what, token, body, expected status, expected words in the reason)
+type BadCase = (
+    &'static str,
+    Option<&'static str>,
+    Vec<u8>,
+    u16,
+    &'static str,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_a_reason_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path()).await;
+    let (status, _) = d
+        .report(
+            "x9drg-01",
+            Some(AGENT_TOKEN),
+            report_body(&fixture("x9drg-wholeio.json")),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let before = d.nodes().await;
+
+    let mut newer = fixture("dgx2.json");
+    newer["schema_version"] = 99.into();
+    let mut oversized = fixture("dgx2.json");
+    oversized["machine"]["product"] = "x".repeat(MAX_BODY).into();
+    let cases: Vec<BadCase> = vec![
+        (
+            "malformed JSON",
+            Some(AGENT_TOKEN),
+            b"{ not json".to_vec(),
+            400,
+            "invalid JSON",
+        ),
+        (
+            "unknown field",
+            Some(AGENT_TOKEN),
+            br#"{"hardware": {}, "extra": 1}"#.to_vec(),
+            400,
+            "invalid JSON",
+        ),
+        (
+            "newer schema",
+            Some(AGENT_TOKEN),
+            report_body(&newer),
+            422,
+            "newer than this accordd",
+        ),
+        (
+            "oversized body",
+            Some(AGENT_TOKEN),
+            report_body(&oversized),
+            413,
+            "",
+        ),
+        (
+            "missing token",
+            None,
+            report_body(&fixture("dgx2.json")),
+            401,
+            "missing bearer token",
+        ),
+        (
+            "wrong token",
+            Some("nope"),
+            report_body(&fixture("dgx2.json")),
+            401,
+            "wrong token",
+        ),
+        (
+            "admin token is not an agent token",
+            Some(ADMIN_TOKEN),
+            report_body(&fixture("dgx2.json")),
+            401,
+            "wrong token",
+        ),
+    ];
+    for (what, token, body, want, reason) in cases {
+        let (status, v) = d.report("dgx2-01", token, body).await;
+        assert_eq!(status, want, "{what}: {v}");
+        if !reason.is_empty() {
+            let got = v["error"].as_str().unwrap_or_default();
+            assert!(got.contains(reason), "{what}: {got}");
+        }
+        assert_eq!(d.nodes().await, before, "{what}: the store changed");
+    }
+    // The admin API wants the admin token.
+    let (status, _) = d
+        .send(reqwest::Method::GET, "/v1/nodes", Some(AGENT_TOKEN), None)
+        .await;
+    assert_eq!(status, 401);
+    let (status, v) = d.send(reqwest::Method::GET, "/v1/health", None, None).await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("ok")));
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_different_machine_under_a_known_name_must_be_declared() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path()).await;
+    let (status, _) = d
+        .report(
+            "gpu-01",
+            Some(AGENT_TOKEN),
+            report_body(&fixture("dgx2.json")),
+        )
+        .await;
+    assert_eq!(status, 200);
+    // Other GPU UUIDs: another machine.
+    let (status, v) = d
+        .report(
+            "gpu-01",
+            Some(AGENT_TOKEN),
+            report_body(&fixture("h100-8gpu-mig.json")),
+        )
+        .await;
+    assert_eq!(status, 409, "{v}");
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .contains("accordctl node replace gpu-01"));
+    assert_eq!(
+        summary(&d.nodes().await),
+        vec![("gpu-01".to_owned(), 16, 1)]
+    );
+    // Declared, it is accepted as a change.
+    let (status, _) = d
+        .send(
+            reqwest::Method::POST,
+            "/v1/nodes/gpu-01/replace",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, v) = d
+        .report(
+            "gpu-01",
+            Some(AGENT_TOKEN),
+            report_body(&fixture("h100-8gpu-mig.json")),
+        )
+        .await;
+    assert_eq!(
+        (status, v["outcome"].as_str()),
+        (200, Some("changed")),
+        "{v}"
+    );
+    assert_eq!(summary(&d.nodes().await), vec![("gpu-01".to_owned(), 8, 2)]);
+    d.stop().await;
+}
+
+#[test]
+fn the_daemon_refuses_secrets_others_can_read_and_lists_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = config(dir.path(), "not-an-address");
+    std::fs::set_permissions(
+        dir.path().join("admin-token"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
+        .arg("check-config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("2 problem(s)"), "{err}");
+    assert!(err.contains("server.listen"), "{err}");
+    assert!(
+        err.contains("admin.token_file") && err.contains("chmod 600"),
+        "{err}"
+    );
+    // An unknown key names its line.
+    std::fs::write(&file, "[server]\nlisten = \"127.0.0.1:1\"\nport = 3\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
+        .arg("check-config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("accordd.toml:3:1") && err.contains("port"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_store_from_a_newer_accordd_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(accordd::store::Store::open(dir.path()).unwrap());
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert("schema", &99u32.to_le_bytes()).unwrap();
+        db.flush().unwrap();
+    }
+    let err = accordd::store::Store::open(dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("schema 99, newer than this accordd"), "{err}");
+}
+
+/// Reports streamed to a separate accordd process, killed with SIGKILL
+/// mid-stream: every report it acknowledged is there after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_reports_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (file, _) = config(dir.path(), &format!("127.0.0.1:{port}"));
+    // Killed on drop, with no handle on the test's output: a failing
+    // assertion must not leave a daemon holding the test harness's pipes.
+    struct Guard(std::process::Child);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let log = dir.path().join("accordd.log");
+    let spawn = || {
+        Guard(
+            std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
+                .args(["run", "--config"])
+                .arg(&file)
+                .env("ACCORD_LOG", "warn")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let wait_ready = |client: reqwest::Client, url: String| async move {
+        for _ in 0..200 {
+            if client.get(format!("{url}/v1/health")).send().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        panic!("accordd did not come up");
+    };
+    let mut child = spawn();
+    wait_ready(client.clone(), url.clone()).await;
+    let body = report_body(&fixture("x9drg-wholeio.json"));
+    let mut acked = Vec::new();
+    let mut killer = None;
+    for k in 0..400 {
+        if k == 30 {
+            // Kill while reports are in flight.
+            let pid = child.0.id();
+            killer = Some(std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status();
+            }));
+        }
+        let node = format!("n{k:03}");
+        let sent = client
+            .post(format!("{url}/v1/nodes/{node}/report"))
+            .bearer_auth(AGENT_TOKEN)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => acked.push(node),
+            _ => break,
+        }
+    }
+    killer.expect("the stream reached the kill").join().unwrap();
+    let _ = child.0.wait();
+    assert!(acked.len() >= 30, "only {} acknowledged", acked.len());
+    assert!(acked.len() < 400, "the kill did not interrupt the stream");
+
+    let _child = spawn();
+    wait_ready(client.clone(), url.clone()).await;
+    let listed: Value = client
+        .get(format!("{url}/v1/nodes"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    let lost: Vec<&String> = acked
+        .iter()
+        .filter(|n| !names.contains(&n.as_str()))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+}
+
+/// Under systemd (`Type=notify`), accordd says READY=1 once its listener is
+/// bound: the API answers as soon as the message arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accordd_tells_systemd_when_it_is_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (file, _) = config(dir.path(), &format!("127.0.0.1:{port}"));
+    let notify = dir.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
+        .args(["run", "--config"])
+        .arg(&file)
+        .env("NOTIFY_SOCKET", &notify)
+        .env("ACCORD_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let received = socket.recv(&mut buf);
+    let health = reqwest::get(format!("http://127.0.0.1:{port}/v1/health")).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let n = received.expect("READY=1 within 20 s");
+    assert_eq!(&buf[..n], b"READY=1");
+    assert!(health.unwrap().status().is_success());
+}
