@@ -3,7 +3,7 @@
 //! token, compared in constant time; a refused request stores nothing.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use accord::hardware::{NodeHardware, SCHEMA_VERSION};
 use axum::body::Bytes;
@@ -76,8 +76,10 @@ pub struct ApiState {
     pub agent_tokens: AgentTokens,
     pub admin_token: String,
     pub stale_after_s: u64,
-    /// Reports read, compare and write a record: one at a time.
-    pub writes: Mutex<()>,
+    /// Reports read, compare and write a record: one at a time. Taken
+    /// before going to a blocking thread, so writes queue here and not as
+    /// parked threads (each would hold its own allocator heap).
+    pub writes: tokio::sync::Mutex<()>,
     /// The clock, replaceable in tests.
     pub now: fn() -> u64,
 }
@@ -245,8 +247,10 @@ async fn report(
             ),
         ));
     }
+    let _guard = st.writes.lock().await;
+    let store_side = st.clone();
     let reply = blocking(move || {
-        let _guard = st.writes.lock().unwrap_or_else(|p| p.into_inner());
+        let st = store_side;
         let (outcome, record) =
             st.store
                 .report(&node, report.hardware, report.agent_version, (st.now)())?;
@@ -274,22 +278,27 @@ async fn heartbeat(
     } else {
         parse_json(&body)?
     };
-    let reply = blocking(move || {
-        let _guard = st.writes.lock().unwrap_or_else(|p| p.into_inner());
-        match st.store.heartbeat(&node, beat.agent_version, (st.now)())? {
-            Some(record) => Ok(AgentReply {
-                node,
-                generation: record.generation,
-                outcome: None,
-                command: None,
-            }),
-            None => Err(ApiError(
+    // No lock and no flush: a heartbeat overwrites one small record.
+    let liveness = crate::store::Liveness {
+        last_seen: (st.now)(),
+        agent_version: beat.agent_version,
+        uptime_s: beat.uptime_s,
+        gpu_health: beat.gpu_health,
+    };
+    let reply = match st.store.heartbeat(&node, liveness)? {
+        Some(generation) => AgentReply {
+            node,
+            generation,
+            outcome: None,
+            command: None,
+        },
+        None => {
+            return Err(ApiError(
                 StatusCode::NOT_FOUND,
                 format!("node {node} is not registered; report its hardware first"),
-            )),
+            ))
         }
-    })
-    .await?;
+    };
     Ok(Json(reply))
 }
 
@@ -329,11 +338,9 @@ async fn replace_node(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     check(bearer(&headers), Some(&st.admin_token))?;
-    let found = blocking(move || {
-        let _guard = st.writes.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(st.store.allow_replacement(&node)?)
-    })
-    .await?;
+    let _guard = st.writes.lock().await;
+    let store_side = st.clone();
+    let found = blocking(move || Ok(store_side.store.allow_replacement(&node)?)).await?;
     if found {
         Ok(StatusCode::NO_CONTENT)
     } else {

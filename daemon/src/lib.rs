@@ -5,7 +5,7 @@ pub mod api;
 pub mod config;
 pub mod store;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Context;
 
@@ -30,7 +30,7 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
         agent_tokens,
         admin_token,
         stale_after_s: config.agents.stale_after_s,
-        writes: Mutex::new(()),
+        writes: tokio::sync::Mutex::new(()),
         now: api::unix_now,
     }))
 }

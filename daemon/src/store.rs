@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 pub const STORE_SCHEMA: u32 = 1;
 
 const META: &str = "meta";
+const CACHE_BYTES: u64 = 8 << 20;
 const NODES: &str = "nodes";
+const LIVENESS: &str = "liveness";
 const SCHEMA_KEY: &[u8] = b"schema";
 
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +126,31 @@ impl NodeRecord {
     }
 }
 
+/// The part of a node that changes with reports: flushed before a report
+/// is acknowledged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct StoredNode {
+    name: String,
+    identity: MachineIdentity,
+    hardware: NodeHardware,
+    generation: u64,
+    reported_at: u64,
+    #[serde(default)]
+    replacement_allowed: bool,
+}
+
+/// The part that changes with every heartbeat: small, kept apart so a
+/// heartbeat does not rewrite the hardware model, and not flushed per
+/// heartbeat (sled flushes it within half a second; a crash can only make
+/// a node look a little older).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Liveness {
+    pub last_seen: u64,
+    pub agent_version: Option<String>,
+    pub uptime_s: Option<u64>,
+    pub gpu_health: Option<String>,
+}
+
 /// What a report did to the stored record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -136,6 +163,7 @@ pub enum ReportOutcome {
 pub struct Store {
     db: sled::Db,
     nodes: sled::Tree,
+    liveness: sled::Tree,
 }
 
 impl std::fmt::Debug for Store {
@@ -154,8 +182,11 @@ impl Store {
     /// Opens (or creates) the store in `dir`, refusing one written by a
     /// newer schema.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        // sled's page cache defaults to 1 GiB; the hot data here is small
+        // (hardware models are read on admin requests, liveness is tiny).
         let db = sled::Config::new()
             .path(dir)
+            .cache_capacity(CACHE_BYTES)
             .open()
             .map_err(|source| StoreError::Open {
                 path: dir.to_owned(),
@@ -184,6 +215,7 @@ impl Store {
         }
         let store = Store {
             nodes: db.open_tree(NODES).map_err(io("open nodes tree"))?,
+            liveness: db.open_tree(LIVENESS).map_err(io("open liveness tree"))?,
             db,
         };
         store.migrate(found.unwrap_or(STORE_SCHEMA))?;
@@ -205,7 +237,7 @@ impl Store {
         Ok(())
     }
 
-    pub fn node(&self, name: &str) -> Result<Option<NodeRecord>, StoreError> {
+    fn stored(&self, name: &str) -> Result<Option<StoredNode>, StoreError> {
         let Some(bytes) = self.nodes.get(name).map_err(io("read node"))? else {
             return Ok(None);
         };
@@ -217,25 +249,63 @@ impl Store {
             })
     }
 
+    fn liveness_of(&self, name: &str) -> Result<Liveness, StoreError> {
+        let Some(bytes) = self.liveness.get(name).map_err(io("read liveness"))? else {
+            return Ok(Liveness::default());
+        };
+        serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
+            node: name.to_owned(),
+            source,
+        })
+    }
+
+    fn record(&self, n: StoredNode) -> Result<NodeRecord, StoreError> {
+        let live = self.liveness_of(&n.name)?;
+        Ok(NodeRecord {
+            last_seen: live.last_seen.max(n.reported_at),
+            agent_version: live.agent_version,
+            name: n.name,
+            identity: n.identity,
+            hardware: n.hardware,
+            generation: n.generation,
+            reported_at: n.reported_at,
+            replacement_allowed: n.replacement_allowed,
+        })
+    }
+
+    pub fn node(&self, name: &str) -> Result<Option<NodeRecord>, StoreError> {
+        self.stored(name)?.map(|n| self.record(n)).transpose()
+    }
+
     /// All nodes, by name.
     pub fn nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
         self.nodes
             .iter()
             .map(|kv| {
                 let (k, v) = kv.map_err(io("list nodes"))?;
-                serde_json::from_slice(&v).map_err(|source| StoreError::Corrupt {
-                    node: String::from_utf8_lossy(&k).into_owned(),
-                    source,
-                })
+                let n: StoredNode =
+                    serde_json::from_slice(&v).map_err(|source| StoreError::Corrupt {
+                        node: String::from_utf8_lossy(&k).into_owned(),
+                        source,
+                    })?;
+                self.record(n)
             })
             .collect()
     }
 
-    fn put(&self, record: &NodeRecord) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(record).expect("records serialize");
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn put(&self, n: &StoredNode, live: &Liveness) -> Result<(), StoreError> {
+        let node = serde_json::to_vec(n).expect("records serialize");
+        let live = serde_json::to_vec(live).expect("records serialize");
         self.nodes
-            .insert(record.name.as_bytes(), bytes)
+            .insert(n.name.as_bytes(), node)
             .map_err(io("write node"))?;
+        self.liveness
+            .insert(n.name.as_bytes(), live)
+            .map_err(io("write liveness"))?;
         // Durable before the caller acknowledges.
         self.flush()
     }
@@ -250,17 +320,20 @@ impl Store {
         now: u64,
     ) -> Result<(ReportOutcome, NodeRecord), StoreError> {
         let identity = MachineIdentity::of(&hardware);
-        let (outcome, record) = match self.node(name)? {
+        let mut live = self.liveness_of(name)?;
+        live.last_seen = now;
+        if agent_version.is_some() {
+            live.agent_version = agent_version;
+        }
+        let (outcome, stored) = match self.stored(name)? {
             None => (
                 ReportOutcome::Registered,
-                NodeRecord {
+                StoredNode {
                     name: name.to_owned(),
                     identity,
                     hardware,
                     generation: 1,
                     reported_at: now,
-                    last_seen: now,
-                    agent_version,
                     replacement_allowed: false,
                 },
             ),
@@ -273,53 +346,71 @@ impl Store {
                     });
                 }
                 let changed = old.hardware != hardware || old.identity != identity;
-                let record = NodeRecord {
-                    name: name.to_owned(),
-                    generation: old.generation + u64::from(changed),
-                    reported_at: if changed { now } else { old.reported_at },
-                    last_seen: now,
-                    agent_version: agent_version.or(old.agent_version),
-                    replacement_allowed: false,
-                    identity,
-                    hardware,
-                };
                 let outcome = if changed {
                     ReportOutcome::Changed
                 } else {
                     ReportOutcome::Unchanged
                 };
-                (outcome, record)
+                (
+                    outcome,
+                    StoredNode {
+                        name: name.to_owned(),
+                        generation: old.generation + u64::from(changed),
+                        reported_at: if changed { now } else { old.reported_at },
+                        replacement_allowed: false,
+                        identity,
+                        hardware,
+                    },
+                )
             }
         };
-        self.put(&record)?;
-        Ok((outcome, record))
+        self.put(&stored, &live)?;
+        Ok((outcome, self.record(stored)?))
     }
 
-    /// Records a sign of life; `None` for a node never registered.
-    pub fn heartbeat(
-        &self,
-        name: &str,
-        agent_version: Option<String>,
-        now: u64,
-    ) -> Result<Option<NodeRecord>, StoreError> {
-        let Some(mut record) = self.node(name)? else {
+    /// Records a sign of life; `None` (and nothing written) for a node
+    /// never registered. Returns the node's generation.
+    pub fn heartbeat(&self, name: &str, beat: Liveness) -> Result<Option<u64>, StoreError> {
+        let Some(stored) = self.stored_generation(name)? else {
             return Ok(None);
         };
-        record.last_seen = now;
-        if agent_version.is_some() {
-            record.agent_version = agent_version;
+        let mut live = beat;
+        if live.agent_version.is_none() {
+            live.agent_version = self.liveness_of(name)?.agent_version;
         }
-        self.put(&record)?;
-        Ok(Some(record))
+        let bytes = serde_json::to_vec(&live).expect("records serialize");
+        self.liveness
+            .insert(name.as_bytes(), bytes)
+            .map_err(io("write liveness"))?;
+        Ok(Some(stored))
+    }
+
+    /// The generation of `name`, without decoding its hardware model.
+    fn stored_generation(&self, name: &str) -> Result<Option<u64>, StoreError> {
+        #[derive(Deserialize)]
+        struct Generation {
+            generation: u64,
+        }
+        let Some(bytes) = self.nodes.get(name).map_err(io("read node"))? else {
+            return Ok(None);
+        };
+        // serde skips the other fields without building them.
+        let g: Generation =
+            serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
+                node: name.to_owned(),
+                source,
+            })?;
+        Ok(Some(g.generation))
     }
 
     /// Lets the next report for `name` carry a new machine identity.
     pub fn allow_replacement(&self, name: &str) -> Result<bool, StoreError> {
-        let Some(mut record) = self.node(name)? else {
+        let Some(mut stored) = self.stored(name)? else {
             return Ok(false);
         };
-        record.replacement_allowed = true;
-        self.put(&record)?;
+        stored.replacement_allowed = true;
+        let live = self.liveness_of(name)?;
+        self.put(&stored, &live)?;
         Ok(true)
     }
 }
