@@ -348,8 +348,9 @@ fn reference_config_files_parse() {
                 assert_eq!(fleet.nodes.len(), 3);
                 assert_eq!(fleet.reservations[0].nodes, ["gpu-002"]);
             }
-            // The daemon's own file: daemon/tests/config.rs checks it.
-            "accordd.toml" => {}
+            // The daemon's and the agent's files: daemon/tests/config.rs
+            // and agent/tests/run.rs check them.
+            "accordd.toml" | "agent.toml" => {}
             other => panic!("config/{other}: no test knows this file; add it here"),
         }
         checked += 1;

@@ -10,6 +10,7 @@ pub mod error;
 pub mod hwloc;
 pub mod merge;
 pub mod nvml;
+pub mod run;
 pub mod summary;
 
 use std::path::Path;
@@ -21,6 +22,18 @@ pub use error::DiscoveryError;
 use error::Result;
 use hwloc::HwlocInput;
 use nvml::live::LiveNvml;
+
+/// The error and its sources, `: `-separated, for one log line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
 
 /// Both hwloc and nvidia-smi exports start with a DOCTYPE; the DTD itself
 /// is never fetched or expanded.

@@ -40,6 +40,14 @@ enum Command {
         /// Directory to write topology.xml, nvml.json and model.json into.
         dir: PathBuf,
     },
+    /// Report to accordd: register, heartbeat, re-discover on an interval
+    /// and on SIGHUP, report changes; ride out daemon outages.
+    Run {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Check an agent configuration file and report every problem.
+    CheckConfig { file: PathBuf },
     /// Convert an `nvidia-smi -q -x` dump into an NVML snapshot (JSON).
     ImportNvidiaSmi {
         /// The `nvidia-smi -q -x` output file.
@@ -93,6 +101,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(reason) = done.nvml_missing {
                 println!("no NVML snapshot: {reason}");
             }
+        }
+        Command::Run { config } => {
+            let config = accord_agent::run::AgentConfig::load(&config)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            runtime.block_on(accord_agent::run::run(config, async {
+                let _ = tokio::signal::ctrl_c().await;
+            }))?;
+        }
+        Command::CheckConfig { file } => {
+            accord_agent::run::AgentConfig::load(&file)?;
+            println!("{}: ok", file.display());
         }
         Command::ImportNvidiaSmi { file } => {
             let snapshot = nvml::nvidia_smi::import_file(&file)?;

@@ -49,7 +49,9 @@ fn systemd_units_verify() {
         }
         let text = std::fs::read_to_string(&path)
             .unwrap()
-            .replace("/usr/bin/accordd", env!("CARGO_BIN_EXE_accordd"));
+            .replace("/usr/bin/accordd", env!("CARGO_BIN_EXE_accordd"))
+            // Any executable stands in for the agent: verify checks paths.
+            .replace("/usr/bin/accord-agent", env!("CARGO_BIN_EXE_accordctl"));
         let unit = tmp.path().join(path.file_name().unwrap());
         std::fs::write(&unit, text).unwrap();
         let out = std::process::Command::new("systemd-analyze")

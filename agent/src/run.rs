@@ -1,0 +1,450 @@
+//! `accord-agent run`: registers this node with accordd, re-discovers on an
+//! interval and on SIGHUP and reports only changes, heartbeats, and rides
+//! out daemon outages with capped exponential backoff and jitter. It never
+//! exits because the daemon is down.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use accord::hardware::NodeHardware;
+use serde::Deserialize;
+use tracing::{info, warn};
+
+use crate::Sources;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentConfigError {
+    #[error("{file}: cannot read")]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}:{line}:{column}: {message}")]
+    Parse {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{file}: {} problem(s):\n  {}", problems.len(), problems.join("\n  "))]
+    Invalid {
+        file: PathBuf,
+        problems: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub daemon: DaemonSection,
+    #[serde(default)]
+    pub node: NodeSection,
+    #[serde(default)]
+    pub discovery: DiscoverySection,
+    #[serde(default)]
+    pub heartbeat: HeartbeatSection,
+    #[serde(default)]
+    pub backoff: BackoffSection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonSection {
+    pub url: String,
+    pub token_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    /// The Kubernetes node name; default: the hostname.
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoverySection {
+    #[serde(default = "default_discovery_s")]
+    pub interval_s: u64,
+    /// Replay recorded hardware instead of this host (the local lab).
+    pub hwloc_xml: Option<PathBuf>,
+    pub nvml_snapshot: Option<PathBuf>,
+    pub nvidia_smi_xml: Option<PathBuf>,
+}
+
+impl Default for DiscoverySection {
+    fn default() -> Self {
+        DiscoverySection {
+            interval_s: default_discovery_s(),
+            hwloc_xml: None,
+            nvml_snapshot: None,
+            nvidia_smi_xml: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatSection {
+    #[serde(default = "default_heartbeat_ms")]
+    pub interval_ms: u64,
+}
+
+impl Default for HeartbeatSection {
+    fn default() -> Self {
+        HeartbeatSection {
+            interval_ms: default_heartbeat_ms(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffSection {
+    #[serde(default = "default_initial_ms")]
+    pub initial_ms: u64,
+    #[serde(default = "default_max_ms")]
+    pub max_ms: u64,
+}
+
+impl Default for BackoffSection {
+    fn default() -> Self {
+        BackoffSection {
+            initial_ms: default_initial_ms(),
+            max_ms: default_max_ms(),
+        }
+    }
+}
+
+fn default_discovery_s() -> u64 {
+    300
+}
+fn default_heartbeat_ms() -> u64 {
+    15_000
+}
+fn default_initial_ms() -> u64 {
+    500
+}
+fn default_max_ms() -> u64 {
+    60_000
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+impl AgentConfig {
+    pub fn parse(text: &str, file: &Path) -> Result<AgentConfig, AgentConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            AgentConfigError::Parse {
+                file: file.to_owned(),
+                line,
+                column,
+                message: e.message().to_owned(),
+            }
+        })
+    }
+
+    pub fn load(file: &Path) -> Result<AgentConfig, AgentConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| AgentConfigError::Read {
+            file: file.to_owned(),
+            source,
+        })?;
+        let config = AgentConfig::parse(&text, file)?;
+        let problems = config.validate();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(AgentConfigError::Invalid {
+                file: file.to_owned(),
+                problems,
+            })
+        }
+    }
+
+    /// Every problem, each naming its key.
+    pub fn validate(&self) -> Vec<String> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut problems = Vec::new();
+        if !(self.daemon.url.starts_with("http://") || self.daemon.url.starts_with("https://")) {
+            problems.push(format!(
+                "daemon.url: {:?} is not an http(s) URL",
+                self.daemon.url
+            ));
+        }
+        match std::fs::metadata(&self.daemon.token_file) {
+            Err(e) => problems.push(format!(
+                "daemon.token_file: {}: {e}",
+                self.daemon.token_file.display()
+            )),
+            Ok(m) if m.permissions().mode() & 0o077 != 0 => problems.push(format!(
+                "daemon.token_file: {} is readable by group or others (mode {:o}); chmod 600",
+                self.daemon.token_file.display(),
+                m.permissions().mode() & 0o777
+            )),
+            Ok(_) => {}
+        }
+        if self.discovery.interval_s == 0 {
+            problems.push("discovery.interval_s: must be above 0".to_owned());
+        }
+        if self.heartbeat.interval_ms == 0 {
+            problems.push("heartbeat.interval_ms: must be above 0".to_owned());
+        }
+        if self.backoff.initial_ms == 0 || self.backoff.max_ms < self.backoff.initial_ms {
+            problems.push("backoff: need 0 < initial_ms <= max_ms".to_owned());
+        }
+        if self.discovery.hwloc_xml.is_none()
+            && (self.discovery.nvml_snapshot.is_some() || self.discovery.nvidia_smi_xml.is_some())
+        {
+            problems.push(
+                "discovery: a recorded NVML view needs the recorded topology (hwloc_xml) too"
+                    .to_owned(),
+            );
+        }
+        problems
+    }
+
+    fn sources(&self) -> Sources<'_> {
+        Sources {
+            hwloc_xml: self.discovery.hwloc_xml.as_deref(),
+            nvml_snapshot: self.discovery.nvml_snapshot.as_deref(),
+            nvidia_smi_xml: self.discovery.nvidia_smi_xml.as_deref(),
+        }
+    }
+}
+
+/// Capped exponential backoff with full jitter: each wait is uniform in
+/// [0, min(max, initial·2^n)], so agents that lost the daemon together do
+/// not come back together.
+#[derive(Debug)]
+pub struct Backoff {
+    initial_ms: u64,
+    max_ms: u64,
+    attempt: u32,
+    rng: u64,
+}
+
+impl Backoff {
+    pub fn new(initial_ms: u64, max_ms: u64, seed: u64) -> Backoff {
+        Backoff {
+            initial_ms,
+            max_ms,
+            attempt: 0,
+            rng: seed | 1,
+        }
+    }
+
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+
+    /// The ceiling of the next wait, before jitter.
+    pub fn ceiling(&self) -> Duration {
+        let exp = self
+            .initial_ms
+            .saturating_mul(1u64 << self.attempt.min(32))
+            .min(self.max_ms);
+        Duration::from_millis(exp)
+    }
+
+    pub fn next_wait(&mut self) -> Duration {
+        let ceiling = self.ceiling().as_millis() as u64;
+        self.attempt = self.attempt.saturating_add(1);
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        Duration::from_millis(self.rng % (ceiling + 1))
+    }
+}
+
+/// Why a call to the daemon did not succeed.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error("accordd unreachable")]
+    Unreachable(#[source] reqwest::Error),
+    #[error("accordd answered {status}: {reason}")]
+    Refused {
+        status: reqwest::StatusCode,
+        reason: String,
+    },
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    node: String,
+}
+
+impl Client {
+    async fn post(&self, what: &str, body: Vec<u8>) -> Result<serde_json::Value, CallError> {
+        let resp = self
+            .http
+            .post(format!("{}/v1/nodes/{}/{what}", self.base, self.node))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(CallError::Unreachable)?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        if status.is_success() {
+            Ok(value)
+        } else {
+            Err(CallError::Refused {
+                status,
+                reason: value["error"].as_str().unwrap_or(&text).to_owned(),
+            })
+        }
+    }
+
+    async fn report(&self, hw: &NodeHardware) -> Result<u64, CallError> {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "agent_version": env!("CARGO_PKG_VERSION"),
+            "hardware": hw,
+        }))
+        .expect("models serialize");
+        let v = self.post("report", body).await?;
+        Ok(v["generation"].as_u64().unwrap_or(0))
+    }
+
+    async fn heartbeat(&self, uptime_s: u64) -> Result<(), CallError> {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "agent_version": env!("CARGO_PKG_VERSION"),
+            "uptime_s": uptime_s,
+        }))
+        .expect("heartbeats serialize");
+        self.post("heartbeat", body).await.map(|_| ())
+    }
+}
+
+async fn discover(config: &AgentConfig) -> Option<NodeHardware> {
+    let config = config.clone();
+    let result = tokio::task::spawn_blocking(move || crate::discover(config.sources())).await;
+    match result {
+        Ok(Ok(hw)) => Some(hw),
+        Ok(Err(e)) => {
+            warn!(error = %e, "discovery failed; keeping the last model");
+            None
+        }
+        Err(e) => {
+            warn!(error = %e, "discovery task failed");
+            None
+        }
+    }
+}
+
+fn node_name(config: &AgentConfig, hw: Option<&NodeHardware>) -> String {
+    config
+        .node
+        .name
+        .clone()
+        .or_else(|| hw.and_then(|h| h.machine.hostname.clone()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Runs until `shutdown` resolves. Errors only for a token it cannot read.
+pub async fn run(
+    config: AgentConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let token = std::fs::read_to_string(&config.daemon.token_file)
+        .with_context(|| format!("daemon.token_file: {}", config.daemon.token_file.display()))?
+        .trim()
+        .to_owned();
+    let started = std::time::Instant::now();
+    let mut current = discover(&config).await;
+    let client = Client {
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?,
+        base: config.daemon.url.trim_end_matches('/').to_owned(),
+        token,
+        node: node_name(&config, current.as_ref()),
+    };
+    let seed = std::process::id() as u64 ^ (started.elapsed().as_nanos() as u64).rotate_left(17);
+    let mut backoff = Backoff::new(config.backoff.initial_ms, config.backoff.max_ms, seed);
+    let mut reported: Option<NodeHardware> = None;
+    let mut heartbeat = tokio::time::interval(Duration::from_millis(config.heartbeat.interval_ms));
+    let mut rediscover = tokio::time::interval(Duration::from_secs(config.discovery.interval_s));
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    rediscover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    rediscover.tick().await; // the first tick is now; discovery just ran
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut outage = false;
+    tokio::pin!(shutdown);
+    info!(node = %client.node, daemon = %client.base, "agent running");
+    loop {
+        // Report when the model differs from what the daemon acknowledged.
+        if let Some(hw) = current.as_ref().filter(|hw| reported.as_ref() != Some(*hw)) {
+            match client.report(hw).await {
+                Ok(generation) => {
+                    info!(node = %client.node, generation, "hardware reported");
+                    reported = Some(hw.clone());
+                    backoff.reset();
+                    outage = false;
+                }
+                Err(e) => {
+                    let wait = backoff.next_wait();
+                    if !outage || matches!(e, CallError::Refused { .. }) {
+                        warn!(error = %crate::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "report failed");
+                    }
+                    outage = true;
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => continue,
+                        _ = &mut shutdown => return Ok(()),
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = heartbeat.tick() => {
+                match client.heartbeat(started.elapsed().as_secs()).await {
+                    Ok(()) => {
+                        if outage {
+                            info!("accordd reachable again");
+                        }
+                        outage = false;
+                        backoff.reset();
+                    }
+                    // The daemon does not know this node (a new store):
+                    // report again.
+                    Err(CallError::Refused { status, .. }) if status == reqwest::StatusCode::NOT_FOUND => {
+                        reported = None;
+                    }
+                    Err(e) => {
+                        if !outage {
+                            warn!(error = %crate::error_chain(&e), "heartbeat failed; will keep trying");
+                        }
+                        outage = true;
+                    }
+                }
+            }
+            _ = rediscover.tick() => {
+                if let Some(hw) = discover(&config).await {
+                    current = Some(hw);
+                }
+            }
+            _ = hangup.recv() => {
+                info!("SIGHUP: discovering again");
+                if let Some(hw) = discover(&config).await {
+                    current = Some(hw);
+                }
+            }
+        }
+    }
+}

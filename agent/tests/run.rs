@@ -1,0 +1,201 @@
+//! `accord-agent run` against a real accordd (in process, on a temporary
+//! store): the agent starts before the daemon, keeps retrying, registers
+//! once the daemon is up, and registers again with a daemon that lost it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use accord_agent::run::{AgentConfig, Backoff};
+
+const TOKEN: &str = "agent-token-for-tests";
+
+fn secret(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, TOKEN).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/hwloc")
+        .join(name)
+}
+
+/// A daemon on `port` with its store in `store`, until the sender fires.
+async fn daemon(
+    dir: &Path,
+    store: &str,
+    port: u16,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n[store]\ndir = \"{}\"\n[agents]\ntoken_file = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
+        dir.join(store).display(),
+        secret(dir, "agent-token").display(),
+        secret(dir, "admin-token").display()
+    );
+    let file = dir.join(format!("{store}.toml"));
+    std::fs::write(&file, text).unwrap();
+    let config = accordd::config::DaemonConfig::load(&file).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(accordd::serve(config, async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
+async fn listed(port: u16) -> Vec<(String, usize, u64)> {
+    let resp = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/v1/nodes"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await;
+    let Ok(resp) = resp else { return Vec::new() };
+    let v: serde_json::Value = resp.json().await.unwrap_or_default();
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|n| {
+                    (
+                        n["name"].as_str().unwrap_or_default().to_owned(),
+                        n["hardware"]["gpus"].as_array().map_or(0, Vec::len),
+                        n["generation"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn wait_for(port: u16, want: &[(String, usize, u64)]) {
+    for _ in 0..200 {
+        if listed(port).await == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("daemon never listed {want:?}; has {:?}", listed(port).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_outlives_daemon_outages_and_registers() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let agent_toml = format!(
+        r#"
+[daemon]
+url = "http://127.0.0.1:{port}"
+token_file = "{}"
+[node]
+name = "dgx2-lab"
+[discovery]
+interval_s = 3600
+hwloc_xml = "{}"
+[heartbeat]
+interval_ms = 100
+[backoff]
+initial_ms = 20
+max_ms = 200
+"#,
+        secret(dir.path(), "agent-token").display(),
+        fixture("nvidiaDGX2.xml").display()
+    );
+    let file = dir.path().join("agent.toml");
+    std::fs::write(&file, agent_toml).unwrap();
+    let config = AgentConfig::load(&file).unwrap();
+    let (stop_agent, agent_stopped) = tokio::sync::oneshot::channel::<()>();
+    let agent = tokio::spawn(accord_agent::run::run(config, async {
+        let _ = agent_stopped.await;
+    }));
+
+    // The daemon comes up late: the agent has been retrying.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !agent.is_finished(),
+        "the agent gave up while accordd was down"
+    );
+    let (stop, task) = daemon(dir.path(), "store-a", port).await;
+    let node = vec![("dgx2-lab".to_owned(), 16, 1)];
+    wait_for(port, &node).await;
+
+    // accordd restarts with an empty store: heartbeats get 404, the agent
+    // reports again.
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (stop, task) = daemon(dir.path(), "store-b", port).await;
+    wait_for(port, &node).await;
+
+    stop_agent.send(()).unwrap();
+    agent.await.unwrap().unwrap();
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+#[test]
+fn backoff_grows_to_its_cap_with_jitter_below_the_ceiling() {
+    let mut b = Backoff::new(100, 1_000, 7);
+    let mut ceilings = Vec::new();
+    for _ in 0..6 {
+        let ceiling = b.ceiling();
+        let wait = b.next_wait();
+        assert!(wait <= ceiling, "{wait:?} above {ceiling:?}");
+        ceilings.push(ceiling.as_millis());
+    }
+    assert_eq!(ceilings, [100, 200, 400, 800, 1000, 1000]);
+    b.reset();
+    assert_eq!(b.ceiling().as_millis(), 100);
+}
+
+#[test]
+fn agent_config_problems_are_all_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("open-token");
+    std::fs::write(&token, TOKEN).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let file = dir.path().join("agent.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[daemon]\nurl = \"accordd:7480\"\ntoken_file = \"{}\"\n[discovery]\nnvml_snapshot = \"x.json\"\n",
+            token.display()
+        ),
+    )
+    .unwrap();
+    let err = AgentConfig::load(&file).unwrap_err().to_string();
+    assert!(err.contains("3 problem(s)"), "{err}");
+    assert!(err.contains("daemon.url"), "{err}");
+    assert!(err.contains("chmod 600"), "{err}");
+    assert!(err.contains("hwloc_xml"), "{err}");
+    std::fs::write(
+        &file,
+        "[daemon]\nurl = \"http://a:1\"\ntoken_file = \"t\"\nretries = 3\n",
+    )
+    .unwrap();
+    let err = AgentConfig::load(&file).unwrap_err().to_string();
+    assert!(
+        err.contains("agent.toml:4:1") && err.contains("retries"),
+        "{err}"
+    );
+}
+
+/// The reference config/agent.toml parses, and validates but for the token
+/// file it names (it lives on the host, not here).
+#[test]
+fn reference_agent_toml_parses() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/agent.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let config = AgentConfig::parse(&text, &file).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.heartbeat.interval_ms, 15_000);
+    let problems = config.validate();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("daemon.token_file"), "{problems:?}");
+}
