@@ -199,3 +199,67 @@ fn reference_agent_toml_parses() {
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].starts_with("daemon.token_file"), "{problems:?}");
 }
+
+/// Three agents replaying three recorded machines register with one
+/// daemon, each under its own name, with its own GPUs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agents_replaying_recorded_machines_register() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (stop, task) = daemon(dir.path(), "store", port).await;
+    let token = secret(dir.path(), "agent-token");
+    let mut agents = Vec::new();
+    for (name, xml) in [
+        ("dgx2", "nvidiaDGX2.xml"),
+        ("e5-2650", "24em64t-2n6c2t-pci.xml"),
+        ("x9drg", "32em64t-2n8c2t-pci-wholeio.xml"),
+    ] {
+        let text = format!(
+            "[daemon]\nurl = \"http://127.0.0.1:{port}\"\ntoken_file = \"{}\"\n[node]\nname = \"{name}\"\n[discovery]\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
+            token.display(),
+            fixture(xml).display()
+        );
+        let file = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let config = AgentConfig::load(&file).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        agents.push((
+            tx,
+            tokio::spawn(accord_agent::run::run(config, async {
+                let _ = rx.await;
+            })),
+        ));
+    }
+    // What each replayed machine holds, by the same discovery.
+    let gpus = |xml: &str| {
+        let path = fixture(xml);
+        accord_agent::discover(accord_agent::Sources {
+            hwloc_xml: Some(&path),
+            ..Default::default()
+        })
+        .unwrap()
+        .gpus
+        .len()
+    };
+    let want = vec![
+        ("dgx2".to_owned(), gpus("nvidiaDGX2.xml"), 1),
+        ("e5-2650".to_owned(), gpus("24em64t-2n6c2t-pci.xml"), 1),
+        (
+            "x9drg".to_owned(),
+            gpus("32em64t-2n8c2t-pci-wholeio.xml"),
+            1,
+        ),
+    ];
+    assert_eq!(want[0].1, 16, "the DGX-2 export has 16 GPUs");
+    wait_for(port, &want).await;
+    for (tx, task) in agents {
+        tx.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
