@@ -53,6 +53,9 @@ pub struct AgentConfig {
 pub struct DaemonSection {
     pub url: String,
     pub token_file: PathBuf,
+    /// PEM CA certificate to trust for an https `url` (a private CA);
+    /// the system's roots are always trusted.
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -188,6 +191,11 @@ impl AgentConfig {
                 m.permissions().mode() & 0o777
             )),
             Ok(_) => {}
+        }
+        if let Some(ca) = &self.daemon.ca_file {
+            if let Err(e) = std::fs::metadata(ca) {
+                problems.push(format!("daemon.ca_file: {}: {e}", ca.display()));
+            }
         }
         if self.discovery.interval_s == 0 {
             problems.push("discovery.interval_s: must be above 0".to_owned());
@@ -367,10 +375,15 @@ pub async fn run(
         .to_owned();
     let started = std::time::Instant::now();
     let mut current = discover(&config).await;
+    let mut http = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    if let Some(ca) = &config.daemon.ca_file {
+        let pem = std::fs::read(ca).with_context(|| format!("daemon.ca_file: {}", ca.display()))?;
+        let cert = reqwest::Certificate::from_pem(&pem)
+            .with_context(|| format!("daemon.ca_file: {}: not a PEM certificate", ca.display()))?;
+        http = http.add_root_certificate(cert);
+    }
     let client = Client {
-        http: reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()?,
+        http: http.build()?,
         base: config.daemon.url.trim_end_matches('/').to_owned(),
         token,
         node: node_name(&config, current.as_ref()),

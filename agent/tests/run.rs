@@ -263,3 +263,85 @@ async fn three_agents_replaying_recorded_machines_register() {
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
+
+/// With tls_cert and tls_key, accordd speaks only TLS: an agent trusting
+/// the CA registers over https; plain HTTP to the same port gets nowhere.
+/// (tests/fixtures/tls: a throwaway test CA and a localhost certificate.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_register_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tls");
+    let cert = tls.join("cert.pem");
+    let ca = tls.join("ca.pem");
+    // Keys must be private; git does not keep the mode.
+    let key = dir.path().join("key.pem");
+    std::fs::copy(tls.join("key.pem"), &key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n[store]\ndir = \"{}\"\n[agents]\ntoken_file = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
+        cert.display(),
+        key.display(),
+        dir.path().join("store").display(),
+        secret(dir.path(), "agent-token").display(),
+        secret(dir.path(), "admin-token").display()
+    );
+    let file = dir.path().join("accordd.toml");
+    std::fs::write(&file, text).unwrap();
+    let config = accordd::config::DaemonConfig::load(&file).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(accordd::serve(config, async {
+        let _ = stopped.await;
+    }));
+
+    let agent_toml = format!(
+        "[daemon]\nurl = \"https://localhost:{port}\"\ntoken_file = \"{}\"\nca_file = \"{}\"\n[node]\nname = \"tls-node\"\n[discovery]\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
+        secret(dir.path(), "agent-token").display(),
+        ca.display(),
+        fixture("32em64t-2n8c2t-pci-wholeio.xml").display()
+    );
+    let afile = dir.path().join("agent.toml");
+    std::fs::write(&afile, agent_toml).unwrap();
+    let (stop_agent, agent_stopped) = tokio::sync::oneshot::channel::<()>();
+    let agent = tokio::spawn(accord_agent::run::run(
+        AgentConfig::load(&afile).unwrap(),
+        async {
+            let _ = agent_stopped.await;
+        },
+    ));
+    let pem = std::fs::read(&ca).unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+        .build()
+        .unwrap();
+    let mut names = Vec::new();
+    for _ in 0..200 {
+        if let Ok(r) = client
+            .get(format!("https://localhost:{port}/v1/nodes"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+        {
+            let v: serde_json::Value = r.json().await.unwrap_or_default();
+            names = v
+                .as_array()
+                .map(|a| a.iter().map(|n| n["name"].to_string()).collect())
+                .unwrap_or_default();
+            if !names.is_empty() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(names, ["\"tls-node\""]);
+    let plain = reqwest::get(format!("http://127.0.0.1:{port}/v1/health")).await;
+    assert!(plain.is_err(), "plain HTTP was answered: {plain:?}");
+    stop_agent.send(()).unwrap();
+    agent.await.unwrap().unwrap();
+    stop.send(()).unwrap();
+    daemon.await.unwrap().unwrap();
+}

@@ -46,6 +46,10 @@ pub struct ServerConfig {
     /// Largest request body accepted, bytes.
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
+    /// PEM certificate chain and private key: with both, the API speaks
+    /// TLS only.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -162,6 +166,16 @@ impl DaemonConfig {
         }
         if self.server.max_body_bytes < 1024 {
             problems.push("server.max_body_bytes: below 1024 no report fits".to_owned());
+        }
+        match (&self.server.tls_cert, &self.server.tls_key) {
+            (Some(cert), Some(key)) => {
+                if let Err(e) = std::fs::metadata(cert) {
+                    problems.push(format!("server.tls_cert: {}: {e}", cert.display()));
+                }
+                problems.extend(check_secret("server.tls_key", key));
+            }
+            (None, None) => {}
+            _ => problems.push("server: set both tls_cert and tls_key, or neither".to_owned()),
         }
         if self.store.dir.as_os_str().is_empty() {
             problems.push("store.dir: empty".to_owned());

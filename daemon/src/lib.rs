@@ -4,6 +4,7 @@
 pub mod api;
 pub mod config;
 pub mod store;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -36,19 +37,50 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
 }
 
 /// Binds the listener, then serves until `shutdown` resolves. The
-/// configuration is checked before anything is bound.
+/// configuration is checked, the store opened and the TLS files read
+/// before anything is bound.
 pub async fn serve(
     config: DaemonConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = state(&config)?;
+    let tls = match (&config.server.tls_cert, &config.server.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(config.listen_addr())
         .await
         .with_context(|| format!("server.listen: cannot bind {}", config.server.listen))?;
     if let Err(e) = notify_ready() {
         tracing::warn!(error = %e, "cannot tell systemd the daemon is ready");
     }
-    serve_on(listener, state, config.server.max_body_bytes, shutdown).await
+    let max_body = config.server.max_body_bytes;
+    match tls {
+        Some(acceptor) => {
+            let listener = tls::TlsListener::new(listener, acceptor)?;
+            tracing::info!(listen = %config.server.listen, "accordd serving over TLS");
+            axum::serve(listener, api::router(state, max_body))
+                .with_graceful_shutdown(shutdown)
+                .await
+                .context("HTTP server failed")
+        }
+        None => serve_on(listener, state, max_body, shutdown).await,
+    }
+}
+
+/// Serves the API (plain HTTP) on a bound listener until `shutdown`
+/// resolves.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: Arc<ApiState>,
+    max_body_bytes: usize,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    tracing::info!(listen = %listener.local_addr()?, "accordd serving");
+    axum::serve(listener, api::router(state, max_body_bytes))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("HTTP server failed")
 }
 
 /// Tells systemd (`Type=notify`) that the daemon is ready: called once the
@@ -71,18 +103,4 @@ pub fn notify_ready() -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Serves the API on a bound listener until `shutdown` resolves.
-pub async fn serve_on(
-    listener: tokio::net::TcpListener,
-    state: Arc<ApiState>,
-    max_body_bytes: usize,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    tracing::info!(listen = %listener.local_addr()?, "accordd serving");
-    axum::serve(listener, api::router(state, max_body_bytes))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("HTTP server failed")
 }

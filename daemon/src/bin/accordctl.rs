@@ -75,6 +75,9 @@ struct DaemonArgs {
         default_value = "/etc/accord/admin-token"
     )]
     token_file: PathBuf,
+    /// PEM CA certificate to trust for an https URL.
+    #[arg(long, env = "ACCORD_CA_FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 impl DaemonArgs {
@@ -85,7 +88,14 @@ impl DaemonArgs {
             .enable_all()
             .build()?;
         runtime.block_on(async {
-            let resp = reqwest::Client::new()
+            let mut client = reqwest::Client::builder();
+            if let Some(ca) = &self.ca_file {
+                let cert = reqwest::Certificate::from_pem(read(ca)?.as_bytes())
+                    .with_context(|| format!("{}: not a PEM certificate", ca.display()))?;
+                client = client.add_root_certificate(cert);
+            }
+            let resp = client
+                .build()?
                 .request(method, &url)
                 .bearer_auth(token)
                 .send()
