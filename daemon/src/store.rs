@@ -414,3 +414,37 @@ impl Store {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hardware() -> NodeHardware {
+        let text = include_str!("../../tests/fixtures/models/x9drg-wholeio.json");
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn silent_nodes_turn_stale_and_stay_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.report("a", hardware(), None, 1_000).unwrap();
+        let record = store.node("a").unwrap().unwrap();
+        assert!(!record.is_stale(1_100, 120));
+        assert!(record.is_stale(1_121, 120));
+        // A heartbeat makes it fresh again; nothing is ever deleted.
+        let beat = Liveness {
+            last_seen: 1_200,
+            ..Liveness::default()
+        };
+        assert_eq!(store.heartbeat("a", beat).unwrap(), Some(1));
+        let record = store.node("a").unwrap().unwrap();
+        assert!(!record.is_stale(1_300, 120));
+        assert_eq!(store.node_count(), 1);
+        assert_eq!(
+            store.heartbeat("unknown", Liveness::default()).unwrap(),
+            None
+        );
+        assert_eq!(store.node_count(), 1);
+    }
+}
