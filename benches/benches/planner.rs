@@ -5,7 +5,7 @@
 use accord::plan::plan;
 use criterion::{criterion_group, criterion_main, Criterion};
 
-/// The same allocator as the daemon, whose planning this measures.
+/// The same allocator as `accordctl plan`, whose planning this measures.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -5,15 +5,14 @@
 //! (this binary with `--serve`), so the load generator's memory is apart.
 //! Goals (issue 4): ≥ 20,000 heartbeats/s, < 150 MB RSS at 10,000 nodes.
 //!
+//! Like accordd, it uses the system allocator.
+//!
 //! `cargo run --release -p accord-benches --bin heartbeat-figures [NODES]`
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn rss_mb(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-/// The same allocator as the daemon, whose planning this measures.
+/// The same allocator as `accordctl plan`, whose planning this measures.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
