@@ -323,10 +323,11 @@ impl Client {
         Ok(v["generation"].as_u64().unwrap_or(0))
     }
 
-    async fn heartbeat(&self, uptime_s: u64) -> Result<(), CallError> {
+    async fn heartbeat(&self, uptime_s: u64, gpu_health: &str) -> Result<(), CallError> {
         let body = serde_json::to_vec(&serde_json::json!({
             "agent_version": env!("CARGO_PKG_VERSION"),
             "uptime_s": uptime_s,
+            "gpu_health": gpu_health,
         }))
         .expect("heartbeats serialize");
         self.post("heartbeat", body).await.map(|_| ())
@@ -346,6 +347,18 @@ async fn discover(config: &AgentConfig) -> Option<NodeHardware> {
             warn!(error = %e, "discovery task failed");
             None
         }
+    }
+}
+
+/// One line on the GPUs, for heartbeats: how many, and whether hwloc and
+/// NVML disagree about any of them.
+pub fn gpu_health(hw: Option<&NodeHardware>) -> String {
+    match hw {
+        None => "unknown: discovery failed".to_owned(),
+        Some(hw) => match hw.discovery.disagreements.len() {
+            0 => format!("ok: {} GPUs", hw.gpus.len()),
+            n => format!("{} GPUs; {n} hwloc/NVML disagreements", hw.gpus.len()),
+        },
     }
 }
 
@@ -397,6 +410,11 @@ pub async fn run(
     rediscover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     rediscover.tick().await; // the first tick is now; discovery just ran
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    // systemd (Type=notify): the configuration is valid, discovery has run
+    // and SIGHUP is handled; reaching accordd is the loop's business.
+    if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+        warn!(error = %e, "cannot tell systemd the agent is ready");
+    }
     let mut outage = false;
     tokio::pin!(shutdown);
     info!(node = %client.node, daemon = %client.base, "agent running");
@@ -426,7 +444,7 @@ pub async fn run(
         tokio::select! {
             _ = &mut shutdown => return Ok(()),
             _ = heartbeat.tick() => {
-                match client.heartbeat(started.elapsed().as_secs()).await {
+                match client.heartbeat(started.elapsed().as_secs(), &gpu_health(current.as_ref())).await {
                     Ok(()) => {
                         if outage {
                             info!("accordd reachable again");

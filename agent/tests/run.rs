@@ -345,3 +345,75 @@ async fn agents_register_over_tls() {
     stop.send(()).unwrap();
     daemon.await.unwrap().unwrap();
 }
+
+/// SIGHUP makes the agent discover again at once (the interval is an
+/// hour): a changed machine is reported as a new generation. Heartbeats
+/// carry a GPU health line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (stop, task) = daemon(dir.path(), "store", port).await;
+    let topology = dir.path().join("topology.xml");
+    std::fs::copy(fixture("24em64t-2n6c2t-pci.xml"), &topology).unwrap();
+    let text = format!(
+        "[daemon]\nurl = \"http://127.0.0.1:{port}\"\ntoken_file = \"{}\"\n[node]\nname = \"hup\"\n[discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
+        secret(dir.path(), "agent-token").display(),
+        topology.display()
+    );
+    let file = dir.path().join("agent.toml");
+    std::fs::write(&file, text).unwrap();
+    let (stop_agent, agent_stopped) = tokio::sync::oneshot::channel::<()>();
+    let agent = tokio::spawn(accord_agent::run::run(
+        AgentConfig::load(&file).unwrap(),
+        async {
+            let _ = agent_stopped.await;
+        },
+    ));
+    let gpus = |xml: &Path| {
+        accord_agent::discover(accord_agent::Sources {
+            hwloc_xml: Some(xml),
+            ..Default::default()
+        })
+        .unwrap()
+        .gpus
+        .len()
+    };
+    wait_for(port, &[("hup".to_owned(), gpus(&topology), 1)]).await;
+    let mut health = String::new();
+    for _ in 0..100 {
+        let v: serde_json::Value = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{port}/v1/nodes/hup"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        health = v["gpu_health"].as_str().unwrap_or_default().to_owned();
+        if !health.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(health, format!("ok: {} GPUs", gpus(&topology)));
+
+    // The machine "changes"; only SIGHUP can make the agent notice now.
+    std::fs::copy(fixture("32em64t-2n8c2t-pci-wholeio.xml"), &topology).unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for(port, &[("hup".to_owned(), gpus(&topology), 2)]).await;
+
+    stop_agent.send(()).unwrap();
+    agent.await.unwrap().unwrap();
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}

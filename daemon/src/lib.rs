@@ -87,20 +87,5 @@ pub async fn serve_on(
 /// configuration is valid, the store open and the listener bound. A no-op
 /// outside systemd (no `NOTIFY_SOCKET`).
 pub fn notify_ready() -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
-        return Ok(());
-    };
-    let socket = std::os::unix::net::UnixDatagram::unbound()?;
-    match path.as_bytes().strip_prefix(b"@") {
-        Some(name) => {
-            use std::os::linux::net::SocketAddrExt;
-            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
-            socket.send_to_addr(b"READY=1", &addr)?;
-        }
-        None => {
-            socket.send_to(b"READY=1", &path)?;
-        }
-    }
-    Ok(())
+    sd_notify::notify(false, &[sd_notify::NotifyState::Ready])
 }

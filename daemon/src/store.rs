@@ -113,6 +113,11 @@ pub struct NodeRecord {
     pub reported_at: u64,
     pub last_seen: u64,
     pub agent_version: Option<String>,
+    /// From the last heartbeat.
+    #[serde(default)]
+    pub uptime_s: Option<u64>,
+    #[serde(default)]
+    pub gpu_health: Option<String>,
     /// Set by `accordctl node replace`: the next report may carry a new
     /// machine identity.
     #[serde(default)]
@@ -264,6 +269,8 @@ impl Store {
         Ok(NodeRecord {
             last_seen: live.last_seen.max(n.reported_at),
             agent_version: live.agent_version,
+            uptime_s: live.uptime_s,
+            gpu_health: live.gpu_health,
             name: n.name,
             identity: n.identity,
             hardware: n.hardware,
