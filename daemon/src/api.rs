@@ -73,6 +73,8 @@ impl AgentTokens {
 
 pub struct ApiState {
     pub store: Store,
+    /// Node name → rack, from the fleet file.
+    pub racks: BTreeMap<String, String>,
     pub agent_tokens: AgentTokens,
     pub admin_token: String,
     pub stale_after_s: u64,
@@ -204,6 +206,9 @@ pub struct AgentReply {
 pub struct NodeView {
     #[serde(flatten)]
     pub record: NodeRecord,
+    /// From the fleet file, when accordd has one.
+    #[serde(default)]
+    pub rack: Option<String>,
     pub state: NodeState,
 }
 
@@ -308,7 +313,11 @@ fn view(st: &ApiState, record: NodeRecord) -> NodeView {
     } else {
         NodeState::Fresh
     };
-    NodeView { record, state }
+    NodeView {
+        rack: st.racks.get(&record.name).cloned(),
+        record,
+        state,
+    }
 }
 
 async fn list_nodes(

@@ -36,6 +36,14 @@ pub struct DaemonConfig {
     pub store: StoreConfig,
     pub agents: AgentsConfig,
     pub admin: AdminConfig,
+    /// The fleet file (racks, profiles, reservations; config/fleet.toml).
+    pub fleet: Option<FleetConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetConfig {
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -193,6 +201,11 @@ impl DaemonConfig {
             problems.push("agents.stale_after_s: must be above 0".to_owned());
         }
         problems.extend(check_secret("admin.token_file", &self.admin.token_file));
+        if let Some(f) = &self.fleet {
+            if let Err(e) = crate::load_fleet(&f.file) {
+                problems.push(format!("fleet.file: {e:#}"));
+            }
+        }
         problems
     }
 

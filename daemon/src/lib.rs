@@ -8,11 +8,39 @@ pub mod tls;
 
 use std::sync::Arc;
 
+use std::path::Path;
+
+use accord::fleet::Fleet;
+use accord::hardware::{NodeHardware, SCHEMA_VERSION};
 use anyhow::Context;
 
 use crate::api::{AgentTokens, ApiState};
 use crate::config::DaemonConfig;
 use crate::store::Store;
+
+/// Loads a fleet file; hardware-model paths are relative to it.
+pub fn load_fleet(path: &Path) -> anyhow::Result<Fleet> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read file", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
+    let mut loader = |rel: &str| -> Result<NodeHardware, String> {
+        let file = dir.join(rel);
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read: {e}"))?;
+        let hw: NodeHardware = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        if hw.schema_version > SCHEMA_VERSION {
+            return Err(format!(
+                "schema_version {} is newer than this accordctl ({SCHEMA_VERSION})",
+                hw.schema_version
+            ));
+        }
+        Ok(hw)
+    };
+    Ok(Fleet::from_toml(
+        &text,
+        &path.display().to_string(),
+        &mut loader,
+    )?)
+}
 
 /// Opens the store and reads the secrets named in a validated `config`.
 pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
@@ -26,7 +54,17 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
         .with_context(|| format!("admin.token_file: {}", config.admin.token_file.display()))?
         .trim()
         .to_owned();
+    // Where each node stands (its rack), from the fleet file when set.
+    let racks = match &config.fleet {
+        Some(f) => load_fleet(&f.file)?
+            .nodes
+            .into_iter()
+            .filter_map(|n| Some((n.name, n.rack?)))
+            .collect(),
+        None => Default::default(),
+    };
     Ok(Arc::new(ApiState {
+        racks,
         store,
         agent_tokens,
         admin_token,

@@ -50,6 +50,29 @@ token_file = "{}"
         agent.display(),
         admin.display()
     );
+    let fleet = dir.join("fleet.toml");
+    std::fs::write(
+        &fleet,
+        r#"
+[profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+gpu_memory_gib = 80
+cpu = "192"
+memory = "2Ti"
+power_kw = 10.0
+
+[[racks]]
+name = "r07"
+
+[[nodes]]
+name = "dgx2-01"
+rack = "r07"
+profile = "h100"
+"#,
+    )
+    .unwrap();
+    let text = format!("{text}\n[fleet]\nfile = \"{}\"\n", fleet.display());
     let file = dir.join("accordd.toml");
     std::fs::write(&file, &text).unwrap();
     (file, text)
@@ -212,6 +235,9 @@ async fn agents_register_and_the_store_survives_a_restart() {
     );
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary(&listed), expected);
+    // The rack comes from the fleet file accordd is configured with.
+    assert_eq!(listed[0]["rack"], "r07");
+    assert_eq!(listed[1]["rack"], Value::Null);
     let table = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
         .args(["nodes", "--url", &d.url, "--token-file"])
         .arg(&admin)
@@ -219,6 +245,7 @@ async fn agents_register_and_the_store_survives_a_restart() {
         .unwrap();
     let table = String::from_utf8(table.stdout).unwrap();
     assert!(table.starts_with("NAME"), "{table}");
+    assert!(table.lines().nth(1).unwrap().contains("r07"), "{table}");
     assert!(
         table.contains("16× Tesla V100-SXM3-32GB") || table.contains("16×"),
         "{table}"

@@ -5,8 +5,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use accord::demand::Demand;
-use accord::fleet::Fleet;
-use accord::hardware::{NodeHardware, SCHEMA_VERSION};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
@@ -157,9 +155,8 @@ fn nodes_table(nodes: &[accordd::api::NodeView], now: u64) -> String {
             .sum();
         rows.push([
             n.record.name.clone(),
-            // Rack and power come from the fleet file and the BMCs, which
-            // this release does not read yet.
-            "-".to_owned(),
+            n.rack.clone().unwrap_or_else(|| "-".to_owned()),
+            // Power comes from the BMCs, which this release does not read.
             "-".to_owned(),
             gpus,
             if mig == 0 {
@@ -191,29 +188,6 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("{}: cannot read file", path.display()))
 }
 
-/// Loads a fleet file; hardware-model paths are relative to it.
-pub fn load_fleet(path: &Path) -> anyhow::Result<Fleet> {
-    let text = read(path)?;
-    let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
-    let mut loader = |rel: &str| -> Result<NodeHardware, String> {
-        let file = dir.join(rel);
-        let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read: {e}"))?;
-        let hw: NodeHardware = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-        if hw.schema_version > SCHEMA_VERSION {
-            return Err(format!(
-                "schema_version {} is newer than this accordctl ({SCHEMA_VERSION})",
-                hw.schema_version
-            ));
-        }
-        Ok(hw)
-    };
-    Ok(Fleet::from_toml(
-        &text,
-        &path.display().to_string(),
-        &mut loader,
-    )?)
-}
-
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => {
@@ -227,7 +201,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
             now,
         }) => {
-            let fleet = load_fleet(&fleet)?;
+            let fleet = accordd::load_fleet(&fleet)?;
             let demand = Demand::from_json(&read(&demand)?, &demand.display().to_string())?;
             let now = match now {
                 Some(n) => n,
