@@ -456,7 +456,10 @@ impl Fleet {
         load_hardware: &mut HardwareLoader<'_>,
     ) -> Result<Fleet, FleetError> {
         let parsed: FleetFile = toml::from_str(text).map_err(|e| {
-            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            let (line, column) = e
+                .span()
+                .map(|s| crate::config_file::line_col(text, s.start))
+                .unwrap_or((0, 0));
             FleetError::Parse {
                 file: file.to_owned(),
                 line,
@@ -466,13 +469,6 @@ impl Fleet {
         })?;
         parsed.build(file, load_hardware)
     }
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, column)
 }
 
 impl FleetFile {

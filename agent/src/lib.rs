@@ -23,18 +23,6 @@ use error::Result;
 use hwloc::HwlocInput;
 use nvml::live::LiveNvml;
 
-/// The error and its sources, `: `-separated, for one log line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
-}
-
 /// Both hwloc and nvidia-smi exports start with a DOCTYPE; the DTD itself
 /// is never fetched or expanded.
 pub(crate) fn xml_options() -> roxmltree::ParsingOptions {

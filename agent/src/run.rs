@@ -20,18 +20,8 @@ pub enum AgentConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{file}:{line}:{column}: {message}")]
-    Parse {
-        file: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    #[error("{file}: {} problem(s):\n  {}", problems.len(), problems.join("\n  "))]
-    Invalid {
-        file: PathBuf,
-        problems: Vec<String>,
-    },
+    #[error(transparent)]
+    File(#[from] accord::config_file::ConfigFileError),
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -133,24 +123,12 @@ fn default_max_ms() -> u64 {
     60_000
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, column)
-}
-
 impl AgentConfig {
     pub fn parse(text: &str, file: &Path) -> Result<AgentConfig, AgentConfigError> {
-        toml::from_str(text).map_err(|e| {
-            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
-            AgentConfigError::Parse {
-                file: file.to_owned(),
-                line,
-                column,
-                message: e.message().to_owned(),
-            }
-        })
+        Ok(accord::config_file::parse(
+            text,
+            &file.display().to_string(),
+        )?)
     }
 
     pub fn load(file: &Path) -> Result<AgentConfig, AgentConfigError> {
@@ -158,16 +136,11 @@ impl AgentConfig {
             file: file.to_owned(),
             source,
         })?;
-        let config = AgentConfig::parse(&text, file)?;
-        let problems = config.validate();
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(AgentConfigError::Invalid {
-                file: file.to_owned(),
-                problems,
-            })
-        }
+        Ok(accord::config_file::parse_valid(
+            &text,
+            &file.display().to_string(),
+            AgentConfig::validate,
+        )?)
     }
 
     /// Every problem, each naming its key.
@@ -431,7 +404,7 @@ pub async fn run(
                 Err(e) => {
                     let wait = backoff.next_wait();
                     if !outage || matches!(e, CallError::Refused { .. }) {
-                        warn!(error = %crate::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "report failed");
+                        warn!(error = %accord::config_file::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "report failed");
                     }
                     outage = true;
                     tokio::select! {
@@ -459,7 +432,7 @@ pub async fn run(
                     }
                     Err(e) => {
                         if !outage {
-                            warn!(error = %crate::error_chain(&e), "heartbeat failed; will keep trying");
+                            warn!(error = %accord::config_file::error_chain(&e), "heartbeat failed; will keep trying");
                         }
                         outage = true;
                     }

@@ -121,7 +121,7 @@ impl From<StoreError> for ApiError {
                 ApiError(StatusCode::CONFLICT, e.to_string())
             }
             _ => {
-                tracing::error!(error = %error_chain(&e), "store failure");
+                tracing::error!(error = %accord::config_file::error_chain(&e), "store failure");
                 ApiError(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "store failure; see accordd log".into(),
@@ -129,18 +129,6 @@ impl From<StoreError> for ApiError {
             }
         }
     }
-}
-
-/// The error and its sources, `: `-separated, for logs.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {

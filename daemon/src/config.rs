@@ -15,18 +15,8 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{file}:{line}:{column}: {message}")]
-    Parse {
-        file: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    #[error("{file}: {} problem(s):\n  {}", problems.len(), problems.join("\n  "))]
-    Invalid {
-        file: PathBuf,
-        problems: Vec<String>,
-    },
+    #[error(transparent)]
+    File(#[from] accord::config_file::ConfigFileError),
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -94,13 +84,6 @@ fn default_stale() -> u64 {
     120
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, column)
-}
-
 /// Problems with a secret file: unreadable, empty, or open to others.
 pub fn check_secret(key: &str, path: &Path) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
@@ -134,15 +117,10 @@ pub fn check_secret(key: &str, path: &Path) -> Option<String> {
 
 impl DaemonConfig {
     pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
-        toml::from_str(text).map_err(|e| {
-            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
-            ConfigError::Parse {
-                file: file.to_owned(),
-                line,
-                column,
-                message: e.message().to_owned(),
-            }
-        })
+        Ok(accord::config_file::parse(
+            text,
+            &file.display().to_string(),
+        )?)
     }
 
     /// Reads, parses and validates `file`.
@@ -151,16 +129,11 @@ impl DaemonConfig {
             file: file.to_owned(),
             source,
         })?;
-        let config = DaemonConfig::parse(&text, file)?;
-        let problems = config.validate();
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError::Invalid {
-                file: file.to_owned(),
-                problems,
-            })
-        }
+        Ok(accord::config_file::parse_valid(
+            &text,
+            &file.display().to_string(),
+            DaemonConfig::validate,
+        )?)
     }
 
     /// Every problem, each naming its key.
