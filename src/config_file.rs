@@ -56,6 +56,30 @@ pub fn parse_valid<T: DeserializeOwned>(
     }
 }
 
+/// What is wrong with a secret's permissions (`mode` as `stat` gives it):
+/// group or others may reach it. Pure, so every program words it alike;
+/// the caller reads the mode.
+pub fn secret_mode_problem(
+    key: &str,
+    path: &std::path::Path,
+    mode: u32,
+    is_dir: bool,
+) -> Option<String> {
+    if mode & 0o077 == 0 {
+        return None;
+    }
+    let (what, fix) = if is_dir {
+        ("accessible", "chmod 700")
+    } else {
+        ("readable", "chmod 600")
+    };
+    Some(format!(
+        "{key}: {} is {what} by group or others (mode {:o}); {fix}",
+        path.display(),
+        mode & 0o777
+    ))
+}
+
 /// An error and its sources, `: `-separated, for one log line.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

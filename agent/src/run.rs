@@ -158,12 +158,12 @@ impl AgentConfig {
                 "daemon.token_file: {}: {e}",
                 self.daemon.token_file.display()
             )),
-            Ok(m) if m.permissions().mode() & 0o077 != 0 => problems.push(format!(
-                "daemon.token_file: {} is readable by group or others (mode {:o}); chmod 600",
-                self.daemon.token_file.display(),
-                m.permissions().mode() & 0o777
+            Ok(m) => problems.extend(accord::config_file::secret_mode_problem(
+                "daemon.token_file",
+                &self.daemon.token_file,
+                m.permissions().mode(),
+                m.is_dir(),
             )),
-            Ok(_) => {}
         }
         if let Some(ca) = &self.daemon.ca_file {
             if let Err(e) = std::fs::metadata(ca) {

@@ -91,22 +91,12 @@ pub fn check_secret(key: &str, path: &Path) -> Option<String> {
         Ok(m) => m,
         Err(e) => return Some(format!("{key}: {}: {e}", path.display())),
     };
-    if meta.is_dir() {
-        if meta.permissions().mode() & 0o077 != 0 {
-            return Some(format!(
-                "{key}: {} is accessible to group or others (mode {:o}); chmod 700",
-                path.display(),
-                meta.permissions().mode() & 0o777
-            ));
-        }
-        return None;
+    let mode = meta.permissions().mode();
+    if let Some(p) = accord::config_file::secret_mode_problem(key, path, mode, meta.is_dir()) {
+        return Some(p);
     }
-    if meta.permissions().mode() & 0o077 != 0 {
-        return Some(format!(
-            "{key}: {} is readable by group or others (mode {:o}); chmod 600",
-            path.display(),
-            meta.permissions().mode() & 0o777
-        ));
+    if meta.is_dir() {
+        return None;
     }
     match std::fs::read_to_string(path) {
         Ok(t) if t.trim().is_empty() => Some(format!("{key}: {} is empty", path.display())),

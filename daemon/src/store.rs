@@ -179,6 +179,22 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// A node's stored record and liveness, as one view.
+fn joined(n: StoredNode, live: Liveness) -> NodeRecord {
+    NodeRecord {
+        last_seen: live.last_seen.max(n.reported_at),
+        agent_version: live.agent_version,
+        uptime_s: live.uptime_s,
+        gpu_health: live.gpu_health,
+        name: n.name,
+        identity: n.identity,
+        hardware: n.hardware,
+        generation: n.generation,
+        reported_at: n.reported_at,
+        replacement_allowed: n.replacement_allowed,
+    }
+}
+
 fn io(what: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
     move |source| StoreError::Io { what, source }
 }
@@ -266,18 +282,7 @@ impl Store {
 
     fn record(&self, n: StoredNode) -> Result<NodeRecord, StoreError> {
         let live = self.liveness_of(&n.name)?;
-        Ok(NodeRecord {
-            last_seen: live.last_seen.max(n.reported_at),
-            agent_version: live.agent_version,
-            uptime_s: live.uptime_s,
-            gpu_health: live.gpu_health,
-            name: n.name,
-            identity: n.identity,
-            hardware: n.hardware,
-            generation: n.generation,
-            reported_at: n.reported_at,
-            replacement_allowed: n.replacement_allowed,
-        })
+        Ok(joined(n, live))
     }
 
     pub fn node(&self, name: &str) -> Result<Option<NodeRecord>, StoreError> {
@@ -372,7 +377,8 @@ impl Store {
             }
         };
         self.put(&stored, &live)?;
-        Ok((outcome, self.record(stored)?))
+        // Both halves are in hand: no need to read them back.
+        Ok((outcome, joined(stored, live)))
     }
 
     /// Records a sign of life; `None` (and nothing written) for a node
