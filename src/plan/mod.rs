@@ -374,12 +374,10 @@ fn level_index(
 ) -> BTreeMap<String, std::rc::Rc<LevelIndex>> {
     // Hashed while collecting (tens of thousands of lookups), sorted once
     // after: the ids follow the sorted names, never the hash order.
-    let mut values: BTreeMap<&str, FnvMap<&str, usize>> = BTreeMap::new();
+    let mut values: BTreeMap<&str, FnvMap<&str, ()>> = BTreeMap::new();
     for n in nodes {
         for (level, v) in &n.domains {
-            let seen = values.entry(level).or_default();
-            let next = seen.len();
-            seen.entry(v).or_insert(next);
+            values.entry(level).or_default().insert(v, ());
         }
     }
     values
