@@ -2,6 +2,7 @@
 //! (kube-scheduler's and DRA's view) and the planner. No I/O, no async, no
 //! clock but the `now` a caller passes in.
 
+pub mod backoff;
 pub mod config_file;
 pub mod demand;
 pub mod device;

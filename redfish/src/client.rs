@@ -1,0 +1,593 @@
+//! The HTTP side of one BMC: authentication (X-Auth-Token sessions, reused,
+//! re-created on 401, deleted on close; basic auth when the BMC has no
+//! session service), a per-BMC limit on requests in flight and a shared
+//! global one, retries with capped backoff on 5xx, timeouts and connection
+//! errors (never on 4xx), and Task monitors followed to completion.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accord::backoff::Backoff;
+use reqwest::header::{HeaderMap, ACCEPT, ETAG, IF_MATCH, LOCATION};
+use reqwest::{Method, StatusCode, Url};
+use serde_json::{json, Value};
+use tokio::sync::{OnceCell, Semaphore};
+use tracing::{debug, warn};
+
+use crate::error::{RedfishError, Secret};
+use crate::model::{self, ServiceRoot};
+
+/// How a BMC is talked to: limits, timeouts, retries, verification.
+#[derive(Debug, Clone)]
+pub struct BmcSettings {
+    /// Requests in flight to this BMC at once (iDRAC answers 503 beyond a
+    /// handful).
+    pub max_in_flight: usize,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    /// Attempts per request, the first included.
+    pub retry_attempts: u32,
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    /// Between reads while waiting for a power state or a task.
+    pub poll_interval: Duration,
+    /// How long a power-on may take to show `On`.
+    pub power_on_timeout: Duration,
+    /// How long a forced power-off may take to show `Off`.
+    pub power_off_timeout: Duration,
+    /// How long the OS gets to shut down before ForceOff.
+    pub graceful_timeout: Duration,
+    /// After a graceful shutdown times out: ForceOff (true) or fail.
+    pub force_after_graceful: bool,
+    pub task_timeout: Duration,
+    /// Use SessionService sessions when the BMC offers them.
+    pub sessions: bool,
+}
+
+impl Default for BmcSettings {
+    fn default() -> Self {
+        BmcSettings {
+            max_in_flight: 2,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            retry_attempts: 4,
+            retry_initial: Duration::from_millis(500),
+            retry_max: Duration::from_secs(8),
+            poll_interval: Duration::from_secs(2),
+            power_on_timeout: Duration::from_secs(120),
+            power_off_timeout: Duration::from_secs(120),
+            graceful_timeout: Duration::from_secs(300),
+            force_after_graceful: true,
+            task_timeout: Duration::from_secs(600),
+            sessions: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub username: String,
+    pub password: Secret,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TlsMode {
+    /// Verify against this PEM bundle, or the public web roots without one.
+    Verify { ca_file: Option<PathBuf> },
+    /// Accept any certificate (warned about at start).
+    Insecure,
+}
+
+/// One BMC as the inventory describes it.
+#[derive(Debug, Clone)]
+pub struct BmcTarget {
+    /// The node the BMC belongs to (names it in logs and errors).
+    pub name: String,
+    /// `https://host[:port]`; paths are Redfish's (`/redfish/v1/...`).
+    pub endpoint: Url,
+    /// The system's Id or path; `None`: the only system (or the only one
+    /// with a Reset action) in the Systems collection.
+    pub system: Option<String>,
+    pub credentials: Option<Credentials>,
+    pub tls: TlsMode,
+    pub settings: BmcSettings,
+}
+
+/// Shared by all BMCs: HTTP clients (one per TLS setting, so a thousand
+/// BMCs do not build a thousand root stores) and the global limit on
+/// requests in flight.
+#[derive(Debug)]
+pub struct HttpPool {
+    clients: Mutex<HashMap<(TlsMode, Duration), reqwest::Client>>,
+    global: Arc<Semaphore>,
+}
+
+impl HttpPool {
+    pub fn new(max_in_flight_total: usize) -> HttpPool {
+        HttpPool {
+            clients: Mutex::new(HashMap::new()),
+            global: Arc::new(Semaphore::new(max_in_flight_total.max(1))),
+        }
+    }
+
+    fn client(&self, tls: &TlsMode, connect: Duration) -> Result<reqwest::Client, String> {
+        let key = (tls.clone(), connect);
+        if let Some(c) = self.clients.lock().expect("pool lock").get(&key) {
+            return Ok(c.clone());
+        }
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(connect)
+            .redirect(reqwest::redirect::Policy::limited(3))
+            .pool_idle_timeout(Duration::from_secs(30));
+        match tls {
+            TlsMode::Insecure => b = b.danger_accept_invalid_certs(true),
+            TlsMode::Verify {
+                ca_file: Some(path),
+            } => {
+                let pem =
+                    std::fs::read(path).map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+                let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                    .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+                if certs.is_empty() {
+                    return Err(format!(
+                        "ca_file {}: no PEM certificate in it",
+                        path.display()
+                    ));
+                }
+                b = b.tls_built_in_root_certs(false);
+                for c in certs {
+                    b = b.add_root_certificate(c);
+                }
+            }
+            TlsMode::Verify { ca_file: None } => {}
+        }
+        let client = b.build().map_err(|e| format!("HTTP client: {e}"))?;
+        self.clients
+            .lock()
+            .expect("pool lock")
+            .insert(key, client.clone());
+        Ok(client)
+    }
+}
+
+#[derive(Debug)]
+enum Auth {
+    Unknown,
+    Basic,
+    Session {
+        token: Secret,
+        location: Option<String>,
+    },
+}
+
+/// A BMC's answer.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub etag: Option<String>,
+    pub location: Option<String>,
+    /// The JSON body; `Null` when empty or not JSON.
+    pub body: Value,
+    /// `X-Auth-Token`, when a session was created.
+    pub token: Option<Secret>,
+}
+
+/// One BMC. Cheap to share (`Arc`); every method may run concurrently,
+/// within `max_in_flight`.
+#[derive(Debug)]
+pub struct Bmc {
+    pub(crate) target: BmcTarget,
+    http: reqwest::Client,
+    limit: Semaphore,
+    global: Arc<Semaphore>,
+    auth: tokio::sync::Mutex<Auth>,
+    root: OnceCell<ServiceRoot>,
+    pub(crate) system_path: OnceCell<String>,
+    seed: u64,
+}
+
+impl Bmc {
+    pub fn new(target: BmcTarget, pool: &HttpPool) -> Result<Bmc, RedfishError> {
+        let http = pool
+            .client(&target.tls, target.settings.connect_timeout)
+            .map_err(|reason| RedfishError::Decode {
+                bmc: target.name.clone(),
+                url: target.endpoint.to_string(),
+                reason,
+            })?;
+        let seed = target.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        Ok(Bmc {
+            limit: Semaphore::new(target.settings.max_in_flight.max(1)),
+            global: pool.global.clone(),
+            http,
+            auth: tokio::sync::Mutex::new(Auth::Unknown),
+            root: OnceCell::new(),
+            system_path: OnceCell::new(),
+            seed,
+            target,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.target.name
+    }
+
+    pub fn settings(&self) -> &BmcSettings {
+        &self.target.settings
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        let base = self.target.endpoint.as_str().trim_end_matches('/');
+        format!("{base}{path}")
+    }
+
+    /// The service root, read once (unauthenticated, as Redfish allows).
+    pub async fn root(&self) -> Result<&ServiceRoot, RedfishError> {
+        self.root
+            .get_or_try_init(|| async {
+                let reply = self
+                    .request_as(Method::GET, "/redfish/v1", None, None, AuthUse::None)
+                    .await?;
+                Ok(model::parse_root(&reply.body))
+            })
+            .await
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Reply, RedfishError> {
+        self.request(Method::GET, path, None, None).await
+    }
+
+    /// A request with authentication, retries and the concurrency limits.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        if_match: Option<&str>,
+    ) -> Result<Reply, RedfishError> {
+        self.request_as(method, path, body, if_match, AuthUse::Credentials)
+            .await
+    }
+
+    async fn request_as(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        if_match: Option<&str>,
+        auth_use: AuthUse,
+    ) -> Result<Reply, RedfishError> {
+        let s = &self.target.settings;
+        let mut backoff = Backoff::new(
+            s.retry_initial.as_millis() as u64,
+            s.retry_max.as_millis() as u64,
+            self.seed ^ path.len() as u64,
+        );
+        let mut attempt = 0u32;
+        let mut renewed = false;
+        loop {
+            attempt += 1;
+            let header = match auth_use {
+                AuthUse::None => AuthHeader::None,
+                AuthUse::Credentials => self.auth_header().await?,
+            };
+            let session = matches!(header, AuthHeader::Token(_));
+            match self.attempt(&method, path, body, if_match, &header).await {
+                Ok(reply) => return Ok(reply),
+                Err(RedfishError::Unauthorized { .. }) if session && !renewed => {
+                    // The session expired or was dropped by the BMC: make a
+                    // new one once, without counting an attempt.
+                    debug!(bmc = %self.target.name, "session refused; creating a new one");
+                    self.forget_session().await;
+                    renewed = true;
+                    attempt -= 1;
+                }
+                Err(mut e) if e.is_transient() && attempt < s.retry_attempts => {
+                    let wait = backoff.next_wait();
+                    warn!(bmc = %self.target.name, method = %method, path, attempt,
+                          wait_ms = wait.as_millis() as u64, error = %e, "BMC request failed; retrying");
+                    e.set_attempts(attempt);
+                    tokio::time::sleep(wait).await;
+                }
+                Err(mut e) => {
+                    e.set_attempts(attempt);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&Value>,
+        if_match: Option<&str>,
+        header: &AuthHeader,
+    ) -> Result<Reply, RedfishError> {
+        let _global = self.global.acquire().await.expect("never closed");
+        let _local = self.limit.acquire().await.expect("never closed");
+        let url = self.url(path);
+        let mut rb = self
+            .http
+            .request(method.clone(), &url)
+            .timeout(self.target.settings.request_timeout)
+            .header(ACCEPT, "application/json");
+        match header {
+            AuthHeader::None => {}
+            AuthHeader::Token(t) => rb = rb.header("X-Auth-Token", t.expose()),
+            AuthHeader::Basic(c) => rb = rb.basic_auth(&c.username, Some(c.password.expose())),
+        }
+        if let Some(b) = body {
+            rb = rb.json(b);
+        }
+        if let Some(tag) = if_match {
+            rb = rb.header(IF_MATCH, tag);
+        }
+        let method_name = method_name(method);
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| self.transport_error(method_name, &url, e))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(method_name, &url, e))?;
+        let body: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        };
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(RedfishError::Unauthorized {
+                bmc: self.target.name.clone(),
+                url,
+            });
+        }
+        if !status.is_success() {
+            return Err(RedfishError::Status {
+                bmc: self.target.name.clone(),
+                method: method_name,
+                url,
+                status: status.as_u16(),
+                message: model::error_message(&body),
+                attempts: 1,
+            });
+        }
+        Ok(Reply {
+            status: status.as_u16(),
+            etag: header_str(&headers, ETAG),
+            location: header_str(&headers, LOCATION),
+            token: header_str(
+                &headers,
+                reqwest::header::HeaderName::from_static("x-auth-token"),
+            )
+            .map(Secret::new),
+            body,
+        })
+    }
+
+    fn transport_error(&self, method: &'static str, url: &str, e: reqwest::Error) -> RedfishError {
+        let bmc = self.target.name.clone();
+        if e.is_timeout() {
+            return RedfishError::Timeout {
+                bmc,
+                method,
+                url: url.to_owned(),
+                after_ms: self.target.settings.request_timeout.as_millis() as u64,
+                attempts: 1,
+            };
+        }
+        if is_certificate_error(&e) {
+            return RedfishError::UntrustedCertificate {
+                bmc,
+                url: url.to_owned(),
+                source: e,
+            };
+        }
+        RedfishError::Connect {
+            bmc,
+            method,
+            url: url.to_owned(),
+            attempts: 1,
+            source: e,
+        }
+    }
+
+    async fn auth_header(&self) -> Result<AuthHeader, RedfishError> {
+        let Some(creds) = &self.target.credentials else {
+            return Ok(AuthHeader::None);
+        };
+        // One session per BMC: creation is serialized, since BMCs allow
+        // few sessions (iDRAC: 8) and refuse the rest.
+        let mut auth = self.auth.lock().await;
+        if let Auth::Unknown = *auth {
+            *auth = self.open_session(creds).await?;
+        }
+        Ok(match &*auth {
+            Auth::Session { token, .. } => AuthHeader::Token(token.clone()),
+            Auth::Basic => AuthHeader::Basic(creds.clone()),
+            Auth::Unknown => AuthHeader::None,
+        })
+    }
+
+    async fn open_session(&self, creds: &Credentials) -> Result<Auth, RedfishError> {
+        if !self.target.settings.sessions {
+            return Ok(Auth::Basic);
+        }
+        // Boxed: root() → request → auth → open_session → root() is a cycle
+        // the compiler cannot size (at run time root() never authenticates).
+        let root = Box::pin(self.root()).await?;
+        let Some(sessions) = root.sessions.clone() else {
+            debug!(bmc = %self.target.name, "no session service; using basic auth");
+            return Ok(Auth::Basic);
+        };
+        let body = json!({"UserName": creds.username, "Password": creds.password.expose()});
+        match self
+            .attempt(
+                &Method::POST,
+                &sessions,
+                Some(&body),
+                None,
+                &AuthHeader::None,
+            )
+            .await
+        {
+            Ok(reply) => match reply.token.clone() {
+                Some(token) => {
+                    debug!(bmc = %self.target.name, "session created");
+                    Ok(Auth::Session {
+                        token,
+                        location: reply
+                            .location
+                            .map(|l| model::normalize_path(&l, &mut Vec::new(), "session")),
+                    })
+                }
+                None => Ok(Auth::Basic),
+            },
+            Err(e @ RedfishError::Unauthorized { .. }) => Err(e),
+            Err(e @ RedfishError::UntrustedCertificate { .. }) => Err(e),
+            Err(e) if e.is_transient() && e.status().is_none() => Err(e),
+            Err(e) => {
+                debug!(bmc = %self.target.name, error = %e, "session refused; using basic auth");
+                Ok(Auth::Basic)
+            }
+        }
+    }
+
+    /// How this BMC is authenticated: a session, basic auth, or none.
+    pub async fn auth_mode(&self) -> Result<String, RedfishError> {
+        Ok(match self.auth_header().await? {
+            AuthHeader::None => "none (no credentials given)",
+            AuthHeader::Token(_) => "session (X-Auth-Token)",
+            AuthHeader::Basic(_) => "basic (no usable session service)",
+        }
+        .to_owned())
+    }
+
+    async fn forget_session(&self) {
+        *self.auth.lock().await = Auth::Unknown;
+    }
+
+    /// Deletes the session, if one was made; BMCs hold few.
+    pub async fn close(&self) {
+        let mut auth = self.auth.lock().await;
+        if let Auth::Session {
+            token,
+            location: Some(location),
+        } = &*auth
+        {
+            let header = AuthHeader::Token(token.clone());
+            match self
+                .attempt(&Method::DELETE, location, None, None, &header)
+                .await
+            {
+                Ok(_) => debug!(bmc = %self.target.name, "session deleted"),
+                Err(e) => warn!(bmc = %self.target.name, error = %e, "could not delete session"),
+            }
+        }
+        *auth = Auth::Unknown;
+    }
+
+    /// Follows a Task monitor (202 + Location) until the task ends.
+    pub async fn follow_task(&self, location: &str) -> Result<Reply, RedfishError> {
+        let path = model::normalize_path(location, &mut Vec::new(), "task");
+        let s = &self.target.settings;
+        let deadline = tokio::time::Instant::now() + s.task_timeout;
+        loop {
+            let reply = self.get(&path).await?;
+            let state = model::task_state(&reply.body).map(str::to_owned);
+            match (reply.status, state.as_deref()) {
+                (_, Some("Completed")) => return Ok(reply),
+                (_, Some(st @ ("Exception" | "Killed" | "Cancelled" | "Interrupted"))) => {
+                    let message = reply
+                        .body
+                        .get("Messages")
+                        .and_then(Value::as_array)
+                        .and_then(|m| m.iter().find_map(|x| x.get("Message")?.as_str()))
+                        .map(str::to_owned);
+                    return Err(RedfishError::TaskFailed {
+                        bmc: self.target.name.clone(),
+                        url: self.url(&path),
+                        state: st.to_owned(),
+                        message,
+                    });
+                }
+                (202, _) | (_, Some(_)) => {}
+                // A monitor that answers 200/204 without a Task body is done.
+                _ => return Ok(reply),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RedfishError::TaskTimeout {
+                    bmc: self.target.name.clone(),
+                    url: self.url(&path),
+                    waited_s: s.task_timeout.as_secs(),
+                });
+            }
+            tokio::time::sleep(s.poll_interval).await;
+        }
+    }
+
+    /// A POST or PATCH whose 202 is followed to the task's end.
+    pub async fn change(
+        &self,
+        method: Method,
+        path: &str,
+        body: &Value,
+        if_match: Option<&str>,
+    ) -> Result<Reply, RedfishError> {
+        let reply = self.request(method, path, Some(body), if_match).await?;
+        if reply.status == 202 {
+            if let Some(loc) = reply.location.clone() {
+                return self.follow_task(&loc).await;
+            }
+        }
+        Ok(reply)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum AuthUse {
+    None,
+    Credentials,
+}
+
+#[derive(Debug)]
+enum AuthHeader {
+    None,
+    Token(Secret),
+    Basic(Credentials),
+}
+
+fn header_str(h: &HeaderMap, name: reqwest::header::HeaderName) -> Option<String> {
+    h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+fn method_name(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::PUT => "PUT",
+        _ => "request",
+    }
+}
+
+fn is_certificate_error(e: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if text.contains("certificate") || text.contains("UnknownIssuer") {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}

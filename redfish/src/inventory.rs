@@ -1,0 +1,615 @@
+//! The BMC inventory (`bmcs.toml`): which BMC powers which node, with what
+//! credentials and TLS trust, and the BIOS profiles admins roll out. Nodes
+//! are written compactly as ranges (`gpu-[001-128]`), endpoints as
+//! patterns (`https://{node}-bmc.mgmt`). Racks (budgets, concurrent
+//! power-ons) stay in the fleet file. Parsed strictly (unknown keys name
+//! file, line and column), then validated as a whole.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use reqwest::Url;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::client::{BmcSettings, BmcTarget, Credentials, TlsMode};
+use crate::error::Secret;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("{file}: cannot read")]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    File(#[from] accord::config_file::ConfigFileError),
+    #[error("node {node}: no BMC in the inventory")]
+    UnknownNode { node: String },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Inventory {
+    #[serde(default)]
+    pub defaults: Defaults,
+    #[serde(default)]
+    pub retry: RetrySection,
+    #[serde(default)]
+    pub power: PowerSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[serde(default, rename = "bmc")]
+    pub bmcs: Vec<BmcEntry>,
+    #[serde(default)]
+    pub bios_profiles: BTreeMap<String, BiosProfile>,
+    /// The directory relative paths are read from (the file's own).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    /// TOML with `username` and `password`; must be mode 600.
+    pub credentials_file: Option<PathBuf>,
+    /// PEM bundle the BMCs' certificates are checked against.
+    pub ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub insecure: bool,
+    #[serde(default = "d_in_flight")]
+    pub max_in_flight: usize,
+    #[serde(default = "d_connect")]
+    pub connect_timeout_ms: u64,
+    #[serde(default = "d_request")]
+    pub request_timeout_ms: u64,
+    #[serde(default = "d_true")]
+    pub sessions: bool,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            credentials_file: None,
+            ca_file: None,
+            insecure: false,
+            max_in_flight: d_in_flight(),
+            connect_timeout_ms: d_connect(),
+            request_timeout_ms: d_request(),
+            sessions: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySection {
+    #[serde(default = "d_attempts")]
+    pub attempts: u32,
+    #[serde(default = "d_initial")]
+    pub initial_ms: u64,
+    #[serde(default = "d_max")]
+    pub max_ms: u64,
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        RetrySection {
+            attempts: d_attempts(),
+            initial_ms: d_initial(),
+            max_ms: d_max(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerSection {
+    #[serde(default = "d_poll")]
+    pub poll_interval_ms: u64,
+    #[serde(default = "d_120")]
+    pub on_timeout_s: u64,
+    #[serde(default = "d_120")]
+    pub off_timeout_s: u64,
+    #[serde(default = "d_300")]
+    pub graceful_timeout_s: u64,
+    #[serde(default = "d_true")]
+    pub force_after_graceful: bool,
+    #[serde(default = "d_600")]
+    pub task_timeout_s: u64,
+}
+
+impl Default for PowerSection {
+    fn default() -> Self {
+        PowerSection {
+            poll_interval_ms: d_poll(),
+            on_timeout_s: d_120(),
+            off_timeout_s: d_120(),
+            graceful_timeout_s: d_300(),
+            force_after_graceful: true,
+            task_timeout_s: d_600(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Requests in flight to all BMCs together.
+    #[serde(default = "d_total")]
+    pub max_in_flight_total: usize,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            max_in_flight_total: d_total(),
+        }
+    }
+}
+
+/// One or many BMCs: `nodes` is a name, a range pattern, or a list of them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BmcEntry {
+    pub nodes: NodeNames,
+    /// URL pattern: `{node}` is the node name, `{n}` the number the range
+    /// gave it (as written, zero padding included).
+    pub endpoint: String,
+    /// The system's Id (or path); a pattern like `endpoint`. Default: the
+    /// BMC's only system.
+    pub system: Option<String>,
+    pub credentials_file: Option<PathBuf>,
+    pub ca_file: Option<PathBuf>,
+    pub insecure: Option<bool>,
+    pub max_in_flight: Option<usize>,
+    pub request_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum NodeNames {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BiosProfile {
+    #[serde(default)]
+    pub description: String,
+    /// BIOS attribute names and values, as the BMC's Bios resource names them.
+    pub attributes: Map<String, Value>,
+}
+
+fn d_in_flight() -> usize {
+    2
+}
+fn d_connect() -> u64 {
+    5_000
+}
+fn d_request() -> u64 {
+    30_000
+}
+fn d_true() -> bool {
+    true
+}
+fn d_attempts() -> u32 {
+    4
+}
+fn d_initial() -> u64 {
+    500
+}
+fn d_max() -> u64 {
+    8_000
+}
+fn d_poll() -> u64 {
+    2_000
+}
+fn d_120() -> u64 {
+    120
+}
+fn d_300() -> u64 {
+    300
+}
+fn d_600() -> u64 {
+    600
+}
+fn d_total() -> usize {
+    64
+}
+
+/// Expands `gpu-[001-004,010]x` into gpu-001x … gpu-004x, gpu-010x, each
+/// with the number as written. Several bracket groups multiply.
+pub fn expand_range(pattern: &str) -> Result<Vec<(String, String)>, String> {
+    let Some(open) = pattern.find('[') else {
+        if pattern.contains(']') {
+            return Err(format!("{pattern:?}: ']' without '['"));
+        }
+        return Ok(vec![(pattern.to_owned(), String::new())]);
+    };
+    let close = pattern[open..]
+        .find(']')
+        .map(|i| open + i)
+        .ok_or_else(|| format!("{pattern:?}: '[' without ']'"))?;
+    let (prefix, body, rest) = (
+        &pattern[..open],
+        &pattern[open + 1..close],
+        &pattern[close + 1..],
+    );
+    let mut numbers = Vec::new();
+    for part in body.split(',') {
+        let part = part.trim();
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (u64, u64) = match (a.parse(), b.parse()) {
+            (Ok(lo), Ok(hi)) if lo <= hi => (lo, hi),
+            _ => return Err(format!("{pattern:?}: {part:?} is not a range like 001-064")),
+        };
+        if hi - lo > 100_000 {
+            return Err(format!("{pattern:?}: {part:?} is too large a range"));
+        }
+        let width = if a.starts_with('0') { a.len() } else { 0 };
+        for n in lo..=hi {
+            numbers.push(format!("{n:0width$}"));
+        }
+    }
+    let mut out = Vec::new();
+    for n in numbers {
+        for (tail, tail_n) in expand_range(rest)? {
+            let first = if n.is_empty() { tail_n } else { n.clone() };
+            out.push((format!("{prefix}{n}{tail}"), first));
+        }
+    }
+    Ok(out)
+}
+
+fn fill(pattern: &str, node: &str, n: &str) -> String {
+    pattern.replace("{node}", node).replace("{n}", n)
+}
+
+/// One node's resolved BMC entry (credentials not yet read).
+#[derive(Debug, Clone)]
+pub struct ResolvedBmc {
+    pub node: String,
+    pub endpoint: String,
+    pub system: Option<String>,
+    pub credentials_file: Option<PathBuf>,
+    pub tls: TlsMode,
+    pub max_in_flight: usize,
+    pub request_timeout_ms: u64,
+}
+
+impl Inventory {
+    pub fn load(file: &Path) -> Result<Inventory, InventoryError> {
+        let text = std::fs::read_to_string(file).map_err(|source| InventoryError::Read {
+            file: file.to_owned(),
+            source,
+        })?;
+        let base_dir = file.parent().map(Path::to_owned).unwrap_or_default();
+        let mut inv: Inventory = accord::config_file::parse(&text, &file.display().to_string())?;
+        inv.base_dir = base_dir;
+        let problems = inv.validate();
+        if !problems.is_empty() {
+            return Err(accord::config_file::ConfigFileError::Invalid {
+                file: file.display().to_string(),
+                problems,
+            }
+            .into());
+        }
+        Ok(inv)
+    }
+
+    fn path(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+
+    /// Every node's BMC, by node name; the first problem found per entry.
+    pub fn resolve(&self) -> Result<BTreeMap<String, ResolvedBmc>, Vec<String>> {
+        let mut out = BTreeMap::new();
+        let mut problems = Vec::new();
+        for (i, e) in self.bmcs.iter().enumerate() {
+            let key = format!("bmc[{i}]");
+            let patterns = match &e.nodes {
+                NodeNames::One(p) => vec![p.clone()],
+                NodeNames::Many(ps) => ps.clone(),
+            };
+            for p in patterns {
+                let names = match expand_range(&p) {
+                    Ok(n) => n,
+                    Err(reason) => {
+                        problems.push(format!("{key}.nodes: {reason}"));
+                        continue;
+                    }
+                };
+                for (node, n) in names {
+                    let insecure = e.insecure.unwrap_or(self.defaults.insecure);
+                    let tls = if insecure {
+                        TlsMode::Insecure
+                    } else {
+                        TlsMode::Verify {
+                            ca_file: e
+                                .ca_file
+                                .as_ref()
+                                .or(self.defaults.ca_file.as_ref())
+                                .map(|p| self.path(p)),
+                        }
+                    };
+                    let r = ResolvedBmc {
+                        endpoint: fill(&e.endpoint, &node, &n),
+                        system: e.system.as_deref().map(|s| fill(s, &node, &n)),
+                        credentials_file: e
+                            .credentials_file
+                            .as_ref()
+                            .or(self.defaults.credentials_file.as_ref())
+                            .map(|p| self.path(p)),
+                        tls,
+                        max_in_flight: e.max_in_flight.unwrap_or(self.defaults.max_in_flight),
+                        request_timeout_ms: e
+                            .request_timeout_ms
+                            .unwrap_or(self.defaults.request_timeout_ms),
+                        node: node.clone(),
+                    };
+                    if out.insert(node.clone(), r).is_some() {
+                        problems.push(format!("{key}.nodes: node {node} has a BMC already"));
+                    }
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Every problem, each naming its key.
+    pub fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let resolved = match self.resolve() {
+            Ok(r) => r,
+            Err(p) => return p,
+        };
+        let mut checked_files = std::collections::BTreeSet::new();
+        for r in resolved.values() {
+            match Url::parse(&r.endpoint) {
+                Ok(u) if !matches!(u.scheme(), "http" | "https") => problems.push(format!(
+                    "node {}: endpoint {:?}: scheme must be https (or http)",
+                    r.node, r.endpoint
+                )),
+                Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+                    problems.push(format!(
+                        "node {}: endpoint: no user or password in the URL; use credentials_file",
+                        r.node
+                    ))
+                }
+                Ok(u) if u.host_str().is_none() => problems.push(format!(
+                    "node {}: endpoint {:?} has no host",
+                    r.node, r.endpoint
+                )),
+                Ok(_) => {}
+                Err(e) => problems.push(format!("node {}: endpoint {:?}: {e}", r.node, r.endpoint)),
+            }
+            if r.max_in_flight == 0 {
+                problems.push(format!("node {}: max_in_flight must be at least 1", r.node));
+            }
+            if let Some(f) = &r.credentials_file {
+                if checked_files.insert(f.clone()) {
+                    if let Err(p) = read_credentials(f) {
+                        problems.push(p);
+                    }
+                }
+            }
+            if let TlsMode::Verify { ca_file: Some(f) } = &r.tls {
+                if checked_files.insert(f.clone()) {
+                    if let Err(e) = std::fs::metadata(f) {
+                        problems.push(format!("ca_file: {}: {e}", f.display()));
+                    }
+                }
+            }
+        }
+        if self.retry.attempts == 0 {
+            problems.push("retry.attempts: must be at least 1".to_owned());
+        }
+        if self.retry.initial_ms > self.retry.max_ms {
+            problems.push("retry.initial_ms: above retry.max_ms".to_owned());
+        }
+        if self.power.poll_interval_ms == 0 {
+            problems.push("power.poll_interval_ms: must be above 0".to_owned());
+        }
+        if self.limits.max_in_flight_total == 0 {
+            problems.push("limits.max_in_flight_total: must be at least 1".to_owned());
+        }
+        for (name, p) in &self.bios_profiles {
+            if p.attributes.is_empty() {
+                problems.push(format!("bios_profiles.{name}.attributes: empty"));
+            }
+        }
+        problems
+    }
+
+    pub fn settings(&self, r: &ResolvedBmc) -> BmcSettings {
+        BmcSettings {
+            max_in_flight: r.max_in_flight,
+            connect_timeout: Duration::from_millis(self.defaults.connect_timeout_ms),
+            request_timeout: Duration::from_millis(r.request_timeout_ms),
+            retry_attempts: self.retry.attempts,
+            retry_initial: Duration::from_millis(self.retry.initial_ms),
+            retry_max: Duration::from_millis(self.retry.max_ms),
+            poll_interval: Duration::from_millis(self.power.poll_interval_ms),
+            power_on_timeout: Duration::from_secs(self.power.on_timeout_s),
+            power_off_timeout: Duration::from_secs(self.power.off_timeout_s),
+            graceful_timeout: Duration::from_secs(self.power.graceful_timeout_s),
+            force_after_graceful: self.power.force_after_graceful,
+            task_timeout: Duration::from_secs(self.power.task_timeout_s),
+            sessions: self.defaults.sessions,
+        }
+    }
+
+    /// The BMC target of `node`, credentials read.
+    pub fn target(&self, node: &str) -> Result<BmcTarget, InventoryError> {
+        let resolved = self.resolve().map_err(|problems| {
+            InventoryError::File(accord::config_file::ConfigFileError::Invalid {
+                file: "inventory".to_owned(),
+                problems,
+            })
+        })?;
+        let r = resolved
+            .get(node)
+            .ok_or_else(|| InventoryError::UnknownNode {
+                node: node.to_owned(),
+            })?;
+        self.target_of(r)
+    }
+
+    pub fn target_of(&self, r: &ResolvedBmc) -> Result<BmcTarget, InventoryError> {
+        let invalid = |problems| {
+            InventoryError::File(accord::config_file::ConfigFileError::Invalid {
+                file: "inventory".to_owned(),
+                problems,
+            })
+        };
+        let credentials = match &r.credentials_file {
+            Some(f) => Some(read_credentials(f).map_err(|p| invalid(vec![p]))?),
+            None => None,
+        };
+        let endpoint = Url::parse(&r.endpoint)
+            .map_err(|e| invalid(vec![format!("node {}: endpoint: {e}", r.node)]))?;
+        Ok(BmcTarget {
+            name: r.node.clone(),
+            endpoint,
+            system: r.system.clone(),
+            credentials,
+            tls: r.tls.clone(),
+            settings: self.settings(r),
+        })
+    }
+
+    /// Nodes whose BMC certificate is not checked: said at start.
+    pub fn insecure_nodes(&self) -> Vec<String> {
+        self.resolve()
+            .map(|r| {
+                r.into_values()
+                    .filter(|b| b.tls == TlsMode::Insecure)
+                    .map(|b| b.node)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CredentialsFile {
+    username: String,
+    password: String,
+}
+
+/// Reads a credentials file (TOML `username`, `password`), refusing one
+/// readable by group or others. The problem never quotes the file.
+pub fn read_credentials(path: &Path) -> Result<Credentials, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let key = "credentials_file";
+    let meta = std::fs::metadata(path).map_err(|e| format!("{key}: {}: {e}", path.display()))?;
+    if let Some(p) =
+        accord::config_file::secret_mode_problem(key, path, meta.permissions().mode(), false)
+    {
+        return Err(p);
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("{key}: {}: {e}", path.display()))?;
+    let c: CredentialsFile = accord::config_file::parse(&text, &path.display().to_string())
+        .map_err(|e| match e {
+            // A TOML error can quote the offending line: the password.
+            accord::config_file::ConfigFileError::Parse {
+                file, line, column, ..
+            } => format!("{key}: {file}:{line}:{column}: not TOML with `username` and `password`"),
+            other => format!("{key}: {other}"),
+        })?;
+    Ok(Credentials {
+        username: c.username,
+        password: Secret::new(c.password),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_expand_with_padding_and_lists() {
+        let names: Vec<String> = expand_range("gpu-[001-003,010]")
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["gpu-001", "gpu-002", "gpu-003", "gpu-010"]);
+        let two = expand_range("r[1-2]n[08-09]").unwrap();
+        assert_eq!(
+            two,
+            [
+                ("r1n08".to_owned(), "1".to_owned()),
+                ("r1n09".to_owned(), "1".to_owned()),
+                ("r2n08".to_owned(), "2".to_owned()),
+                ("r2n09".to_owned(), "2".to_owned())
+            ]
+        );
+        assert!(expand_range("gpu-[5-1]").is_err());
+        assert!(expand_range("gpu-[1-").is_err());
+        assert_eq!(
+            expand_range("solo").unwrap(),
+            [("solo".to_owned(), String::new())]
+        );
+    }
+
+    #[test]
+    fn patterns_fill_endpoint_and_duplicates_are_refused() {
+        let inv: Inventory = accord::config_file::parse(
+            r#"
+            [[bmc]]
+            nodes = "gpu-[01-02]"
+            endpoint = "https://10.0.1.{n}"
+            system = "{node}"
+            [[bmc]]
+            nodes = ["gpu-02"]
+            endpoint = "https://x"
+            "#,
+            "t.toml",
+        )
+        .unwrap();
+        let problems = inv.resolve().unwrap_err();
+        assert_eq!(problems, ["bmc[1].nodes: node gpu-02 has a BMC already"]);
+        let inv: Inventory = accord::config_file::parse(
+            r#"
+            [[bmc]]
+            nodes = "gpu-[01-02]"
+            endpoint = "https://10.0.1.{n}"
+            system = "{node}"
+            "#,
+            "t.toml",
+        )
+        .unwrap();
+        let r = inv.resolve().unwrap();
+        assert_eq!(r["gpu-02"].endpoint, "https://10.0.1.02");
+        assert_eq!(r["gpu-02"].system.as_deref(), Some("gpu-02"));
+        assert!(inv.validate().is_empty());
+    }
+
+    #[test]
+    fn credentials_in_urls_are_refused() {
+        let inv: Inventory = accord::config_file::parse(
+            "[[bmc]]\nnodes = \"n1\"\nendpoint = \"https://root:calvin@10.0.0.1\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        let p = inv.validate();
+        assert_eq!(p.len(), 1);
+        assert!(p[0].contains("no user or password in the URL"), "{p:?}");
+        assert!(!p[0].contains("calvin"));
+    }
+}

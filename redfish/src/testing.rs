@@ -1,0 +1,307 @@
+//! Real Redfish peers for tests, benches and the local lab: OpenStack's
+//! `sushy-emulator --fake` (BMCs whose power changes land 1–11 s after the
+//! request) and `sushy-static` (serves a recorded mockup tree), started on
+//! a free loopback port and stopped on drop. They come from the PyPI
+//! package `sushy-tools`, which `scripts/bootstrap` installs into `.venv/`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where the sushy-tools commands are: `$ACCORD_SUSHY_BIN`, else the
+/// repository's `.venv/bin`, else `PATH`.
+pub fn sushy_bin(name: &str) -> Result<PathBuf, String> {
+    if let Ok(dir) = std::env::var("ACCORD_SUSHY_BIN") {
+        return Ok(Path::new(&dir).join(name));
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.venv/bin")
+        .join(name);
+    if venv.exists() {
+        return Ok(venv);
+    }
+    if let Ok(path) = std::env::var("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(name);
+            if p.exists() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(format!(
+        "{name} not found: run scripts/bootstrap (it installs sushy-tools into .venv/), \
+         or set ACCORD_SUSHY_BIN to the directory holding it"
+    ))
+}
+
+/// A free loopback port (the OS's pick; released before the server binds).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// One fake system of the emulator.
+#[derive(Debug, Clone)]
+pub struct FakeSystem {
+    /// Id in URLs (`/redfish/v1/Systems/{id}`); also its name.
+    pub id: String,
+    pub power_on: bool,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct EmulatorOptions {
+    /// Basic-auth user and password (checked against a bcrypt htpasswd).
+    pub basic_auth: Option<(String, String)>,
+    /// `SUSHY_EMULATOR_DISABLE_POWER_OFF`: ForceOff and GracefulShutdown
+    /// are refused with 400.
+    pub disable_power_off: bool,
+    /// Serve HTTPS with this PEM certificate and key.
+    pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+/// A running peer; killed on drop.
+#[derive(Debug)]
+pub struct Peer {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+    _dir: tempfile_dir::TempDir,
+}
+
+mod tempfile_dir {
+    //! A directory removed on drop (std only: tempfile is a dev-dependency).
+    use std::path::{Path, PathBuf};
+
+    #[derive(Debug)]
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new(tag: &str) -> std::io::Result<TempDir> {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            let p =
+                std::env::temp_dir().join(format!("accord-{tag}-{}-{nanos}", std::process::id()));
+            std::fs::create_dir_all(&p)?;
+            Ok(TempDir(p))
+        }
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Peer {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The requests the peer logged, as `METHOD PATH STATUS` (ANSI colour
+    /// codes removed).
+    pub fn requests(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let clean = strip_ansi(line);
+            // werkzeug: `127.0.0.1 - - [date] "POST /path HTTP/1.1" 204 -`
+            if let Some(start) = clean.find('"') {
+                let rest = &clean[start + 1..];
+                if let Some(end) = rest.find('"') {
+                    let request = &rest[..end];
+                    let status = rest[end + 1..].split_whitespace().next().unwrap_or("");
+                    let mut parts = request.split_whitespace();
+                    if let (Some(m), Some(p)) = (parts.next(), parts.next()) {
+                        out.push(format!("{m} {p} {status}"));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Everything the peer wrote (sushy-static prints each request's
+    /// headers and body).
+    pub fn log_text(&self) -> String {
+        strip_ansi(&std::fs::read_to_string(&self.log).unwrap_or_default())
+    }
+
+    /// How many logged requests start with `prefix` (e.g. `POST /redfish/v1/Systems/n1/Actions`).
+    pub fn count(&self, prefix: &str) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r.starts_with(prefix))
+            .count()
+    }
+
+    /// Kills the peer now (as a BMC that dies mid-operation).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn wait_ready(child: &mut Child, port: u16, log: &Path, what: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            return Err(format!("{what} exited ({status}): {}", text.trim()));
+        }
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!("{what} did not listen on port {port} within 30 s"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn python_str(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// Starts `sushy-emulator --fake` with `systems`.
+pub fn start_emulator(systems: &[FakeSystem], options: &EmulatorOptions) -> Result<Peer, String> {
+    let bin = sushy_bin("sushy-emulator")?;
+    let dir = tempfile_dir::TempDir::new("sushy").map_err(|e| e.to_string())?;
+    let mut config =
+        String::from("SUSHY_EMULATOR_FAKE_DRIVER = True\nSUSHY_EMULATOR_FAKE_SYSTEMS = [\n");
+    for s in systems {
+        config.push_str(&format!(
+            "  {{'uuid': {id}, 'name': {id}, 'power_state': {st}, 'nics': []}},\n",
+            id = python_str(&s.id),
+            st = python_str(if s.power_on { "On" } else { "Off" })
+        ));
+    }
+    config.push_str("]\n");
+    // The fake driver keeps its systems in SQLite; without a directory of
+    // its own every emulator on the machine would share one state.
+    config.push_str(&format!(
+        "SUSHY_EMULATOR_STATE_DIR = {}\n",
+        python_str(&dir.path().join("state").display().to_string())
+    ));
+    if options.disable_power_off {
+        config.push_str("SUSHY_EMULATOR_DISABLE_POWER_OFF = True\n");
+    }
+    if let Some((user, password)) = &options.basic_auth {
+        let htpasswd = dir.path().join("htpasswd");
+        let python = bin.with_file_name("python3");
+        let python = if python.exists() {
+            python
+        } else {
+            PathBuf::from("python3")
+        };
+        let out = Command::new(&python)
+            .args([
+                "-c",
+                "import bcrypt,sys; print(bcrypt.hashpw(sys.argv[2].encode(), bcrypt.gensalt(4)).decode())",
+                user,
+                password,
+            ])
+            .output()
+            .map_err(|e| format!("{}: {e}", python.display()))?;
+        if !out.status.success() {
+            return Err(format!("bcrypt: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let hash = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        std::fs::write(&htpasswd, format!("{user}:{hash}\n")).map_err(|e| e.to_string())?;
+        config.push_str(&format!(
+            "SUSHY_EMULATOR_AUTH_FILE = {}\n",
+            python_str(&htpasswd.display().to_string())
+        ));
+    }
+    if let Some((cert, key)) = &options.tls {
+        config.push_str(&format!(
+            "SUSHY_EMULATOR_SSL_CERT = {}\nSUSHY_EMULATOR_SSL_KEY = {}\n",
+            python_str(&cert.display().to_string()),
+            python_str(&key.display().to_string())
+        ));
+    }
+    let cfg = dir.path().join("emulator.conf");
+    std::fs::File::create(&cfg)
+        .and_then(|mut f| f.write_all(config.as_bytes()))
+        .map_err(|e| e.to_string())?;
+    let port = free_port();
+    let log = dir.path().join("requests.log");
+    let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let mut child = Command::new(&bin)
+        .arg("--fake")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["-i", "127.0.0.1", "-p", &port.to_string()])
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log_file)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    wait_ready(&mut child, port, &log, "sushy-emulator")?;
+    Ok(Peer {
+        child,
+        port,
+        log,
+        _dir: dir,
+    })
+}
+
+/// Serves the mockup tree `dir` (the folder that is `/redfish/v1`) with
+/// `sushy-static`.
+pub fn start_static(mockup: &Path) -> Result<Peer, String> {
+    let bin = sushy_bin("sushy-static")?;
+    let dir = tempfile_dir::TempDir::new("sushy-static").map_err(|e| e.to_string())?;
+    let port = free_port();
+    let log = dir.path().join("requests.log");
+    let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let mut child = Command::new(&bin)
+        .arg("-m")
+        .arg(mockup)
+        .args(["-i", "127.0.0.1", "-p", &port.to_string()])
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log_file)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    wait_ready(&mut child, port, &log, "sushy-static")?;
+    Ok(Peer {
+        child,
+        port,
+        log,
+        _dir: dir,
+    })
+}

@@ -1,0 +1,234 @@
+//! Faults: a BMC that answers 500/503, refuses with 4xx, is slow, dies
+//! mid-operation, runs a task that fails, or shows an untrusted
+//! certificate. Typed errors, retries as configured, nothing hangs past
+//! its timeout.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use accord_redfish::testing::{start_emulator, EmulatorOptions};
+use accord_redfish::{Bmc, HttpPool, PowerState, RedfishError, TlsMode};
+use support::{fake, start_proxy, target, Faults};
+
+fn fixture(p: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(p)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_retried_client_errors_are_not() {
+    let emu = start_emulator(&fake(&["n1"]), &EmulatorOptions::default()).unwrap();
+    let pool = HttpPool::new(8);
+    let proxy = start_proxy(&emu.url(), Faults::default()).await;
+    let bmc = Bmc::new(target("n1", &proxy.url, Some("n1"), None), &pool).unwrap();
+    bmc.system_path().await.unwrap();
+    let system = "GET /redfish/v1/Systems/n1";
+
+    // Two 503s (a busy iDRAC), then an answer: retried, succeeds.
+    proxy.state.faults.lock().unwrap().fail_next = [503, 503].into();
+    assert_eq!(bmc.power_state().await.unwrap(), PowerState::Off);
+    assert_eq!(proxy.state.count(system), 3);
+
+    // 500 every time: given up after the configured 3 attempts, with the
+    // BMC's ExtendedInfo message.
+    proxy.state.faults.lock().unwrap().fail_next = [500; 10].into();
+    let err = bmc.power_state().await.unwrap_err();
+    match &err {
+        RedfishError::Status {
+            status: 500,
+            attempts: 3,
+            message: Some(m),
+            ..
+        } => {
+            assert_eq!(m, "Injected failure 500.")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        err.to_string()
+            .ends_with("HTTP 500: Injected failure 500. (3 attempts)"),
+        "{err}"
+    );
+    assert_eq!(proxy.state.count(system), 6);
+
+    // A 4xx on the Reset: sent once, never blindly retried.
+    let reset = "/redfish/v1/Systems/n1/Actions/ComputerSystem.Reset";
+    {
+        let mut f = proxy.state.faults.lock().unwrap();
+        f.fail_next.clear();
+        f.fail_path = Some((reset.to_owned(), 400));
+    }
+    let err = bmc.power_on(false).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RedfishError::Status {
+                status: 400,
+                attempts: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(proxy.state.count(&format!("POST {reset}")), 1);
+    assert_eq!(emu.count("POST"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_bmc_times_out_within_its_budget() {
+    let emu = start_emulator(&fake(&["n1"]), &EmulatorOptions::default()).unwrap();
+    let proxy = start_proxy(
+        &emu.url(),
+        Faults {
+            delay: Duration::from_secs(3),
+            ..Default::default()
+        },
+    )
+    .await;
+    let pool = HttpPool::new(8);
+    let mut t = target("n1", &proxy.url, Some("n1"), None);
+    t.settings.request_timeout = Duration::from_millis(300);
+    let bmc = Bmc::new(t, &pool).unwrap();
+    let start = Instant::now();
+    let err = bmc.power_state().await.unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(
+            err,
+            RedfishError::Timeout {
+                after_ms: 300,
+                attempts: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // 3 × 300 ms plus two waits of at most 200 ms.
+    assert!(took < Duration::from_millis(1_800), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_killed_mid_operation_gives_a_connect_error() {
+    let mut emu = start_emulator(&fake(&["n1"]), &EmulatorOptions::default()).unwrap();
+    let pool = HttpPool::new(8);
+    let bmc =
+        std::sync::Arc::new(Bmc::new(target("n1", &emu.url(), Some("n1"), None), &pool).unwrap());
+    let b = bmc.clone();
+    let op = tokio::spawn(async move { b.power_on(false).await });
+    // Wait until the Reset was accepted, then kill the BMC while Accord
+    // verifies (the power change lands 1–11 s later).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while emu.count("POST /redfish/v1/Systems/n1/Actions/ComputerSystem.Reset 204") == 0 {
+        assert!(Instant::now() < deadline, "no Reset seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    emu.kill();
+    let start = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(30), op)
+        .await
+        .expect("no hang")
+        .unwrap();
+    match result {
+        // Killed before it showed On: the verification fails to connect.
+        Err(RedfishError::Connect { attempts: 3, .. }) => {}
+        // Or it showed On in the few ms before the kill.
+        Ok(o) => assert_eq!(o.after, PowerState::On),
+        Err(other) => panic!("{other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_monitors_are_followed_to_their_end() {
+    let emu = start_emulator(&fake(&["n1"]), &EmulatorOptions::default()).unwrap();
+    let proxy = start_proxy(
+        &emu.url(),
+        Faults {
+            reset_task_polls: Some(3),
+            ..Default::default()
+        },
+    )
+    .await;
+    let pool = HttpPool::new(8);
+    let bmc = Bmc::new(target("n1", &proxy.url, Some("n1"), None), &pool).unwrap();
+    let on = bmc.power_on(false).await.unwrap();
+    assert_eq!(on.after, PowerState::On);
+    // Polled while running (3 × 202), then the Completed answer.
+    assert_eq!(proxy.state.count("GET /redfish/v1/TaskMonitors/1"), 4);
+
+    proxy.state.faults.lock().unwrap().reset_task_fails = true;
+    proxy
+        .state
+        .task_polls
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+    let err = bmc.power_off(true, false).await.unwrap_err();
+    match err {
+        RedfishError::TaskFailed { state, message, .. } => {
+            assert_eq!(state, "Exception");
+            assert_eq!(message.as_deref(), Some("Power supply fault."));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_certificate_is_refused_unless_trusted_or_insecure() {
+    let tls = fixture("tls");
+    // sushy-emulator over HTTPS with the test CA's localhost certificate
+    // (sushy-static's HTTPS ends bodies without close_notify, which rustls
+    // rightly refuses).
+    let peer = start_emulator(
+        &[accord_redfish::testing::FakeSystem {
+            id: "n1".into(),
+            power_on: true,
+        }],
+        &EmulatorOptions {
+            tls: Some((tls.join("cert.pem"), tls.join("key.pem"))),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let url = format!("https://localhost:{}", peer.port);
+    let pool = HttpPool::new(8);
+
+    let untrusted = Bmc::new(target("n1", &url, None, None), &pool).unwrap();
+    let start = Instant::now();
+    let err = untrusted.power_state().await.unwrap_err();
+    assert!(
+        matches!(err, RedfishError::UntrustedCertificate { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("ca_file"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(2), "not retried");
+
+    let mut t = target("n1", &url, None, None);
+    t.tls = TlsMode::Verify {
+        ca_file: Some(tls.join("ca.pem")),
+    };
+    let trusted = Bmc::new(t, &pool).unwrap();
+    assert_eq!(trusted.power_state().await.unwrap(), PowerState::On);
+
+    let mut t = target("n1", &url, None, None);
+    t.tls = TlsMode::Insecure;
+    let insecure = Bmc::new(t, &pool).unwrap();
+    assert_eq!(insecure.power_state().await.unwrap(), PowerState::On);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_listening_is_a_connect_error_after_the_retries() {
+    let port = accord_redfish::testing::free_port();
+    let pool = HttpPool::new(8);
+    let bmc = Bmc::new(
+        target("n1", &format!("http://127.0.0.1:{port}"), None, None),
+        &pool,
+    )
+    .unwrap();
+    let err = bmc.power_state().await.unwrap_err();
+    assert!(
+        matches!(err, RedfishError::Connect { attempts: 3, .. }),
+        "{err:?}"
+    );
+}
