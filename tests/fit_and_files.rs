@@ -348,9 +348,10 @@ fn reference_config_files_parse() {
                 assert_eq!(fleet.nodes.len(), 3);
                 assert_eq!(fleet.reservations[0].nodes, ["gpu-002"]);
             }
-            // The daemon's and the agent's files: daemon/tests/config.rs
-            // and agent/tests/run.rs check them.
-            "accordd.toml" | "agent.toml" => {}
+            // The daemon's, the agent's and the BMC inventory: checked by
+            // daemon/tests/config.rs, agent/tests/run.rs and
+            // redfish/tests/inventory.rs.
+            "accordd.toml" | "agent.toml" | "bmcs.toml" => {}
             other => panic!("config/{other}: no test knows this file; add it here"),
         }
         checked += 1;

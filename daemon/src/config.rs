@@ -28,6 +28,14 @@ pub struct DaemonConfig {
     pub admin: AdminConfig,
     /// The fleet file (racks, profiles, reservations; config/fleet.toml).
     pub fleet: Option<FleetConfig>,
+    /// The BMC inventory (config/bmcs.toml).
+    pub redfish: Option<RedfishConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedfishConfig {
+    pub inventory: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -167,6 +175,14 @@ impl DaemonConfig {
         if let Some(f) = &self.fleet {
             if let Err(e) = crate::load_fleet(&f.file) {
                 problems.push(format!("fleet.file: {e:#}"));
+            }
+        }
+        if let Some(r) = &self.redfish {
+            if let Err(e) = accord_redfish::Inventory::load(&r.inventory) {
+                problems.push(format!(
+                    "redfish.inventory: {}",
+                    accord::config_file::error_chain(&e)
+                ));
             }
         }
         problems

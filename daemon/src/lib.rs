@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod config;
+pub mod power;
 pub mod store;
 pub mod tls;
 
@@ -42,6 +43,15 @@ pub fn load_fleet(path: &Path) -> anyhow::Result<Fleet> {
     )?)
 }
 
+/// The first few names and how many more.
+fn summarize(names: &[String]) -> String {
+    let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
+    match names.len() {
+        n if n > 5 => format!("{} and {} more", shown.join(", "), n - 5),
+        _ => shown.join(", "),
+    }
+}
+
 /// Opens the store and reads the secrets named in a validated `config`.
 pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
     let store = Store::open(&config.store.dir)?;
@@ -63,6 +73,17 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
             .collect(),
         None => Default::default(),
     };
+    if let Some(r) = &config.redfish {
+        let inventory = accord_redfish::Inventory::load(&r.inventory)?;
+        let insecure = inventory.insecure_nodes();
+        if !insecure.is_empty() {
+            tracing::warn!(
+                count = insecure.len(),
+                nodes = %summarize(&insecure),
+                "BMC certificates NOT verified for these nodes (insecure = true in the inventory)"
+            );
+        }
+    }
     Ok(Arc::new(ApiState {
         racks,
         store,

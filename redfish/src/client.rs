@@ -35,6 +35,9 @@ pub struct BmcSettings {
     pub poll_interval: Duration,
     /// How long a power-on may take to show `On`.
     pub power_on_timeout: Duration,
+    /// With no change this long after a Reset (On or ForceOff), send it
+    /// once more; zero: never.
+    pub resend_after: Duration,
     /// How long a forced power-off may take to show `Off`.
     pub power_off_timeout: Duration,
     /// How long the OS gets to shut down before ForceOff.
@@ -57,6 +60,7 @@ impl Default for BmcSettings {
             retry_max: Duration::from_secs(8),
             poll_interval: Duration::from_secs(2),
             power_on_timeout: Duration::from_secs(120),
+            resend_after: Duration::from_secs(60),
             power_off_timeout: Duration::from_secs(120),
             graceful_timeout: Duration::from_secs(300),
             force_after_graceful: true,

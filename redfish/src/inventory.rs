@@ -51,21 +51,16 @@ pub struct Inventory {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Defaults {
     /// TOML with `username` and `password`; must be mode 600.
     pub credentials_file: Option<PathBuf>,
     /// PEM bundle the BMCs' certificates are checked against.
     pub ca_file: Option<PathBuf>,
-    #[serde(default)]
     pub insecure: bool,
-    #[serde(default = "d_in_flight")]
     pub max_in_flight: usize,
-    #[serde(default = "d_connect")]
     pub connect_timeout_ms: u64,
-    #[serde(default = "d_request")]
     pub request_timeout_ms: u64,
-    #[serde(default = "d_true")]
     pub sessions: bool,
 }
 
@@ -75,77 +70,69 @@ impl Default for Defaults {
             credentials_file: None,
             ca_file: None,
             insecure: false,
-            max_in_flight: d_in_flight(),
-            connect_timeout_ms: d_connect(),
-            request_timeout_ms: d_request(),
+            max_in_flight: 2,
+            connect_timeout_ms: 5_000,
+            request_timeout_ms: 30_000,
             sessions: true,
         }
     }
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RetrySection {
-    #[serde(default = "d_attempts")]
     pub attempts: u32,
-    #[serde(default = "d_initial")]
     pub initial_ms: u64,
-    #[serde(default = "d_max")]
     pub max_ms: u64,
 }
 
 impl Default for RetrySection {
     fn default() -> Self {
         RetrySection {
-            attempts: d_attempts(),
-            initial_ms: d_initial(),
-            max_ms: d_max(),
+            attempts: 4,
+            initial_ms: 500,
+            max_ms: 8_000,
         }
     }
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct PowerSection {
-    #[serde(default = "d_poll")]
     pub poll_interval_ms: u64,
-    #[serde(default = "d_120")]
     pub on_timeout_s: u64,
-    #[serde(default = "d_120")]
     pub off_timeout_s: u64,
-    #[serde(default = "d_300")]
+    pub resend_after_s: u64,
     pub graceful_timeout_s: u64,
-    #[serde(default = "d_true")]
     pub force_after_graceful: bool,
-    #[serde(default = "d_600")]
     pub task_timeout_s: u64,
 }
 
 impl Default for PowerSection {
     fn default() -> Self {
         PowerSection {
-            poll_interval_ms: d_poll(),
-            on_timeout_s: d_120(),
-            off_timeout_s: d_120(),
-            graceful_timeout_s: d_300(),
+            poll_interval_ms: 2_000,
+            on_timeout_s: 120,
+            off_timeout_s: 120,
+            resend_after_s: 60,
+            graceful_timeout_s: 300,
             force_after_graceful: true,
-            task_timeout_s: d_600(),
+            task_timeout_s: 600,
         }
     }
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct LimitsSection {
     /// Requests in flight to all BMCs together.
-    #[serde(default = "d_total")]
     pub max_in_flight_total: usize,
 }
 
 impl Default for LimitsSection {
     fn default() -> Self {
         LimitsSection {
-            max_in_flight_total: d_total(),
+            max_in_flight_total: 64,
         }
     }
 }
@@ -182,43 +169,6 @@ pub struct BiosProfile {
     pub description: String,
     /// BIOS attribute names and values, as the BMC's Bios resource names them.
     pub attributes: Map<String, Value>,
-}
-
-fn d_in_flight() -> usize {
-    2
-}
-fn d_connect() -> u64 {
-    5_000
-}
-fn d_request() -> u64 {
-    30_000
-}
-fn d_true() -> bool {
-    true
-}
-fn d_attempts() -> u32 {
-    4
-}
-fn d_initial() -> u64 {
-    500
-}
-fn d_max() -> u64 {
-    8_000
-}
-fn d_poll() -> u64 {
-    2_000
-}
-fn d_120() -> u64 {
-    120
-}
-fn d_300() -> u64 {
-    300
-}
-fn d_600() -> u64 {
-    600
-}
-fn d_total() -> usize {
-    64
 }
 
 /// Expands `gpu-[001-004,010]x` into gpu-001x … gpu-004x, gpu-010x, each
@@ -444,6 +394,7 @@ impl Inventory {
             poll_interval: Duration::from_millis(self.power.poll_interval_ms),
             power_on_timeout: Duration::from_secs(self.power.on_timeout_s),
             power_off_timeout: Duration::from_secs(self.power.off_timeout_s),
+            resend_after: Duration::from_secs(self.power.resend_after_s),
             graceful_timeout: Duration::from_secs(self.power.graceful_timeout_s),
             force_after_graceful: self.power.force_after_graceful,
             task_timeout: Duration::from_secs(self.power.task_timeout_s),

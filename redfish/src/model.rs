@@ -5,7 +5,7 @@
 //! Every such repair is recorded as a note, so `accordctl bmc probe` can say
 //! what was tolerated. Pure: documents in, values out.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// The reset types of the Redfish `ResetType` enum, in their canonical
@@ -29,7 +29,7 @@ pub const RESET_TYPES: &[&str] = &[
 /// What Accord sends to power on, in order of preference.
 pub const ON_PREFERENCE: &[&str] = &["On", "ForceOn", "PushPowerButton"];
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PowerState {
     On,
     Off,

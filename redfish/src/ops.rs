@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use reqwest::Method;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -16,7 +16,7 @@ use crate::error::RedfishError;
 use crate::model::{self, Bios, PowerState, ResetTypesFrom, SystemInfo};
 
 /// What a power action did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PowerOutcome {
     pub bmc: String,
     pub system: String,
@@ -27,11 +27,13 @@ pub struct PowerOutcome {
     pub after: PowerState,
     /// Time from the first request to the verified state.
     pub took_ms: u64,
+    /// Time from the first request until the BMC accepted the last Reset.
+    pub accepted_ms: Option<u64>,
     pub dry_run: bool,
 }
 
 /// What a BIOS change did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BiosOutcome {
     pub bmc: String,
     /// Attributes that differ from what is wanted (and were sent, unless a
@@ -161,18 +163,27 @@ impl Bmc {
         Ok(())
     }
 
-    /// Polls until the system shows `wanted` or `timeout` passes.
+    /// Polls until the system shows `wanted` or `timeout` passes. When
+    /// `resend` names the reset type just sent and the system still shows
+    /// the state it had before after `resend_after`, the Reset is sent once
+    /// more (BMCs do drop accepted commands; sushy-emulator's fake driver
+    /// loses one in a race). Never for PushPowerButton, which toggles.
+    /// Returns the state and the reset type re-sent, if any.
     async fn wait_for(
         &self,
         system: &SystemInfo,
         wanted: PowerState,
         timeout: Duration,
-    ) -> Result<PowerState, RedfishError> {
-        let deadline = Instant::now() + timeout;
+        resend: Option<&str>,
+    ) -> Result<(PowerState, Option<String>), RedfishError> {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let resend_after = self.settings().resend_after;
+        let mut resent = None;
         loop {
             let state = self.system_at(&system.path).await?.power_state;
             if state == wanted {
-                return Ok(state);
+                return Ok((state, resent));
             }
             if Instant::now() >= deadline {
                 return Err(RedfishError::NotReached {
@@ -182,6 +193,19 @@ impl Bmc {
                     last: state.to_string(),
                     waited_s: timeout.as_secs(),
                 });
+            }
+            if let Some(rt) = resend {
+                if resent.is_none()
+                    && rt != "PushPowerButton"
+                    && !resend_after.is_zero()
+                    && start.elapsed() >= resend_after
+                    && state == system.power_state
+                {
+                    warn!(bmc = %self.name(), system = %system.path, reset_type = rt,
+                          waited_s = start.elapsed().as_secs(), "no change since the Reset; sending it again");
+                    self.reset(system, rt).await?;
+                    resent = Some(rt.to_owned());
+                }
             }
             tokio::time::sleep(self.settings().poll_interval).await;
         }
@@ -195,6 +219,7 @@ impl Bmc {
         let system = self.system().await?;
         let before = system.power_state.clone();
         let mut sent = Vec::new();
+        let mut accepted_ms = None;
         if before != PowerState::On && before != PowerState::PoweringOn {
             let choice = model::choose_reset_types(&system.reset_types);
             let reset_type = choice.on.ok_or_else(|| {
@@ -206,15 +231,26 @@ impl Bmc {
             sent.push(reset_type.clone());
             if !dry_run {
                 self.reset(&system, &reset_type).await?;
+                accepted_ms = Some(start.elapsed().as_millis() as u64);
             }
         }
         let after = if dry_run || before == PowerState::On {
             before.clone()
         } else {
-            self.wait_for(&system, PowerState::On, self.settings().power_on_timeout)
-                .await?
+            let (state, resent) = self
+                .wait_for(
+                    &system,
+                    PowerState::On,
+                    self.settings().power_on_timeout,
+                    sent.first().map(String::as_str),
+                )
+                .await?;
+            sent.extend(resent);
+            state
         };
-        Ok(self.outcome(&system, before, sent, after, start, dry_run))
+        let mut o = self.outcome(&system, before, sent, after, start, dry_run);
+        o.accepted_ms = accepted_ms;
+        Ok(o)
     }
 
     /// Graceful shutdown (when advertised), then — after the graceful
@@ -242,13 +278,13 @@ impl Bmc {
                 }
                 let graceful_result = match self.reset(&system, graceful).await {
                     Ok(()) => {
-                        self.wait_for(&system, PowerState::Off, s.graceful_timeout)
+                        self.wait_for(&system, PowerState::Off, s.graceful_timeout, None)
                             .await
                     }
                     Err(e) => Err(e),
                 };
                 match graceful_result {
-                    Ok(after) => {
+                    Ok((after, _)) => {
                         return Ok(self.outcome(&system, before, sent, after, start, false))
                     }
                     Err(e) if !s.force_after_graceful => return Err(e),
@@ -271,9 +307,10 @@ impl Bmc {
             return Ok(self.outcome(&system, before.clone(), sent, before, start, true));
         }
         self.reset(&system, &forced).await?;
-        let after = self
-            .wait_for(&system, PowerState::Off, s.power_off_timeout)
+        let (after, resent) = self
+            .wait_for(&system, PowerState::Off, s.power_off_timeout, Some(&forced))
             .await?;
+        sent.extend(resent);
         Ok(self.outcome(&system, before, sent, after, start, false))
     }
 
@@ -313,6 +350,7 @@ impl Bmc {
             sent,
             after,
             took_ms: start.elapsed().as_millis() as u64,
+            accepted_ms: None,
             dry_run,
         }
     }

@@ -191,6 +191,65 @@ fn wait_ready(child: &mut Child, port: u16, log: &Path, what: &str) -> Result<()
     }
 }
 
+/// One request that makes the emulator build its systems driver before any
+/// load arrives: sushy-tools 2.2 memoizes the driver without a lock, so a
+/// first burst of parallel requests builds several, and a late one rewrites
+/// the initial state over an accepted Reset (seen as a power-on that never
+/// lands).
+fn warm_up(port: u16, auth: Option<&(String, String)>) -> Result<(), String> {
+    use std::io::Read;
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    let header = auth
+        .map(|(u, p)| {
+            format!(
+                "Authorization: Basic {}\r\n",
+                base64(format!("{u}:{p}").as_bytes())
+            )
+        })
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET /redfish/v1/Systems HTTP/1.0\r\nHost: 127.0.0.1\r\n{header}\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| e.to_string())?;
+    if !answer.starts_with("HTTP/1.1 200") && !answer.starts_with("HTTP/1.0 200") {
+        return Err(format!(
+            "sushy-emulator warm-up: {}",
+            answer.lines().next().unwrap_or("no answer")
+        ));
+    }
+    Ok(())
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 fn python_str(s: &str) -> String {
     format!("{s:?}")
 }
@@ -256,48 +315,39 @@ pub fn start_emulator(systems: &[FakeSystem], options: &EmulatorOptions) -> Resu
     std::fs::File::create(&cfg)
         .and_then(|mut f| f.write_all(config.as_bytes()))
         .map_err(|e| e.to_string())?;
-    let port = free_port();
-    let log = dir.path().join("requests.log");
-    let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-    let mut child = Command::new(&bin)
-        .arg("--fake")
-        .arg("--config")
-        .arg(&cfg)
-        .args(["-i", "127.0.0.1", "-p", &port.to_string()])
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log_file)
-        .spawn()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
-    wait_ready(&mut child, port, &log, "sushy-emulator")?;
-    Ok(Peer {
-        child,
-        port,
-        log,
-        _dir: dir,
-    })
+    let mut cmd = Command::new(&bin);
+    cmd.arg("--fake").arg("--config").arg(&cfg);
+    let peer = spawn_peer(cmd, dir, "sushy-emulator")?;
+    if options.tls.is_none() {
+        warm_up(peer.port, options.basic_auth.as_ref())?;
+    }
+    Ok(peer)
 }
-
 /// Serves the mockup tree `dir` (the folder that is `/redfish/v1`) with
 /// `sushy-static`.
 pub fn start_static(mockup: &Path) -> Result<Peer, String> {
     let bin = sushy_bin("sushy-static")?;
     let dir = tempfile_dir::TempDir::new("sushy-static").map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(&bin);
+    cmd.arg("-m").arg(mockup);
+    spawn_peer(cmd, dir, "sushy-static")
+}
+
+/// Runs `cmd` on a free loopback port with its output in `dir`, and waits
+/// until it listens.
+fn spawn_peer(mut cmd: Command, dir: tempfile_dir::TempDir, what: &str) -> Result<Peer, String> {
     let port = free_port();
     let log = dir.path().join("requests.log");
     let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-    let mut child = Command::new(&bin)
-        .arg("-m")
-        .arg(mockup)
+    let mut child = cmd
         .args(["-i", "127.0.0.1", "-p", &port.to_string()])
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
         .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
         .stderr(log_file)
         .spawn()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
-    wait_ready(&mut child, port, &log, "sushy-static")?;
+        .map_err(|e| format!("{what}: {e}"))?;
+    wait_ready(&mut child, port, &log, what)?;
     Ok(Peer {
         child,
         port,

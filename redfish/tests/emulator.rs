@@ -195,6 +195,31 @@ async fn graceful_then_force() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_reset_is_sent_once_more() {
+    // The BMC accepts the first On (204) but never acts on it.
+    let emu = start_emulator(&fake(&["n1"]), &EmulatorOptions::default()).unwrap();
+    let proxy = start_proxy(
+        &emu.url(),
+        Faults {
+            swallow_once: vec!["On".to_owned()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let pool = HttpPool::new(8);
+    let mut t = target("n1", &proxy.url, Some("n1"), None);
+    t.settings.resend_after = Duration::from_secs(1);
+    let bmc = Bmc::new(t, &pool).unwrap();
+    let on = bmc.power_on(false).await.unwrap();
+    assert_eq!(on.sent, ["On", "On"]);
+    assert_eq!(on.after, PowerState::On);
+    assert_eq!(
+        emu.count("POST /redfish/v1/Systems/n1/Actions/ComputerSystem.Reset 204"),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_in_flight_stay_within_the_per_bmc_and_global_limits() {
     let emu = start_emulator(&fake(&["n1", "n2", "n3"]), &EmulatorOptions::default()).unwrap();
     let proxy = start_proxy(

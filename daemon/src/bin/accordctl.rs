@@ -1,5 +1,6 @@
 //! `accordctl`: the admin's command line for accordd. `plan` works offline
-//! on files; the fleet commands arrive with the daemon.
+//! on files; `nodes` and `node` ask accordd; `power`, `bios` and `bmc`
+//! talk to the BMCs directly through the inventory.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,6 +60,158 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Power nodes on, off (graceful, then forced), cycle them, or read
+    /// their power state, through their BMCs. NODE may be a range
+    /// (`gpu-[001-016]`). Every action reads first and sends nothing when
+    /// the node is already there, then waits until the BMC shows the state.
+    Power {
+        #[arg(value_enum)]
+        action: accordd::power::PowerVerb,
+        #[arg(required = true, value_name = "NODE")]
+        nodes: Vec<String>,
+        /// Read and decide; send nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// `off`: ForceOff at once, no graceful shutdown.
+        #[arg(long)]
+        force: bool,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        files: InventoryArgs,
+    },
+    /// BIOS profiles: stage one on a rack, or show a node's attributes.
+    Bios {
+        #[command(subcommand)]
+        command: BiosCommand,
+    },
+    /// Talk to a BMC directly.
+    Bmc {
+        #[command(subcommand)]
+        command: BmcCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BiosCommand {
+    /// Stage a BIOS profile (from the inventory) on every node of a rack,
+    /// at most the rack's max_concurrent_power_ons at once. The settings
+    /// apply at each node's next reset.
+    Apply {
+        /// Profile name (`[bios_profiles.NAME]` in the inventory).
+        profile: String,
+        /// The rack (from the fleet file).
+        #[arg(long)]
+        rack: String,
+        /// Read and compare; send nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        files: InventoryArgs,
+    },
+    /// A node's current BIOS attributes and where changes go.
+    Show {
+        node: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        files: InventoryArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BmcCommand {
+    /// Inspect a BMC before adding it to the inventory: service root,
+    /// systems, power state, advertised reset types and the ones Accord
+    /// would use, BIOS settings target, chassis power; and every firmware
+    /// quirk tolerated. Needs no accordd configuration.
+    Probe {
+        /// The BMC, e.g. https://10.0.5.17
+        url: String,
+        #[arg(long)]
+        user: Option<String>,
+        /// File holding the password (mode 600).
+        #[arg(long, requires = "user")]
+        password_file: Option<PathBuf>,
+        /// PEM bundle to verify the BMC's certificate against.
+        #[arg(long, conflicts_with = "insecure")]
+        ca: Option<PathBuf>,
+        /// Do not verify the BMC's certificate.
+        #[arg(long)]
+        insecure: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where the BMC inventory (and the fleet file, for racks) are found.
+#[derive(Debug, clap::Args)]
+struct InventoryArgs {
+    /// BMC inventory (bmcs.toml). Default: accordd.toml's redfish.inventory.
+    #[arg(long, env = "ACCORD_BMC_INVENTORY", value_name = "FILE")]
+    inventory: Option<PathBuf>,
+    /// Fleet file, for racks. Default: accordd.toml's fleet.file.
+    #[arg(long, env = "ACCORD_FLEET", value_name = "FILE")]
+    fleet: Option<PathBuf>,
+    /// accordd's configuration, read for the two files above.
+    #[arg(
+        long,
+        env = "ACCORD_CONFIG",
+        value_name = "FILE",
+        default_value = "/etc/accord/accordd.toml"
+    )]
+    config: PathBuf,
+}
+
+impl InventoryArgs {
+    fn daemon_config(&self) -> anyhow::Result<accordd::config::DaemonConfig> {
+        let text = read(&self.config)?;
+        Ok(accordd::config::DaemonConfig::parse(&text, &self.config)?)
+    }
+
+    fn inventory(&self) -> anyhow::Result<accord_redfish::Inventory> {
+        let path = match &self.inventory {
+            Some(p) => p.clone(),
+            None => self
+                .daemon_config()
+                .context("no --inventory given")?
+                .redfish
+                .map(|r| r.inventory)
+                .with_context(|| {
+                    format!(
+                        "{}: no [redfish] inventory; give --inventory",
+                        self.config.display()
+                    )
+                })?,
+        };
+        Ok(accord_redfish::Inventory::load(&path)?)
+    }
+
+    /// The fleet file, when one is given or configured.
+    fn fleet(&self, required: bool) -> anyhow::Result<Option<accord::fleet::Fleet>> {
+        let path = match &self.fleet {
+            Some(p) => Some(p.clone()),
+            None => match self.daemon_config() {
+                Ok(c) => c.fleet.map(|f| f.file),
+                Err(e) if required => return Err(e.context("no --fleet given")),
+                Err(_) => None,
+            },
+        };
+        match path {
+            Some(p) => Ok(Some(accordd::load_fleet(&p)?)),
+            None if required => anyhow::bail!("racks come from the fleet file: give --fleet"),
+            None => Ok(None),
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
 }
 
 #[derive(Debug, clap::Args)]
@@ -266,7 +419,162 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Some(Command::Power {
+            action,
+            nodes,
+            dry_run,
+            force,
+            json,
+            files,
+        }) => power_cmd(action, nodes, dry_run, force, json, files),
+        Some(Command::Bios { command }) => bios_cmd(command),
+        Some(Command::Bmc { command }) => bmc_cmd(command),
     }
+}
+
+fn power_cmd(
+    action: accordd::power::PowerVerb,
+    nodes: Vec<String>,
+    dry_run: bool,
+    force: bool,
+    json: bool,
+    files: InventoryArgs,
+) -> anyhow::Result<()> {
+    let inventory = files.inventory()?;
+    let fleet = files.fleet(false)?;
+    let nodes = accordd::power::expand_nodes(&inventory, &nodes)?;
+    let results = runtime()?.block_on(accordd::power::power(
+        &inventory,
+        fleet.as_ref(),
+        action,
+        &nodes,
+        force,
+        dry_run,
+    ))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{}", accordd::power::render_power(&results, action));
+    }
+    let failed = results.len()
+        - results
+            .iter()
+            .filter(|r| matches!(r.result, accordd::power::NodeOutcome::Ok(_)))
+            .count();
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} node(s) failed", results.len());
+    }
+    Ok(())
+}
+
+fn bios_cmd(command: BiosCommand) -> anyhow::Result<()> {
+    match command {
+        BiosCommand::Apply {
+            profile,
+            rack,
+            dry_run,
+            json,
+            files,
+        } => {
+            let inventory = files.inventory()?;
+            let fleet = files.fleet(true)?.expect("required");
+            let results = runtime()?.block_on(accordd::power::bios_apply(
+                &inventory, &fleet, &profile, &rack, dry_run,
+            ))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&results)?);
+            } else {
+                print!("{}", accordd::power::render_bios(&results, &profile));
+            }
+            if !accordd::power::all_ok(&results) {
+                anyhow::bail!("BIOS profile {profile} not staged on every node of rack {rack}");
+            }
+            Ok(())
+        }
+        BiosCommand::Show { node, json, files } => {
+            let inventory = files.inventory()?;
+            let target = inventory.target(&node)?;
+            let pool = accord_redfish::HttpPool::new(4);
+            let bmc = accord_redfish::Bmc::new(target, &pool)?;
+            let bios = runtime()?.block_on(async {
+                let b = bmc.bios().await;
+                bmc.close().await;
+                b
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&bios)?);
+            } else {
+                println!(
+                    "{node}: {} ({} attributes); changes go to {}",
+                    bios.path,
+                    bios.attributes.len(),
+                    bios.settings_target.as_deref().unwrap_or(&bios.path)
+                );
+                for (k, v) in &bios.attributes {
+                    println!("  {k} = {v}");
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn bmc_cmd(command: BmcCommand) -> anyhow::Result<()> {
+    let BmcCommand::Probe {
+        url,
+        user,
+        password_file,
+        ca,
+        insecure,
+        json,
+    } = command;
+    let endpoint: reqwest::Url = url.parse().with_context(|| format!("{url}: not a URL"))?;
+    if !endpoint.username().is_empty() || endpoint.password().is_some() {
+        anyhow::bail!("{url}: give the user with --user and the password with --password-file, not in the URL");
+    }
+    let credentials = match (user, password_file) {
+        (Some(username), Some(file)) => {
+            if let Some(p) = accordd::config::check_secret("--password-file", &file) {
+                anyhow::bail!(p);
+            }
+            Some(accord_redfish::Credentials {
+                username,
+                password: accord_redfish::Secret::new(read(&file)?.trim_end_matches(['\n', '\r'])),
+            })
+        }
+        (Some(_), None) => anyhow::bail!("--user needs --password-file"),
+        _ => None,
+    };
+    let settings = accord_redfish::BmcSettings {
+        retry_attempts: 2,
+        request_timeout: std::time::Duration::from_secs(15),
+        ..Default::default()
+    };
+    let target = accord_redfish::BmcTarget {
+        name: endpoint.host_str().unwrap_or("bmc").to_owned(),
+        endpoint,
+        system: None,
+        credentials,
+        tls: if insecure {
+            accord_redfish::TlsMode::Insecure
+        } else {
+            accord_redfish::TlsMode::Verify { ca_file: ca }
+        },
+        settings,
+    };
+    let pool = accord_redfish::HttpPool::new(4);
+    let bmc = accord_redfish::Bmc::new(target, &pool)?;
+    let report = runtime()?.block_on(async {
+        let r = accord_redfish::probe::probe(&bmc).await;
+        bmc.close().await;
+        r
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

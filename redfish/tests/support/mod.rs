@@ -27,6 +27,8 @@ pub struct Faults {
     pub fail_path: Option<(String, u16)>,
     /// Reset types answered 204 without forwarding.
     pub swallow_resets: Vec<String>,
+    /// The same, for the first such Reset only (a BMC that drops one).
+    pub swallow_once: Vec<String>,
     /// Serve a SessionService checking these credentials; forward with them
     /// as basic auth.
     pub sessions: Option<(String, String)>,
@@ -178,6 +180,11 @@ async fn handle(
                 if swallow.iter().any(|s| s == t) {
                     return StatusCode::NO_CONTENT.into_response();
                 }
+                let mut f = st.faults.lock().unwrap();
+                if let Some(i) = f.swallow_once.iter().position(|s| s == t) {
+                    f.swallow_once.remove(i);
+                    return StatusCode::NO_CONTENT.into_response();
+                }
             }
         }
     }
@@ -284,6 +291,7 @@ pub fn fast_settings() -> accord_redfish::BmcSettings {
         retry_max: Duration::from_millis(200),
         poll_interval: Duration::from_millis(250),
         power_on_timeout: Duration::from_secs(20),
+        resend_after: Duration::from_secs(15),
         power_off_timeout: Duration::from_secs(20),
         graceful_timeout: Duration::from_secs(20),
         force_after_graceful: true,

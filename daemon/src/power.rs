@@ -1,0 +1,312 @@
+//! Admin power and BIOS actions over the BMC inventory (`accordctl power`,
+//! `accordctl bios`): many nodes at once, within the inventory's request
+//! limits and each rack's `max_concurrent_power_ons`. The control loop
+//! will drive the same `accord_redfish` operations.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use accord::fleet::Fleet;
+use accord_redfish::inventory::{expand_range, Inventory};
+use accord_redfish::ops::{BiosOutcome, PowerOutcome};
+use accord_redfish::{Bmc, HttpPool, PowerState, RedfishError};
+use serde::Serialize;
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PowerVerb {
+    On,
+    Off,
+    Cycle,
+    Status,
+}
+
+/// One node's result, for the table and `--json`.
+#[derive(Debug, Serialize)]
+pub struct NodeResult<T> {
+    pub node: String,
+    #[serde(flatten)]
+    pub result: NodeOutcome<T>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeOutcome<T> {
+    Ok(T),
+    Error { kind: String, error: String },
+}
+
+impl<T> NodeOutcome<T> {
+    fn from(r: Result<T, RedfishError>) -> NodeOutcome<T> {
+        match r {
+            Ok(t) => NodeOutcome::Ok(t),
+            Err(e) => NodeOutcome::Error {
+                kind: e.kind().to_owned(),
+                error: accord::config_file::error_chain(&e),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct StatusView {
+    pub power: PowerState,
+    pub watts: Option<f64>,
+}
+
+/// Node names as given (ranges like `gpu-[01-04]` expanded), each checked
+/// against the inventory.
+pub fn expand_nodes(inventory: &Inventory, args: &[String]) -> anyhow::Result<Vec<String>> {
+    let known = inventory
+        .resolve()
+        .map_err(|p| anyhow::anyhow!("inventory: {}", p.join("; ")))?;
+    let mut out = Vec::new();
+    for a in args {
+        for (name, _) in expand_range(a).map_err(|e| anyhow::anyhow!(e))? {
+            if !known.contains_key(&name) {
+                anyhow::bail!("node {name}: no BMC in the inventory");
+            }
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn bmcs(inventory: &Inventory, nodes: &[String]) -> anyhow::Result<(Vec<Arc<Bmc>>, HttpPool)> {
+    let pool = HttpPool::new(inventory.limits.max_in_flight_total);
+    let mut out = Vec::new();
+    for n in nodes {
+        let target = inventory.target(n)?;
+        out.push(Arc::new(Bmc::new(target, &pool)?));
+    }
+    Ok((out, pool))
+}
+
+/// A semaphore per rack sized by its `max_concurrent_power_ons` (none: no
+/// limit beyond the inventory's).
+fn rack_limits(fleet: Option<&Fleet>) -> BTreeMap<String, Arc<Semaphore>> {
+    let mut out = BTreeMap::new();
+    if let Some(f) = fleet {
+        for (name, rack) in &f.racks {
+            if let Some(n) = rack.max_concurrent_power_ons {
+                out.insert(name.clone(), Arc::new(Semaphore::new(n.max(1) as usize)));
+            }
+        }
+    }
+    out
+}
+
+fn rack_of(fleet: Option<&Fleet>, node: &str) -> Option<String> {
+    fleet?
+        .nodes
+        .iter()
+        .find(|n| n.name == node)
+        .and_then(|n| n.rack.clone())
+}
+
+pub async fn power(
+    inventory: &Inventory,
+    fleet: Option<&Fleet>,
+    verb: PowerVerb,
+    nodes: &[String],
+    force: bool,
+    dry_run: bool,
+) -> anyhow::Result<Vec<NodeResult<serde_json::Value>>> {
+    let (bmcs, _pool) = bmcs(inventory, nodes)?;
+    let limits = rack_limits(fleet);
+    let mut tasks = Vec::new();
+    for bmc in bmcs {
+        let rack_limit = rack_of(fleet, bmc.name()).and_then(|r| limits.get(&r).cloned());
+        tasks.push(tokio::spawn(async move {
+            // Power-ons draw inrush current: at most the rack's limit at once.
+            let _permit = match (&rack_limit, verb) {
+                (Some(s), PowerVerb::On | PowerVerb::Cycle) if !dry_run => {
+                    Some(s.clone().acquire_owned().await.expect("never closed"))
+                }
+                _ => None,
+            };
+            let result: Result<serde_json::Value, RedfishError> = match verb {
+                PowerVerb::On => bmc.power_on(dry_run).await.map(to_json),
+                PowerVerb::Off => bmc.power_off(force, dry_run).await.map(to_json),
+                PowerVerb::Cycle => bmc.power_cycle(dry_run).await.map(to_json),
+                PowerVerb::Status => match bmc.power_state().await {
+                    Ok(power) => {
+                        let watts = bmc.power_watts().await.ok().flatten();
+                        Ok(to_json(StatusView { power, watts }))
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            bmc.close().await;
+            NodeResult {
+                node: bmc.name().to_owned(),
+                result: NodeOutcome::from(result),
+            }
+        }));
+    }
+    join(tasks).await
+}
+
+/// The tasks' results, in the order they were started.
+async fn join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> anyhow::Result<Vec<T>> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await?);
+    }
+    Ok(out)
+}
+
+fn to_json<T: Serialize>(t: T) -> serde_json::Value {
+    serde_json::to_value(t).expect("plain data")
+}
+
+/// The nodes of `rack` that have a BMC, by the fleet file.
+pub fn rack_nodes(inventory: &Inventory, fleet: &Fleet, rack: &str) -> anyhow::Result<Vec<String>> {
+    if !fleet.racks.contains_key(rack) {
+        anyhow::bail!(
+            "rack {rack} is not in the fleet file (racks: {})",
+            fleet.racks.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let known = inventory
+        .resolve()
+        .map_err(|p| anyhow::anyhow!("inventory: {}", p.join("; ")))?;
+    let nodes: Vec<String> = fleet
+        .nodes
+        .iter()
+        .filter(|n| n.rack.as_deref() == Some(rack) && known.contains_key(&n.name))
+        .map(|n| n.name.clone())
+        .collect();
+    if nodes.is_empty() {
+        anyhow::bail!("rack {rack}: no node with a BMC in the inventory");
+    }
+    Ok(nodes)
+}
+
+/// Stages a BIOS profile on every node of a rack, at most the rack's
+/// `max_concurrent_power_ons` at once (1 when it sets none): the settings
+/// apply at each node's next reset, and a rollout should never touch a
+/// whole rack at once.
+pub async fn bios_apply(
+    inventory: &Inventory,
+    fleet: &Fleet,
+    profile: &str,
+    rack: &str,
+    dry_run: bool,
+) -> anyhow::Result<Vec<NodeResult<BiosOutcome>>> {
+    let p = inventory.bios_profiles.get(profile).ok_or_else(|| {
+        anyhow::anyhow!(
+            "BIOS profile {profile} is not in the inventory (profiles: {})",
+            inventory
+                .bios_profiles
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+    let nodes = rack_nodes(inventory, fleet, rack)?;
+    let width = fleet.racks[rack]
+        .max_concurrent_power_ons
+        .unwrap_or(1)
+        .max(1) as usize;
+    let (bmcs, _pool) = bmcs(inventory, &nodes)?;
+    let limit = Arc::new(Semaphore::new(width));
+    let attributes = Arc::new(p.attributes.clone());
+    let mut tasks = Vec::new();
+    for bmc in bmcs {
+        let limit = limit.clone();
+        let attributes = attributes.clone();
+        tasks.push(tokio::spawn(async move {
+            let _permit = limit.acquire_owned().await.expect("never closed");
+            let result = bmc.apply_bios(&attributes, dry_run).await;
+            bmc.close().await;
+            NodeResult {
+                node: bmc.name().to_owned(),
+                result: NodeOutcome::from(result),
+            }
+        }));
+    }
+    join(tasks).await
+}
+
+/// One line per node for people.
+pub fn render_power(results: &[NodeResult<serde_json::Value>], verb: PowerVerb) -> String {
+    let mut out = String::new();
+    let width = results.iter().map(|r| r.node.len()).max().unwrap_or(4);
+    for r in results {
+        let line = match &r.result {
+            NodeOutcome::Error { error, .. } => format!("FAILED  {error}"),
+            NodeOutcome::Ok(v) if verb == PowerVerb::Status => {
+                let power = v["power"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v["power"].to_string());
+                match v["watts"].as_f64() {
+                    Some(w) => format!("{power}  {w} W"),
+                    None => power,
+                }
+            }
+            NodeOutcome::Ok(v) => {
+                let o: PowerOutcome = serde_json::from_value(v.clone()).expect("ours");
+                let sent = if o.sent.is_empty() {
+                    "nothing sent (already there)".to_owned()
+                } else if o.dry_run {
+                    format!("would send {}", o.sent.join(" then "))
+                } else {
+                    format!("sent {}", o.sent.join(" then "))
+                };
+                if o.dry_run {
+                    format!("{:?}  {sent}", o.before)
+                } else {
+                    format!(
+                        "{:?} → {:?}  {sent}  ({:.1} s)",
+                        o.before,
+                        o.after,
+                        o.took_ms as f64 / 1000.0
+                    )
+                }
+            }
+        };
+        out.push_str(&format!("{:<width$}  {line}\n", r.node));
+    }
+    out
+}
+
+pub fn render_bios(results: &[NodeResult<BiosOutcome>], profile: &str) -> String {
+    let mut out = String::new();
+    let width = results.iter().map(|r| r.node.len()).max().unwrap_or(4);
+    for r in results {
+        let line = match &r.result {
+            NodeOutcome::Error { error, .. } => format!("FAILED  {error}"),
+            NodeOutcome::Ok(o) => {
+                let keys: Vec<&str> = o.changes.keys().map(String::as_str).collect();
+                let mut s = if keys.is_empty() {
+                    format!("{profile}: already set")
+                } else if o.dry_run {
+                    format!("{profile}: would stage {}", keys.join(", "))
+                } else {
+                    format!(
+                        "{profile}: staged {}; applies at the next reset",
+                        keys.join(", ")
+                    )
+                };
+                if !o.unknown.is_empty() {
+                    s.push_str(&format!(" (not in this BIOS: {})", o.unknown.join(", ")));
+                }
+                s
+            }
+        };
+        out.push_str(&format!("{:<width$}  {line}\n", r.node));
+    }
+    out
+}
+
+/// Whether every node succeeded.
+pub fn all_ok<T>(results: &[NodeResult<T>]) -> bool {
+    results
+        .iter()
+        .all(|r| matches!(r.result, NodeOutcome::Ok(_)))
+}
