@@ -106,14 +106,30 @@ fn rack_of(fleet: Option<&Fleet>, node: &str) -> Option<String> {
         .and_then(|n| n.rack.clone())
 }
 
+/// How `power` acts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PowerOptions {
+    /// `off`: ForceOff at once.
+    pub force: bool,
+    /// Read and decide; send nothing.
+    pub dry_run: bool,
+    /// `on`/`cycle`: boot from the network once (re-imaging) — a one-time
+    /// boot override set before the power-on.
+    pub pxe: bool,
+}
+
 pub async fn power(
     inventory: &Inventory,
     fleet: Option<&Fleet>,
     verb: PowerVerb,
     nodes: &[String],
-    force: bool,
-    dry_run: bool,
+    options: PowerOptions,
 ) -> anyhow::Result<Vec<NodeResult<serde_json::Value>>> {
+    let PowerOptions {
+        force,
+        dry_run,
+        pxe,
+    } = options;
     let (bmcs, _pool) = bmcs(inventory, nodes)?;
     let limits = rack_limits(fleet);
     let mut tasks = Vec::new();
@@ -127,10 +143,30 @@ pub async fn power(
                 }
                 _ => None,
             };
+            let pxe_set = if pxe && matches!(verb, PowerVerb::On | PowerVerb::Cycle) {
+                match bmc.boot_once("Pxe", dry_run).await {
+                    Ok(set) => Some(set),
+                    Err(e) => {
+                        bmc.close().await;
+                        return NodeResult {
+                            node: bmc.name().to_owned(),
+                            result: NodeOutcome::from(Err(e)),
+                        };
+                    }
+                }
+            } else {
+                None
+            };
+            let with_pxe = |mut v: serde_json::Value| {
+                if let Some(set) = pxe_set {
+                    v["pxe_once_set"] = serde_json::Value::Bool(set);
+                }
+                v
+            };
             let result: Result<serde_json::Value, RedfishError> = match verb {
-                PowerVerb::On => bmc.power_on(dry_run).await.map(to_json),
+                PowerVerb::On => bmc.power_on(dry_run).await.map(to_json).map(with_pxe),
                 PowerVerb::Off => bmc.power_off(force, dry_run).await.map(to_json),
-                PowerVerb::Cycle => bmc.power_cycle(dry_run).await.map(to_json),
+                PowerVerb::Cycle => bmc.power_cycle(dry_run).await.map(to_json).map(with_pxe),
                 PowerVerb::Status => match bmc.power_state().await {
                     Ok(power) => {
                         let watts = bmc.power_watts().await.ok().flatten();
@@ -257,6 +293,12 @@ pub fn render_power(results: &[NodeResult<serde_json::Value>], verb: PowerVerb) 
                     format!("would send {}", o.sent.join(" then "))
                 } else {
                     format!("sent {}", o.sent.join(" then "))
+                };
+                let sent = match v["pxe_once_set"].as_bool() {
+                    Some(true) if o.dry_run => format!("would set PXE boot once; {sent}"),
+                    Some(true) => format!("PXE boot once set; {sent}"),
+                    Some(false) => format!("PXE boot once already set; {sent}"),
+                    None => sent,
                 };
                 if o.dry_run {
                     format!("{:?}  {sent}", o.before)

@@ -121,9 +121,18 @@ fn power_on_status_off_through_the_inventory() {
     );
     assert_eq!(emu.count("POST"), 0, "a dry run sends nothing");
 
-    let on = accordctl(&["power", "on", "n1", "--config", cfg]);
+    let on = accordctl(&["power", "on", "n1", "--pxe", "--config", cfg]);
     assert!(on.status.success(), "{}", text(&on));
-    assert!(text(&on).contains("n1  Off → On  sent On"), "{}", text(&on));
+    assert!(
+        text(&on).contains("n1  Off → On  PXE boot once set; sent On"),
+        "{}",
+        text(&on)
+    );
+    assert_eq!(
+        emu.count("PATCH /redfish/v1/Systems/n1 204"),
+        1,
+        "the boot override"
+    );
     let again = accordctl(&["power", "on", "n1", "--config", cfg, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(v[0]["node"], "n1");

@@ -75,6 +75,9 @@ enum Command {
         /// `off`: ForceOff at once, no graceful shutdown.
         #[arg(long)]
         force: bool,
+        /// `on`/`cycle`: boot from the network once (re-imaging).
+        #[arg(long)]
+        pxe: bool,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -424,9 +427,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             nodes,
             dry_run,
             force,
+            pxe,
             json,
             files,
-        }) => power_cmd(action, nodes, dry_run, force, json, files),
+        }) => power_cmd(
+            action,
+            nodes,
+            accordd::power::PowerOptions {
+                force,
+                dry_run,
+                pxe,
+            },
+            json,
+            files,
+        ),
         Some(Command::Bios { command }) => bios_cmd(command),
         Some(Command::Bmc { command }) => bmc_cmd(command),
     }
@@ -435,21 +449,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn power_cmd(
     action: accordd::power::PowerVerb,
     nodes: Vec<String>,
-    dry_run: bool,
-    force: bool,
+    options: accordd::power::PowerOptions,
     json: bool,
     files: InventoryArgs,
 ) -> anyhow::Result<()> {
     let inventory = files.inventory()?;
     let fleet = files.fleet(false)?;
     let nodes = accordd::power::expand_nodes(&inventory, &nodes)?;
+    let insecure: Vec<String> = inventory
+        .insecure_nodes()
+        .into_iter()
+        .filter(|n| nodes.contains(n))
+        .collect();
+    if !insecure.is_empty() {
+        eprintln!(
+            "accordctl: warning: BMC certificates not verified for {} (insecure = true)",
+            insecure.join(", ")
+        );
+    }
     let results = runtime()?.block_on(accordd::power::power(
         &inventory,
         fleet.as_ref(),
         action,
         &nodes,
-        force,
-        dry_run,
+        options,
     ))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&results)?);
