@@ -35,6 +35,22 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// sushy-emulator with these systems (id, powered on) behind basic auth.
+fn emulator_with_auth(systems: &[(&str, bool)]) -> accord_redfish::testing::Peer {
+    let systems: Vec<FakeSystem> = systems
+        .iter()
+        .map(|(id, on)| FakeSystem {
+            id: (*id).to_owned(),
+            power_on: *on,
+        })
+        .collect();
+    let options = EmulatorOptions {
+        basic_auth: Some((USER.into(), PASSWORD.into())),
+        ..Default::default()
+    };
+    start_emulator(&systems, &options).unwrap()
+}
+
 fn private(path: &Path, body: &str) {
     std::fs::write(path, body).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -65,23 +81,7 @@ profile = "h100"
 
 #[test]
 fn power_on_status_off_through_the_inventory() {
-    let emu = start_emulator(
-        &[
-            FakeSystem {
-                id: "n1".into(),
-                power_on: false,
-            },
-            FakeSystem {
-                id: "n2".into(),
-                power_on: false,
-            },
-        ],
-        &EmulatorOptions {
-            basic_auth: Some((USER.into(), PASSWORD.into())),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let emu = emulator_with_auth(&[("n1", false), ("n2", false)]);
     let dir = tempfile::tempdir().unwrap();
     private(
         &dir.path().join("creds.toml"),
@@ -206,17 +206,7 @@ fn bmc_probe_each_recorded_bmc() {
 
 #[test]
 fn bmc_probe_with_credentials_and_without_trust() {
-    let emu = start_emulator(
-        &[FakeSystem {
-            id: "n1".into(),
-            power_on: true,
-        }],
-        &EmulatorOptions {
-            basic_auth: Some((USER.into(), PASSWORD.into())),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let emu = emulator_with_auth(&[("n1", true)]);
     let dir = tempfile::tempdir().unwrap();
     let pw = dir.path().join("pw");
     private(&pw, &format!("{PASSWORD}\n"));
