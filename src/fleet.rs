@@ -26,6 +26,11 @@ pub struct TopologyConfig {
     /// Node labels are `<prefix><level>` (e.g. `topology.accord.dev/rack`).
     #[serde(default = "default_prefix")]
     pub label_prefix: String,
+    /// Further label keys per level, for schedulers that already use their
+    /// own (Kueue TAS `Topology` levels, `topology.kubernetes.io/rack`):
+    /// nodes carry each, and topology constraints naming one mean the level.
+    #[serde(default)]
+    pub also_label: BTreeMap<String, Vec<String>>,
 }
 
 fn default_levels() -> Vec<String> {
@@ -41,6 +46,7 @@ impl Default for TopologyConfig {
         TopologyConfig {
             levels: default_levels(),
             label_prefix: default_prefix(),
+            also_label: BTreeMap::new(),
         }
     }
 }
@@ -492,6 +498,14 @@ impl FleetFile {
     /// Every problem at once, each naming the key.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        for level in self.topology.also_label.keys() {
+            if !self.topology.levels.contains(level) {
+                problems.push(format!(
+                    "topology.also_label.{level}: not one of topology.levels ({})",
+                    self.topology.levels.join(", ")
+                ));
+            }
+        }
         let racks: BTreeSet<&str> = self.racks.iter().map(|r| r.name.as_str()).collect();
         if racks.len() != self.racks.len() {
             problems.push("racks: duplicate rack names".into());
@@ -740,6 +754,9 @@ impl FleetFile {
         labels.insert("kubernetes.io/hostname".to_owned(), cfg.name.clone());
         for (level, v) in &domains {
             labels.insert(format!("{}{level}", self.topology.label_prefix), v.clone());
+            for key in self.topology.also_label.get(level).into_iter().flatten() {
+                labels.insert(key.clone(), v.clone());
+            }
         }
         if let Some(model) = hw.gpus.first().and_then(|g| g.model.clone()) {
             labels.insert("nvidia.com/gpu.product".into(), model.replace(' ', "-"));

@@ -161,6 +161,17 @@ fn context(device: &Device) -> Result<Context<'static, 'static>, cel::Declaratio
     ctx.add_function("compareTo", |This(a): This<i64>, b: i64| -> i64 {
         (a - b).signum()
     })?;
+    // Kubernetes' quantity library (quantities are base-unit integers here)
+    // and the strings extension the NVIDIA driver's examples use.
+    ctx.add_function("isGreaterThan", |This(a): This<i64>, b: i64| a > b)?;
+    ctx.add_function("isLessThan", |This(a): This<i64>, b: i64| a < b)?;
+    ctx.add_function("asInteger", |This(a): This<i64>| a)?;
+    ctx.add_function("lowerAscii", |This(s): This<Arc<String>>| {
+        s.to_ascii_lowercase()
+    })?;
+    ctx.add_function("upperAscii", |This(s): This<Arc<String>>| {
+        s.to_ascii_uppercase()
+    })?;
     ctx.add_variable_from_value("device", device_value(device));
     Ok(ctx)
 }
@@ -281,5 +292,85 @@ impl CelEngine {
         };
         self.cache.insert(key, result.clone());
         result
+    }
+}
+
+/// Functions Accord adds to CEL's standard ones.
+const EXTENSIONS: &[&str] = &[
+    "quantity",
+    "compareTo",
+    "isGreaterThan",
+    "isLessThan",
+    "asInteger",
+    "lowerAscii",
+    "upperAscii",
+];
+
+/// Checks a selector before any device is seen, as the API server's
+/// validation would: it parses, names no variable but `device`, and calls
+/// only functions the environment has (CEL's standard ones, `quantity`,
+/// `compareTo`). What passes may still fail on a device (a missing
+/// attribute), which fit reports per device.
+pub fn check(text: &str) -> Result<(), String> {
+    let program = Program::compile(text).map_err(|e| {
+        e.to_string()
+            .lines()
+            .next()
+            .unwrap_or("syntax error")
+            .to_owned()
+    })?;
+    let refs = program.references();
+    for v in refs.variables() {
+        if v != "device" {
+            return Err(format!("unknown variable `{v}` (only `device` is defined)"));
+        }
+    }
+    for f in refs.functions() {
+        // Operators (`_>_`, `@in`, `!_`) are the parser's, always defined.
+        if f.starts_with('_') || f.starts_with('@') || f.starts_with('!') {
+            continue;
+        }
+        if EXTENSIONS.contains(&f) {
+            continue;
+        }
+        // A standard function cannot be defined again: that is the test.
+        let known = Context::default().add_function(f, |x: i64| x).is_err();
+        if !known {
+            return Err(format!("unknown function `{f}`"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod check_tests {
+    use super::check;
+
+    #[test]
+    fn selectors_are_checked_before_any_device() {
+        assert!(check("device.attributes['gpu.nvidia.com'].profile == '1g.5gb'").is_ok());
+        assert!(
+            check("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0")
+                .is_ok()
+        );
+        assert!(
+            check("device.attributes['x'].name.startsWith('a') && size(device.driver) > 0").is_ok()
+        );
+        assert!(
+            check("device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('10Gi'))")
+                .is_ok()
+        );
+        assert!(check(
+            "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*a100.*$')"
+        )
+        .is_ok());
+        assert_eq!(
+            check("device.attributes['x'].frobnicate(1)").unwrap_err(),
+            "unknown function `frobnicate`"
+        );
+        assert!(check("node.name == 'a'")
+            .unwrap_err()
+            .contains("unknown variable `node`"));
+        assert!(check("device.driver ==").is_err());
     }
 }

@@ -30,7 +30,7 @@ enum Command {
         /// Fleet TOML (the file accordd is configured with).
         #[arg(long, value_name = "FILE")]
         fleet: PathBuf,
-        /// Demand JSON (pending workloads, bound pods).
+        /// Demand: the native JSON, or Kubernetes manifests (YAML).
         #[arg(long, value_name = "FILE")]
         demand: PathBuf,
         /// Print the plan as JSON.
@@ -39,6 +39,22 @@ enum Command {
         /// Plan as of this time (seconds since the epoch; default: now).
         #[arg(long)]
         now: Option<u64>,
+    },
+    /// What Accord understands from Kubernetes manifests (multi-document
+    /// YAML: Pods, Jobs, Deployments, JobSets, PodGroups, claims, claim
+    /// templates, device classes, ProvisioningRequests): workloads, gangs,
+    /// per-pod requirements, device requests, topology, and every
+    /// "cannot plan: reason". The first thing to run when a pod stays
+    /// pending.
+    Demand {
+        #[arg(required = true, value_name = "MANIFESTS")]
+        files: Vec<PathBuf>,
+        /// Fleet TOML, for the topology labels it defines (default: the
+        /// default levels site, row, rack, block under topology.accord.dev/).
+        #[arg(long, value_name = "FILE")]
+        fleet: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
     },
     /// List the nodes accordd knows.
     Nodes {
@@ -358,7 +374,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             now,
         }) => {
             let fleet = accordd::load_fleet(&fleet)?;
-            let demand = Demand::from_json(&read(&demand)?, &demand.display().to_string())?;
+            let text = read(&demand)?;
+            let (demand, from_manifests) = if text.trim_start().starts_with('{') {
+                (
+                    Demand::from_json(&text, &demand.display().to_string())?,
+                    None,
+                )
+            } else {
+                let t = translate_files(std::slice::from_ref(&demand), &fleet.topology)?;
+                (t.demand.clone(), Some(t))
+            };
             let now = match now {
                 Some(n) => n,
                 None => std::time::SystemTime::now()
@@ -371,6 +396,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&plan)?);
             } else {
                 print!("{}", accord::plan::render(&plan));
+                for c in from_manifests.iter().flat_map(|t| &t.cannot_plan) {
+                    println!("cannot plan {}: {}", c.workload, c.reason);
+                }
+            }
+            Ok(())
+        }
+        Some(Command::Demand { files, fleet, json }) => {
+            let topology = match fleet {
+                Some(f) => accordd::load_fleet(&f)?.topology,
+                None => accord::fleet::TopologyConfig::default(),
+            };
+            let t = translate_files(&files, &topology)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&t)?);
+            } else {
+                print!("{}", t.render());
             }
             Ok(())
         }
@@ -444,6 +485,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Bios { command }) => bios_cmd(command),
         Some(Command::Bmc { command }) => bmc_cmd(command),
     }
+}
+
+/// Reads manifests from every file and translates them together (claims
+/// in one file may serve pods in another).
+fn translate_files(
+    files: &[PathBuf],
+    topology: &accord::fleet::TopologyConfig,
+) -> anyhow::Result<accord_kube::Translation> {
+    let mut all = accord_kube::Manifests::default();
+    for f in files {
+        let m = accord_kube::Manifests::parse(&read(f)?, &f.display().to_string())?;
+        all.objects.extend(m.objects);
+        for u in m.unsupported {
+            if !all.unsupported.contains(&u) {
+                all.unsupported.push(u);
+            }
+        }
+        all.invalid.extend(m.invalid);
+        for (k, n) in m.ignored {
+            *all.ignored.entry(k).or_default() += n;
+        }
+    }
+    let options = accord_kube::Options::for_topology(topology);
+    Ok(accord_kube::translate(&all, &options))
 }
 
 fn power_cmd(

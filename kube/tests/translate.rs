@@ -1,0 +1,314 @@
+//! Translation of real manifests (tests/fixtures/kubernetes: NVIDIA DRA
+//! driver examples, Kueue samples, the coscheduling and ProvisioningRequest
+//! CRDs' objects) into the planner's demand, with assertions on the result.
+
+use std::path::Path;
+
+use accord::demand::{AllocationMode, TopologyMode, Workload};
+use accord::fleet::TopologyConfig;
+use accord_kube::{translate, Manifests, Options, Translation};
+
+fn read(files: &[&str]) -> Manifests {
+    let mut all = Manifests::default();
+    for f in files {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/kubernetes")
+            .join(f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let m = Manifests::parse(&text, f).unwrap_or_else(|e| panic!("{e}"));
+        all.objects.extend(m.objects);
+        all.unsupported.extend(m.unsupported);
+        all.invalid.extend(m.invalid);
+        for (k, n) in m.ignored {
+            *all.ignored.entry(k).or_default() += n;
+        }
+    }
+    all
+}
+
+fn run(files: &[&str]) -> Translation {
+    translate(
+        &read(files),
+        &Options::for_topology(&TopologyConfig::default()),
+    )
+}
+
+fn workload<'a>(t: &'a Translation, key: &str) -> &'a Workload {
+    t.demand
+        .workloads
+        .iter()
+        .find(|w| w.key() == key)
+        .unwrap_or_else(|| panic!("no {key}: {}", t.render()))
+}
+
+#[test]
+fn nvidia_dra_examples() {
+    // Two pods, each its own claim from one template: one GPU each.
+    let t = run(&["dra/k8s-dra-driver-gpu/gpu-test1.yaml"]);
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    for pod in ["gpu-test1/pod1", "gpu-test1/pod2"] {
+        let w = workload(&t, pod);
+        let claim = &w.pod_sets[0].pod.claims[0];
+        let req = claim.requests[0].exactly.as_ref().unwrap();
+        assert_eq!(
+            (req.device_class.as_str(), req.count),
+            ("gpu.nvidia.com", 1)
+        );
+        assert_eq!(
+            w.pod_sets[0].pod.tolerations[0].key.as_deref(),
+            Some("nvidia.com/gpu")
+        );
+    }
+    assert_eq!(t.ignored["Namespace"], 1);
+
+    // A Deployment of 4 replicas, each with four MIG devices on one GPU.
+    let t = run(&["dra/k8s-dra-driver-gpu/gpu-test4.yaml"]);
+    let w = workload(&t, "gpu-test4/pod");
+    assert_eq!((w.pod_count(), w.min()), (4, 1), "replicas are not a gang");
+    let claim = &w.pod_sets[0].pod.claims[0];
+    let profiles: Vec<&str> = claim
+        .requests
+        .iter()
+        .map(|r| r.exactly.as_ref().unwrap().selectors[0].as_str())
+        .collect();
+    assert_eq!(profiles.len(), 4);
+    assert!(profiles[3].contains("'3g.20gb'"));
+    assert_eq!(
+        claim.constraints[0].match_attribute,
+        "gpu.nvidia.com/parentUUID"
+    );
+    assert!(
+        claim.constraints[0].requests.is_empty(),
+        "empty list = every request"
+    );
+
+    // MIG by capacity with the quantity library (isGreaterThan).
+    let t = run(&["dra/k8s-dra-driver-gpu/gpu-simple-mig.yaml"]);
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    let sel = &workload(&t, "default/pod-mig1g").pod_sets[0].pod.claims[0].requests[0]
+        .exactly
+        .as_ref()
+        .unwrap()
+        .selectors[0];
+    assert!(sel.contains("isGreaterThan(quantity(\"10Gi\"))"), "{sel}");
+
+    // The legacy v1alpha2 claims: said once, not crashed on.
+    let t = run(&["dra/k8s-dra-driver-gpu/sharing-demo-claims.yaml"]);
+    assert_eq!(t.unsupported, ["resource.k8s.io/v1alpha2 ResourceClaim"]);
+}
+
+#[test]
+fn device_classes_and_capacity_requests() {
+    // kubernetes/website's DeviceClass is v1beta2 (same shape as v1).
+    let t = run(&[
+        "dra/k8s-website/deviceclass.yaml",
+        "dra/k8s-website/resourceclaimtemplate.yaml",
+    ]);
+    assert!(t.invalid.is_empty(), "{:?}", t.invalid);
+    assert_eq!(t.demand.device_classes.len(), 1);
+    assert_eq!(t.demand.device_classes[0].name, "example-device-class");
+    assert!(!t.demand.device_classes[0].selectors.is_empty());
+
+    let t = run(&["kueue/dra/sample-dra-capacity-job.yaml"]);
+    let w = workload(&t, "default/sample-dra-capacity-job");
+    let req = w.pod_sets[0].pod.claims[0].requests[0]
+        .exactly
+        .as_ref()
+        .unwrap();
+    assert_eq!(req.capacity["gpu.example.com/memory"], "4Gi");
+    assert_eq!(req.allocation_mode, AllocationMode::ExactCount);
+    assert_eq!(w.pod_sets[0].pod.requests["cpu"], "1");
+    assert_eq!(w.pod_sets[0].pod.requests["memory"], "200Mi");
+}
+
+#[test]
+fn kueue_groups_jobs_and_topology() {
+    // Plain pods in a Kueue pod group: one gang of the total count.
+    let t = run(&["kueue/pods-kueue/kueue-pod-group.yaml"]);
+    let w = workload(&t, "default/sample-group");
+    assert_eq!((w.pod_count(), w.min()), (2, 2));
+    assert!(w
+        .source
+        .as_deref()
+        .unwrap()
+        .starts_with("Kueue pod group default/sample-group"));
+
+    // A Kueue-managed Job is admitted whole: a gang of its parallelism.
+    let t = run(&["kueue/tas/sample-job-unconstrained.yaml"]);
+    let w = workload(&t, "default/tas-sample-unconstrained");
+    assert_eq!((w.pod_count(), w.min()), (6, 6));
+    assert_eq!(w.topology, None);
+
+    // TAS annotations name the Topology's label keys: unknown to Accord
+    // until the fleet labels nodes with them too (also_label).
+    let files = [
+        "kueue/tas/sample-job-required.yaml",
+        "kueue/tas/sample-job-preferred.yaml",
+        "kueue/jobs/sample-jobset-tas-required.yaml",
+    ];
+    let t = run(&files);
+    assert_eq!(t.cannot_plan.len(), 3, "{}", t.render());
+    assert!(t.cannot_plan[0]
+        .reason
+        .contains("cloud.provider.com/topology-"));
+    let mut topology = TopologyConfig::default();
+    topology.also_label.insert(
+        "rack".into(),
+        vec!["cloud.provider.com/topology-rack".into()],
+    );
+    topology.also_label.insert(
+        "block".into(),
+        vec!["cloud.provider.com/topology-block".into()],
+    );
+    let t = translate(&read(&files), &Options::for_topology(&topology));
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    let req = workload(&t, "default/tas-sample-required");
+    assert_eq!((req.pod_count(), req.min()), (10, 10));
+    let topo = req.topology.as_ref().unwrap();
+    assert_eq!(
+        (topo.level.as_str(), topo.mode),
+        ("rack", TopologyMode::Required)
+    );
+    let pref = workload(&t, "default/tas-sample-preferred")
+        .topology
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (pref.level.as_str(), pref.mode),
+        ("block", TopologyMode::Preferred)
+    );
+    let js = workload(&t, "default/jobset-tas-required");
+    assert_eq!(js.topology.as_ref().unwrap().level, "rack");
+    assert!(js
+        .source
+        .as_deref()
+        .unwrap()
+        .contains("JobSet default/jobset-tas-required"));
+}
+
+#[test]
+fn scheduling_podgroup_with_dra_sidecars_and_overhead() {
+    let t = run(&["written/sched-podgroup.yaml"]);
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    let w = workload(&t, "ml/train-a");
+    assert_eq!((w.pod_count(), w.min(), w.priority), (4, 4, 100));
+    let topo = w.topology.as_ref().unwrap();
+    assert_eq!(
+        (topo.level.as_str(), topo.mode),
+        ("rack", TopologyMode::Required)
+    );
+    assert_eq!(w.pod_sets.len(), 1);
+    assert_eq!(w.pod_sets[0].name, "train-a");
+    let pod = &w.pod_sets[0].pod;
+    // max(init 40, containers 32 + sidecar 1) + overhead 250m.
+    assert_eq!(pod.requests["cpu"], "40250m");
+    // max(8Gi, 256Gi + 1Gi) + 120Mi.
+    assert_eq!(pod.requests["memory"], "263288Mi");
+    assert_eq!(pod.node_selector["pool"], "training");
+    let claim = &pod.claims[0];
+    let gpus = claim.requests[0].exactly.as_ref().unwrap();
+    assert_eq!(gpus.count, 8);
+    let nic = &claim.requests[1].first_available;
+    assert_eq!(nic.len(), 2);
+    assert_eq!(nic[0].name.as_deref(), Some("ib"));
+    assert_eq!(claim.constraints[0].requests, ["gpus", "nic"]);
+    // The running notebook is bound (its GPU limit stands in as request);
+    // the finished pod is neither.
+    assert_eq!(t.demand.bound.len(), 1);
+    assert_eq!(t.demand.bound[0].node, "gpu-001");
+    assert_eq!(t.demand.bound[0].requests["nvidia.com/gpu"], "1");
+    assert_eq!(t.skipped_pods, 1);
+}
+
+#[test]
+fn coscheduling_and_provisioning_requests() {
+    let t = run(&["written/cosched-podgroup.yaml"]);
+    let w = workload(&t, "hpc/mpi-job");
+    assert_eq!((w.pod_count(), w.min()), (3, 3));
+    let sets: Vec<(&str, u32)> = w
+        .pod_sets
+        .iter()
+        .map(|s| (s.name.as_str(), s.count))
+        .collect();
+    assert_eq!(sets, [("mpi-job-launcher", 1), ("mpi-job-worker", 2)]);
+    assert_eq!(w.pod_sets[1].pod.requests["nvidia.com/gpu"], "4");
+
+    let t = run(&["written/provisioning-request.yaml"]);
+    let w = workload(&t, "team-b/job-1-prov");
+    assert_eq!((w.pod_count(), w.min()), (6, 6));
+    assert!(w
+        .source
+        .as_deref()
+        .unwrap()
+        .contains("best-effort-atomic-scale-up"));
+    assert_eq!(w.pod_sets[0].pod.requests["nvidia.com/gpu"], "8");
+}
+
+#[test]
+fn malformed_objects_cannot_be_planned_and_stop_nothing() {
+    let t = run(&["written/broken.yaml"]);
+    let reasons: Vec<(&str, &str)> = t
+        .cannot_plan
+        .iter()
+        .map(|c| (c.workload.as_str(), c.reason.as_str()))
+        .collect();
+    let expect = [
+        ("bad/pod-cel-misplaced", "a selector without `cel`"),
+        (
+            "bad/pod-missing-template",
+            "ResourceClaimTemplate bad/missing-template not found",
+        ),
+        ("bad/pod-negative-count", "negative count -2"),
+        ("bad/pod-unknown-function", "unknown function `fuzzyMatch`"),
+    ];
+    assert_eq!(reasons.len(), expect.len(), "{}", t.render());
+    for ((w, r), (ew, er)) in reasons.iter().zip(expect) {
+        assert_eq!(*w, ew);
+        assert!(r.contains(er), "{w}: {r}");
+    }
+    // The good pod is still there.
+    assert_eq!(workload(&t, "bad/fine").pod_count(), 1);
+}
+
+#[test]
+fn a_gang_missing_pods_or_its_group_waits_with_a_reason() {
+    let text = "apiVersion: v1\nkind: Pod\nmetadata: {namespace: x, name: a, labels: {scheduling.x-k8s.io/pod-group: g}}\nspec: {containers: [{name: c, image: i}]}\n";
+    let t = translate(
+        &Manifests::parse(text, "t").unwrap(),
+        &Options::for_topology(&TopologyConfig::default()),
+    );
+    assert_eq!(
+        t.cannot_plan[0].reason,
+        "PodGroup x/g (scheduling.x-k8s.io) not found"
+    );
+    let with_group = format!(
+        "{text}---\napiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata: {{namespace: x, name: g}}\nspec: {{minMember: 3}}\n"
+    );
+    let t = translate(
+        &Manifests::parse(&with_group, "t").unwrap(),
+        &Options::for_topology(&TopologyConfig::default()),
+    );
+    assert_eq!(
+        t.cannot_plan[0].reason,
+        "gang needs 3 pods, 1 exist (waiting for the rest)"
+    );
+    // Bad YAML: the file, line and column.
+    let err = Manifests::parse("a: [1,\n", "bad.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("bad.yaml:"), "{err}");
+}
+
+#[test]
+fn translation_is_deterministic() {
+    let files = [
+        "written/sched-podgroup.yaml",
+        "dra/k8s-dra-driver-gpu/gpu-test4.yaml",
+        "kueue/pods-kueue/kueue-pod-group.yaml",
+    ];
+    let a = serde_json::to_string(&run(&files).demand).unwrap();
+    let mut reversed = files;
+    reversed.reverse();
+    let b = serde_json::to_string(&run(&reversed).demand).unwrap();
+    assert_eq!(a, b);
+}
