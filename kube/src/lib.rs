@@ -2,8 +2,12 @@
 //! now; watchers later feed the same types), [`translate`] turns them into
 //! the planner's demand the way kube-scheduler sees them.
 
+pub mod cluster;
+pub mod fake_api;
 pub mod manifests;
 pub mod translate;
+pub mod watch;
+pub mod write;
 
 pub use manifests::Manifests;
 pub use translate::{translate, CannotPlan, Options, Translation};

@@ -1,0 +1,148 @@
+//! The supply side as the cluster shows it: Nodes (labels, taints,
+//! allocatable, Ready) mapped to Accord nodes by name, and the devices DRA
+//! drivers publish in ResourceSlices, in Accord's device model. Pure.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use accord::demand::{Taint, TaintEffect};
+use accord::device::{AttrValue, Device, DeviceKind, RequestPolicy};
+use accord::quantity;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use serde::Serialize;
+
+/// A Kubernetes Node as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClusterNode {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub allocatable: BTreeMap<String, String>,
+    /// The `Ready` condition is True.
+    pub ready: bool,
+    /// Cordoned (`spec.unschedulable`).
+    pub unschedulable: bool,
+}
+
+pub fn cluster_node(n: &Node) -> ClusterNode {
+    let spec = n.spec.as_ref();
+    let status = n.status.as_ref();
+    ClusterNode {
+        name: n.metadata.name.clone().unwrap_or_default(),
+        labels: n.metadata.labels.clone().unwrap_or_default(),
+        taints: spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|t| {
+                let effect = match t.effect.as_str() {
+                    "NoSchedule" => TaintEffect::NoSchedule,
+                    "PreferNoSchedule" => TaintEffect::PreferNoSchedule,
+                    "NoExecute" => TaintEffect::NoExecute,
+                    _ => return None,
+                };
+                Some(Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone().filter(|v| !v.is_empty()),
+                    effect,
+                })
+            })
+            .collect(),
+        allocatable: status
+            .and_then(|s| s.allocatable.as_ref())
+            .map(|a| a.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
+            .unwrap_or_default(),
+        ready: status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+    }
+}
+
+/// The node a slice's devices are on and the devices, in Accord's model.
+/// Unqualified attribute and capacity names belong to the driver's domain
+/// (`index` of `gpu.example.com` is `gpu.example.com/index`), as in DRA's
+/// CEL environment. `None` for the node: the slice is not node-local
+/// (`allNodes`, a node selector), which Accord does not plan with yet.
+pub fn slice_devices(slice: &ResourceSlice) -> Result<(Option<String>, Vec<Device>), String> {
+    let spec = &slice.spec;
+    let driver = &spec.driver;
+    let qualify = |name: &str| {
+        if name.contains('/') {
+            name.to_owned()
+        } else {
+            format!("{driver}/{name}")
+        }
+    };
+    let mut out = Vec::new();
+    for d in spec.devices.iter().flatten() {
+        let mut attributes = BTreeMap::new();
+        for (k, a) in d.attributes.iter().flatten() {
+            let v = if let Some(b) = a.bool {
+                AttrValue::Bool(b)
+            } else if let Some(i) = a.int {
+                AttrValue::Int(i)
+            } else if let Some(s) = a.string.clone().or_else(|| a.version.clone()) {
+                AttrValue::String(s)
+            } else {
+                continue;
+            };
+            attributes.insert(qualify(k), v);
+        }
+        let mut capacity = BTreeMap::new();
+        let mut policies = BTreeMap::new();
+        for (k, c) in d.capacity.iter().flatten() {
+            let v = quantity::parse(&c.value.0)
+                .map_err(|e| format!("device {}: capacity {k}: {e}", d.name))?;
+            capacity.insert(qualify(k), v);
+            if let Some(p) = &c.request_policy {
+                let q = |x: &Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+                    x.as_ref().and_then(|q| quantity::parse(&q.0).ok())
+                };
+                policies.insert(
+                    qualify(k),
+                    RequestPolicy {
+                        default: q(&p.default),
+                        min: p.valid_range.as_ref().and_then(|r| q(&Some(r.min.clone()))),
+                        step: p.valid_range.as_ref().and_then(|r| q(&r.step)),
+                    },
+                );
+            }
+        }
+        let mut consumes = BTreeMap::new();
+        for c in d.consumes_counters.iter().flatten() {
+            let mut counters = BTreeMap::new();
+            for (name, counter) in &c.counters {
+                counters.insert(
+                    name.clone(),
+                    quantity::parse(&counter.value.0)
+                        .map_err(|e| format!("device {}: counter {name}: {e}", d.name))?,
+                );
+            }
+            consumes.insert(c.counter_set.clone(), counters);
+        }
+        let kind = match attributes.get(&qualify("type")) {
+            Some(AttrValue::String(t)) if t == "mig" => DeviceKind::Mig,
+            Some(AttrValue::String(t)) if t == "nic" => DeviceKind::Nic,
+            _ if driver.contains("rdma") => DeviceKind::Nic,
+            _ => DeviceKind::Gpu,
+        };
+        out.push(Device {
+            name: Arc::from(d.name.as_str()),
+            driver: driver.clone(),
+            kind,
+            attributes,
+            capacity,
+            shared: d
+                .allow_multiple_allocations
+                .unwrap_or(false)
+                .then_some(policies),
+            gpu: None,
+            consumes,
+        });
+    }
+    Ok((spec.node_name.clone(), out))
+}

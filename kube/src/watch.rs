@@ -1,0 +1,298 @@
+//! Demand kept current from a live API server: kube-rs watchers feed
+//! reflector stores (list, then watch from the list's resourceVersion;
+//! bookmarks; a 410 Gone re-lists), and a snapshot translates what the
+//! stores hold. Typed (k8s-openapi) for built-in kinds, dynamic for the
+//! CRDs (JobSet, coscheduling PodGroup, ProvisioningRequest), whose absence
+//! from a cluster is reported once, not retried noisily. A watcher never
+//! stops on a bad object: translation reports it per workload.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use tracing::warn;
+
+use crate::manifests::{Manifests, Object};
+use crate::translate::{translate, Options, Translation};
+
+/// The stores, one per kind.
+#[derive(Clone)]
+struct Stores {
+    pods: Store<Pod>,
+    pod_templates: Store<PodTemplate>,
+    jobs: Store<Job>,
+    deployments: Store<Deployment>,
+    claims: Store<ResourceClaim>,
+    claim_templates: Store<ResourceClaimTemplate>,
+    classes: Store<DeviceClass>,
+    pod_groups: Store<PodGroup>,
+    nodes: Store<Node>,
+    slices: Store<ResourceSlice>,
+    dynamic: Vec<(ApiResource, Store<DynamicObject>)>,
+}
+
+/// Watches everything demand is made of. Dropping it stops the watchers.
+pub struct DemandWatch {
+    stores: Stores,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    problems: Arc<Mutex<BTreeSet<String>>>,
+}
+
+impl std::fmt::Debug for DemandWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DemandWatch")
+            .field("watchers", &self.tasks.len())
+            .finish()
+    }
+}
+
+impl Drop for DemandWatch {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The CRDs Accord reads, by group, version and kind.
+pub fn crds() -> Vec<ApiResource> {
+    [
+        ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+        ("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
+        ("autoscaling.x-k8s.io", "v1", "ProvisioningRequest"),
+    ]
+    .iter()
+    .map(|(g, v, k)| ApiResource::from_gvk(&GroupVersionKind::gvk(g, v, k)))
+    .collect()
+}
+
+fn spawn<K>(
+    api: Api<K>,
+    what: &'static str,
+    problems: Arc<Mutex<BTreeSet<String>>>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Store<K>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default().any_semantic()),
+    )
+    .default_backoff();
+    tasks.push(tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                // Said once per kind and message; the watcher retries.
+                let line = format!("{what}: {e}");
+                if problems.lock().expect("lock").insert(line.clone()) {
+                    warn!(kind = what, error = %e, "watch failed; retrying with backoff");
+                }
+            }
+        }
+    }));
+    reader
+}
+
+impl DemandWatch {
+    /// Starts one watcher per kind on `client`'s cluster (all namespaces).
+    pub fn start(client: kube::Client) -> DemandWatch {
+        let problems = Arc::new(Mutex::new(BTreeSet::new()));
+        let mut tasks = Vec::new();
+        let p = &problems;
+        let stores = Stores {
+            pods: spawn(Api::all(client.clone()), "Pod", p.clone(), &mut tasks),
+            pod_templates: spawn(Api::all(client.clone()), "PodTemplate", p.clone(), &mut tasks),
+            jobs: spawn(Api::all(client.clone()), "Job", p.clone(), &mut tasks),
+            deployments: spawn(Api::all(client.clone()), "Deployment", p.clone(), &mut tasks),
+            claims: spawn(Api::all(client.clone()), "ResourceClaim", p.clone(), &mut tasks),
+            claim_templates: spawn(Api::all(client.clone()), "ResourceClaimTemplate", p.clone(), &mut tasks),
+            classes: spawn(Api::all(client.clone()), "DeviceClass", p.clone(), &mut tasks),
+            pod_groups: spawn(Api::all(client.clone()), "PodGroup", p.clone(), &mut tasks),
+            nodes: spawn(Api::all(client.clone()), "Node", p.clone(), &mut tasks),
+            slices: spawn(Api::all(client.clone()), "ResourceSlice", p.clone(), &mut tasks),
+            dynamic: crds()
+                .into_iter()
+                .map(|ar| {
+                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                    let writer = reflector::store::Writer::new(ar.clone());
+                    let reader = writer.as_reader();
+                    let stream = reflector::reflector(
+                        writer,
+                        watcher(api, watcher::Config::default().any_semantic()),
+                    )
+                    .default_backoff();
+                    let problems = p.clone();
+                    let kind = ar.kind.clone();
+                    tasks.push(tokio::spawn(async move {
+                        let mut stream = std::pin::pin!(stream);
+                        while let Some(item) = stream.next().await {
+                            if let Err(e) = item {
+                                let line = format!("{kind}: {e}");
+                                if problems.lock().expect("lock").insert(line) {
+                                    warn!(kind = %kind, error = %e, "watch failed (CRD not installed?); retrying with backoff");
+                                }
+                            }
+                        }
+                    }));
+                    (ar, reader)
+                })
+                .collect(),
+        };
+        DemandWatch {
+            stores,
+            tasks,
+            problems,
+        }
+    }
+
+    /// Whether every store has had its first list.
+    pub async fn ready(&self) {
+        let s = &self.stores;
+        let _ = s.pods.wait_until_ready().await;
+        let _ = s.claims.wait_until_ready().await;
+        let _ = s.claim_templates.wait_until_ready().await;
+        let _ = s.classes.wait_until_ready().await;
+        let _ = s.pod_groups.wait_until_ready().await;
+    }
+
+    /// Watch problems so far (each said once).
+    pub fn problems(&self) -> Vec<String> {
+        self.problems
+            .lock()
+            .expect("lock")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// What the stores hold now, as objects for translation.
+    pub fn manifests(&self) -> Manifests {
+        let s = &self.stores;
+        let mut m = Manifests::default();
+        m.objects.extend(
+            s.pods
+                .state()
+                .iter()
+                .map(|o| Object::Pod(Box::new((**o).clone()))),
+        );
+        m.objects.extend(
+            s.pod_templates
+                .state()
+                .iter()
+                .map(|o| Object::PodTemplate(Box::new((**o).clone()))),
+        );
+        m.objects.extend(
+            s.jobs
+                .state()
+                .iter()
+                .map(|o| Object::Job(Box::new((**o).clone()))),
+        );
+        m.objects.extend(
+            s.deployments
+                .state()
+                .iter()
+                .map(|o| Object::Deployment(Box::new((**o).clone()))),
+        );
+        m.objects.extend(
+            s.claims
+                .state()
+                .iter()
+                .map(|o| Object::ResourceClaim(Box::new((**o).clone()))),
+        );
+        m.objects.extend(
+            s.claim_templates
+                .state()
+                .iter()
+                .map(|o| Object::ResourceClaimTemplate(Box::new((**o).clone()))),
+        );
+        m.objects.extend(
+            s.classes
+                .state()
+                .iter()
+                .map(|o| Object::DeviceClass(Box::new((**o).clone()))),
+        );
+        m.objects.extend(
+            s.pod_groups
+                .state()
+                .iter()
+                .map(|o| Object::PodGroup(Box::new((**o).clone()))),
+        );
+        for (ar, store) in &s.dynamic {
+            for o in store.state() {
+                let mut v = serde_json::to_value(&*o).expect("plain data");
+                v["apiVersion"] = serde_json::Value::from(ar.api_version.clone());
+                v["kind"] = serde_json::Value::from(ar.kind.clone());
+                m.add(v, &format!("watch {}", ar.kind));
+            }
+        }
+        m
+    }
+
+    /// The cluster's nodes now, by name.
+    pub fn nodes(&self) -> Vec<crate::cluster::ClusterNode> {
+        let mut out: Vec<_> = self
+            .stores
+            .nodes
+            .state()
+            .iter()
+            .map(|n| crate::cluster::cluster_node(n))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// The devices DRA drivers publish now, per node (slices sorted by
+    /// name, so the order is stable), and the slices that could not be
+    /// read, with the reason.
+    pub fn devices(
+        &self,
+    ) -> (
+        std::collections::BTreeMap<String, Vec<accord::device::Device>>,
+        Vec<String>,
+    ) {
+        let mut slices = self.stores.slices.state();
+        slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut out: std::collections::BTreeMap<String, Vec<accord::device::Device>> =
+            Default::default();
+        let mut problems = Vec::new();
+        for s in slices {
+            let name = s.metadata.name.clone().unwrap_or_default();
+            match crate::cluster::slice_devices(&s) {
+                Ok((Some(node), devices)) => out.entry(node).or_default().extend(devices),
+                Ok((None, _)) => problems.push(format!(
+                    "ResourceSlice {name}: not node-local; not planned with"
+                )),
+                Err(e) => problems.push(format!("ResourceSlice {name}: {e}")),
+            }
+        }
+        (out, problems)
+    }
+
+    /// The demand now: only pods the scheduler marked Unschedulable are
+    /// pending.
+    pub fn snapshot(&self, options: &Options) -> Translation {
+        let mut options = options.clone();
+        options.pending_without_status = false;
+        translate(&self.manifests(), &options)
+    }
+}
