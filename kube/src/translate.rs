@@ -30,6 +30,7 @@ pub const KUEUE_POD_GROUP_COUNT: &str = "kueue.x-k8s.io/pod-group-total-count";
 pub const KUEUE_REQUIRED: &str = "kueue.x-k8s.io/podset-required-topology";
 pub const KUEUE_PREFERRED: &str = "kueue.x-k8s.io/podset-preferred-topology";
 pub const COSCHED_POD_GROUP: &str = "scheduling.x-k8s.io/pod-group";
+pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
 pub const CHECK_CAPACITY: &str = "check-capacity.autoscaling.x-k8s.io";
 pub const BEST_EFFORT_ATOMIC: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
 /// Accord's own ProvisioningRequest class: all or nothing, held until used.
@@ -225,6 +226,25 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
             _ => {}
         }
     }
+    // Owners whose pods exist: their pods are the demand, not their
+    // templates (a live cluster shows both the Job and its pods).
+    let mut owned: std::collections::BTreeSet<(&'static str, String, String)> = Default::default();
+    for o in &m.objects {
+        if let Object::Pod(p) = o {
+            if let Some(GroupKey::Owner(kind, ns, name)) = owner_of(&p.metadata) {
+                if kind == "ReplicaSet" {
+                    // owner-of-owner: Deployment `web` owns ReplicaSet `web-<hash>`.
+                    if let Some((d, _)) = name.rsplit_once('-') {
+                        owned.insert(("Deployment", ns.clone(), d.to_owned()));
+                    }
+                }
+                owned.insert((kind, ns, name));
+            }
+        }
+    }
+    let synthesize = |kind: &'static str, ns: &str, name: &str| {
+        options.pending_without_status && !owned.contains(&(kind, ns.to_owned(), name.to_owned()))
+    };
     let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
     for o in &m.objects {
         match o {
@@ -239,6 +259,9 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                 if kueue {
                     // Kueue admits a Job's pods all together.
                     g.owner_min = Some(g.owner_min.unwrap_or(0) + count);
+                }
+                if !synthesize("Job", &ns, &name) {
+                    continue;
                 }
                 g.units.push(Unit {
                     namespace: ns.clone(),
@@ -284,6 +307,9 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                     if kueue {
                         g.owner_min = Some(g.owner_min.unwrap_or(0) + count);
                     }
+                    if !synthesize("JobSet", &ns, &name) {
+                        continue;
+                    }
                     g.units.push(Unit {
                         namespace: ns.clone(),
                         set_name: rj.name.clone(),
@@ -327,6 +353,27 @@ fn owner_group(
 ) -> GroupKey {
     marked_group(t.metadata.as_ref(), t.spec.as_ref(), ns, index)
         .unwrap_or_else(|| GroupKey::Owner(kind, ns.to_owned(), name.to_owned()))
+}
+
+/// The workload a controller-made pod belongs to: its JobSet (by label),
+/// its Job, or its ReplicaSet.
+fn owner_of(meta: &ObjectMeta) -> Option<GroupKey> {
+    let ns = ns_of(meta);
+    if let Some(js) = label(Some(meta), JOBSET_NAME) {
+        return Some(GroupKey::Owner("JobSet", ns, js.to_owned()));
+    }
+    let owner = meta
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let kind = match owner.kind.as_str() {
+        "Job" => "Job",
+        "ReplicaSet" => "ReplicaSet",
+        "StatefulSet" => "StatefulSet",
+        _ => return None,
+    };
+    Some(GroupKey::Owner(kind, ns, owner.name.clone()))
 }
 
 fn marked_group(
@@ -386,6 +433,7 @@ fn pod_unit<'a>(
         return;
     }
     let key = marked_group(Some(&p.metadata), Some(spec), &ns, index)
+        .or_else(|| owner_of(&p.metadata))
         .unwrap_or_else(|| GroupKey::Single(ns.clone(), name.clone()));
     let set_name = p
         .metadata
@@ -589,7 +637,9 @@ fn workload(
             min_count = Some(total);
         }
         GroupKey::Owner(..) | GroupKey::Single(..) => {
-            min_count = group.owner_min.or(Some(1));
+            // A Kueue-admitted Job's pods go together; those already
+            // running are bound, so the gang is what is still pending.
+            min_count = Some(group.owner_min.unwrap_or(1).min(present));
         }
     }
     let min: u32 = min_count.unwrap_or(present);
@@ -600,7 +650,6 @@ fn workload(
     }
     // Pod sets: units of the same translated shape merge.
     let mut pod_sets: Vec<PodSet> = Vec::new();
-    let mut shapes: BTreeMap<String, usize> = BTreeMap::new();
     let mut created_at = u64::MAX;
     for u in &group.units {
         created_at = created_at.min(u.created);
@@ -628,9 +677,10 @@ fn workload(
                 }
             }
         }
-        let shape = serde_json::to_string(&pod).expect("plain data");
-        match shapes.get(&shape) {
-            Some(&i) => pod_sets[i].count += u.count,
+        // Units of the same translated shape merge (a gang has a handful of
+        // shapes: comparing beats hashing a serialization).
+        match pod_sets.iter().position(|s| s.pod == pod) {
+            Some(i) => pod_sets[i].count += u.count,
             None => {
                 // `worker-3` → `worker`: pods of one shape share a set.
                 let trimmed = u.set_name.trim_end_matches(|c: char| c.is_ascii_digit());
@@ -643,7 +693,6 @@ fn workload(
                 if pod_sets.iter().any(|s| s.name == set_name) {
                     set_name = format!("{set_name}-{}", pod_sets.len());
                 }
-                shapes.insert(shape, pod_sets.len());
                 pod_sets.push(PodSet {
                     name: set_name,
                     count: u.count,
@@ -864,11 +913,15 @@ fn selectors(
         let Some(cel) = &sel.cel else {
             return Err("a selector without `cel` (the expression belongs under selectors[].cel.expression)".to_owned());
         };
-        let checked = cache
-            .borrow_mut()
-            .entry(cel.expression.clone())
-            .or_insert_with(|| accord::fit::check_selector(&cel.expression))
-            .clone();
+        let known = cache.borrow().get(&cel.expression).cloned();
+        let checked = match known {
+            Some(c) => c,
+            None => {
+                let c = accord::fit::check_selector(&cel.expression);
+                cache.borrow_mut().insert(cel.expression.clone(), c.clone());
+                c
+            }
+        };
         checked.map_err(|e| format!("CEL {:?}: {e}", cel.expression))?;
         out.push(cel.expression.clone());
     }

@@ -312,3 +312,44 @@ fn translation_is_deterministic() {
     let b = serde_json::to_string(&run(&reversed).demand).unwrap();
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_controllers_pods_are_its_demand_not_its_template_twice() {
+    // As a live cluster shows a Kueue Job: the Job and its 3 pods, 2 of
+    // them still pending, 1 running.
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata: {namespace: ml, name: j, uid: u1, labels: {kueue.x-k8s.io/queue-name: q}}\nspec:\n  parallelism: 3\n  template:\n    spec: {containers: [{name: c, image: i, resources: {limits: {nvidia.com/gpu: \"8\"}}}]}\n";
+    let pod = |name: &str, pending: bool| {
+        let status = if pending {
+            "status: {conditions: [{type: PodScheduled, status: \"False\", reason: Unschedulable}]}"
+        } else {
+            "status: {phase: Running}"
+        };
+        let node = if pending { "" } else { "  nodeName: gpu-009\n" };
+        format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{namespace: ml, name: {name}, ownerReferences: [{{apiVersion: batch/v1, kind: Job, name: j, uid: u1, controller: true}}]}}\nspec:\n{node}  containers: [{{name: c, image: i, resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}}}]\n{status}\n"
+        )
+    };
+    let text = format!(
+        "{job}{}{}{}",
+        pod("j-a", true),
+        pod("j-b", true),
+        pod("j-c", false)
+    );
+    let m = Manifests::parse(&text, "live").unwrap();
+    let mut live = Options::for_topology(&TopologyConfig::default());
+    live.pending_without_status = false;
+    let t = translate(&m, &live);
+    assert_eq!(t.demand.workloads.len(), 1, "{}", t.render());
+    let w = &t.demand.workloads[0];
+    assert_eq!((w.key().as_str(), w.pod_count(), w.min()), ("ml/j", 2, 2));
+    assert_eq!(t.demand.bound.len(), 1);
+    // In manifests the same: the pods exist, so the template adds nothing.
+    let t = translate(&m, &Options::for_topology(&TopologyConfig::default()));
+    assert_eq!(t.demand.workloads[0].pod_count(), 2);
+    // A live Job with no pending pods is no demand.
+    let t = translate(
+        &Manifests::parse(&format!("{job}{}", pod("j-c", false)), "live").unwrap(),
+        &live,
+    );
+    assert!(t.demand.workloads.is_empty(), "{}", t.render());
+}
