@@ -450,14 +450,31 @@ fn a_store_from_a_newer_accordd_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     drop(accordd::store::Store::open(dir.path()).unwrap());
     {
-        let db = sled::open(dir.path()).unwrap();
+        // sled's flusher thread may hold the file lock a moment after drop.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let db = loop {
+            match sled::open(dir.path()) {
+                Ok(db) => break db,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         let meta = db.open_tree("meta").unwrap();
         meta.insert("schema", &99u32.to_le_bytes()).unwrap();
         db.flush().unwrap();
     }
-    let err = accordd::store::Store::open(dir.path())
-        .unwrap_err()
-        .to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let err = loop {
+        let err = accordd::store::Store::open(dir.path())
+            .unwrap_err()
+            .to_string();
+        if !err.contains("could not acquire lock") || std::time::Instant::now() > deadline {
+            break err;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert!(err.contains("schema 99, newer than this accordd"), "{err}");
 }
 
