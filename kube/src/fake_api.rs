@@ -182,6 +182,13 @@ fn status(code: u16, reason: &str, message: String) -> Value {
            "reason": reason, "message": message, "metadata": {}})
 }
 
+fn not_found(plural: &str, name: &str) -> Response {
+    reply(
+        StatusCode::NOT_FOUND,
+        status(404, "NotFound", format!("{plural} \"{name}\" not found")),
+    )
+}
+
 fn reply(code: StatusCode, body: Value) -> Response {
     (
         code,
@@ -481,14 +488,7 @@ async fn handle(
             let inner = shared.inner.lock().expect("lock");
             match inner.objects[t.resource].get(&(ns_key(&t), name.clone())) {
                 Some(o) => reply(StatusCode::OK, o.clone()),
-                None => reply(
-                    StatusCode::NOT_FOUND,
-                    status(
-                        404,
-                        "NotFound",
-                        format!("{} \"{name}\" not found", spec.plural),
-                    ),
-                ),
+                None => not_found(spec.plural, name),
             }
         }
         (Method::POST, None) => {
@@ -552,16 +552,7 @@ async fn handle(
             let mut object = match (current, apply) {
                 (Some(o), _) => o,
                 (None, true) => json!({"metadata": {"name": name}}),
-                (None, false) => {
-                    return reply(
-                        StatusCode::NOT_FOUND,
-                        status(
-                            404,
-                            "NotFound",
-                            format!("{} \"{name}\" not found", spec.plural),
-                        ),
-                    )
-                }
+                (None, false) => return not_found(spec.plural, name),
             };
             if method == Method::PUT {
                 object = patch;
@@ -583,14 +574,7 @@ async fn handle(
         }
         (Method::DELETE, Some(name)) => match shared.remove(t.resource, ns_key(&t), name.clone()) {
             Some(old) => reply(StatusCode::OK, old),
-            None => reply(
-                StatusCode::NOT_FOUND,
-                status(
-                    404,
-                    "NotFound",
-                    format!("{} \"{name}\" not found", spec.plural),
-                ),
-            ),
+            None => not_found(spec.plural, name),
         },
         _ => reply(
             StatusCode::METHOD_NOT_ALLOWED,

@@ -76,6 +76,45 @@ pub fn crds() -> Vec<ApiResource> {
     .collect()
 }
 
+/// Runs one watcher into `writer`'s store until dropped; errors are said
+/// once per kind and message while the watcher backs off and retries.
+fn watch_into<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    what: String,
+    problems: Arc<Mutex<BTreeSet<String>>>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Store<K>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let reader = writer.as_reader();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default().any_semantic()),
+    )
+    .default_backoff();
+    tasks.push(tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                let line = format!("{what}: {e}");
+                if problems.lock().expect("lock").insert(line) {
+                    warn!(kind = %what, error = %e, "watch failed (a CRD not installed?); retrying with backoff");
+                }
+            }
+        }
+    }));
+    reader
+}
+
 fn spawn<K>(
     api: Api<K>,
     what: &'static str,
@@ -92,25 +131,7 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default().any_semantic()),
-    )
-    .default_backoff();
-    tasks.push(tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                // Said once per kind and message; the watcher retries.
-                let line = format!("{what}: {e}");
-                if problems.lock().expect("lock").insert(line.clone()) {
-                    warn!(kind = what, error = %e, "watch failed; retrying with backoff");
-                }
-            }
-        }
-    }));
-    reader
+    watch_into(api, Default::default(), what.to_owned(), problems, tasks)
 }
 
 impl DemandWatch {
@@ -121,39 +142,51 @@ impl DemandWatch {
         let p = &problems;
         let stores = Stores {
             pods: spawn(Api::all(client.clone()), "Pod", p.clone(), &mut tasks),
-            pod_templates: spawn(Api::all(client.clone()), "PodTemplate", p.clone(), &mut tasks),
+            pod_templates: spawn(
+                Api::all(client.clone()),
+                "PodTemplate",
+                p.clone(),
+                &mut tasks,
+            ),
             jobs: spawn(Api::all(client.clone()), "Job", p.clone(), &mut tasks),
-            deployments: spawn(Api::all(client.clone()), "Deployment", p.clone(), &mut tasks),
-            claims: spawn(Api::all(client.clone()), "ResourceClaim", p.clone(), &mut tasks),
-            claim_templates: spawn(Api::all(client.clone()), "ResourceClaimTemplate", p.clone(), &mut tasks),
-            classes: spawn(Api::all(client.clone()), "DeviceClass", p.clone(), &mut tasks),
+            deployments: spawn(
+                Api::all(client.clone()),
+                "Deployment",
+                p.clone(),
+                &mut tasks,
+            ),
+            claims: spawn(
+                Api::all(client.clone()),
+                "ResourceClaim",
+                p.clone(),
+                &mut tasks,
+            ),
+            claim_templates: spawn(
+                Api::all(client.clone()),
+                "ResourceClaimTemplate",
+                p.clone(),
+                &mut tasks,
+            ),
+            classes: spawn(
+                Api::all(client.clone()),
+                "DeviceClass",
+                p.clone(),
+                &mut tasks,
+            ),
             pod_groups: spawn(Api::all(client.clone()), "PodGroup", p.clone(), &mut tasks),
             nodes: spawn(Api::all(client.clone()), "Node", p.clone(), &mut tasks),
-            slices: spawn(Api::all(client.clone()), "ResourceSlice", p.clone(), &mut tasks),
+            slices: spawn(
+                Api::all(client.clone()),
+                "ResourceSlice",
+                p.clone(),
+                &mut tasks,
+            ),
             dynamic: crds()
                 .into_iter()
                 .map(|ar| {
                     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
                     let writer = reflector::store::Writer::new(ar.clone());
-                    let reader = writer.as_reader();
-                    let stream = reflector::reflector(
-                        writer,
-                        watcher(api, watcher::Config::default().any_semantic()),
-                    )
-                    .default_backoff();
-                    let problems = p.clone();
-                    let kind = ar.kind.clone();
-                    tasks.push(tokio::spawn(async move {
-                        let mut stream = std::pin::pin!(stream);
-                        while let Some(item) = stream.next().await {
-                            if let Err(e) = item {
-                                let line = format!("{kind}: {e}");
-                                if problems.lock().expect("lock").insert(line) {
-                                    warn!(kind = %kind, error = %e, "watch failed (CRD not installed?); retrying with backoff");
-                                }
-                            }
-                        }
-                    }));
+                    let reader = watch_into(api, writer, ar.kind.clone(), p.clone(), &mut tasks);
                     (ar, reader)
                 })
                 .collect(),

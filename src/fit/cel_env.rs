@@ -182,13 +182,7 @@ impl CelEngine {
         if let Some(id) = self.ids.get(text) {
             return *id;
         }
-        let program = Program::compile(text).map_err(|e| {
-            e.to_string()
-                .lines()
-                .next()
-                .unwrap_or("syntax error")
-                .to_owned()
-        });
+        let program = compile(text);
         let id = self.exprs.len();
         self.exprs.push(Expr {
             text: text.to_owned(),
@@ -295,6 +289,17 @@ impl CelEngine {
     }
 }
 
+/// Compiles an expression; the error is the parser's first line.
+fn compile(text: &str) -> Result<Program, String> {
+    Program::compile(text).map_err(|e| {
+        e.to_string()
+            .lines()
+            .next()
+            .unwrap_or("syntax error")
+            .to_owned()
+    })
+}
+
 /// Functions Accord adds to CEL's standard ones.
 const EXTENSIONS: &[&str] = &[
     "quantity",
@@ -312,13 +317,7 @@ const EXTENSIONS: &[&str] = &[
 /// `compareTo`). What passes may still fail on a device (a missing
 /// attribute), which fit reports per device.
 pub fn check(text: &str) -> Result<(), String> {
-    let program = Program::compile(text).map_err(|e| {
-        e.to_string()
-            .lines()
-            .next()
-            .unwrap_or("syntax error")
-            .to_owned()
-    })?;
+    let program = compile(text)?;
     let refs = program.references();
     for v in refs.variables() {
         if v != "device" {
