@@ -222,54 +222,25 @@ impl DemandWatch {
     pub fn manifests(&self) -> Manifests {
         let s = &self.stores;
         let mut m = Manifests::default();
-        m.objects.extend(
-            s.pods
-                .state()
-                .iter()
-                .map(|o| Object::Pod(Box::new((**o).clone()))),
+        fn copy<K>(store: &Store<K>, wrap: fn(Box<K>) -> Object, out: &mut Vec<Object>)
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: Eq + std::hash::Hash + Clone,
+        {
+            out.extend(store.state().iter().map(|o| wrap(Box::new((**o).clone()))));
+        }
+        copy(&s.pods, Object::Pod, &mut m.objects);
+        copy(&s.pod_templates, Object::PodTemplate, &mut m.objects);
+        copy(&s.jobs, Object::Job, &mut m.objects);
+        copy(&s.deployments, Object::Deployment, &mut m.objects);
+        copy(&s.claims, Object::ResourceClaim, &mut m.objects);
+        copy(
+            &s.claim_templates,
+            Object::ResourceClaimTemplate,
+            &mut m.objects,
         );
-        m.objects.extend(
-            s.pod_templates
-                .state()
-                .iter()
-                .map(|o| Object::PodTemplate(Box::new((**o).clone()))),
-        );
-        m.objects.extend(
-            s.jobs
-                .state()
-                .iter()
-                .map(|o| Object::Job(Box::new((**o).clone()))),
-        );
-        m.objects.extend(
-            s.deployments
-                .state()
-                .iter()
-                .map(|o| Object::Deployment(Box::new((**o).clone()))),
-        );
-        m.objects.extend(
-            s.claims
-                .state()
-                .iter()
-                .map(|o| Object::ResourceClaim(Box::new((**o).clone()))),
-        );
-        m.objects.extend(
-            s.claim_templates
-                .state()
-                .iter()
-                .map(|o| Object::ResourceClaimTemplate(Box::new((**o).clone()))),
-        );
-        m.objects.extend(
-            s.classes
-                .state()
-                .iter()
-                .map(|o| Object::DeviceClass(Box::new((**o).clone()))),
-        );
-        m.objects.extend(
-            s.pod_groups
-                .state()
-                .iter()
-                .map(|o| Object::PodGroup(Box::new((**o).clone()))),
-        );
+        copy(&s.classes, Object::DeviceClass, &mut m.objects);
+        copy(&s.pod_groups, Object::PodGroup, &mut m.objects);
         for (ar, store) in &s.dynamic {
             for o in store.state() {
                 let mut v = serde_json::to_value(&*o).expect("plain data");
