@@ -9,5 +9,6 @@ pub mod device;
 pub mod fit;
 pub mod fleet;
 pub mod hardware;
+pub mod lifecycle;
 pub mod plan;
 pub mod quantity;
