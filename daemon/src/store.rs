@@ -15,6 +15,7 @@ const META: &str = "meta";
 const CACHE_BYTES: u64 = 8 << 20;
 const NODES: &str = "nodes";
 const LIVENESS: &str = "liveness";
+const JOURNAL: &str = "journal";
 const SCHEMA_KEY: &[u8] = b"schema";
 
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +201,12 @@ fn io(what: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
 }
 
 impl Store {
+    /// The intent journal (its own tree in the same database).
+    pub fn journal(&self) -> Result<crate::journal::Journal, StoreError> {
+        let tree = self.db.open_tree(JOURNAL).map_err(io("open journal"))?;
+        Ok(crate::journal::Journal::new(self.db.clone(), tree))
+    }
+
     /// Opens (or creates) the store in `dir`, refusing one written by a
     /// newer schema.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {

@@ -253,6 +253,38 @@ impl Bmc {
         Ok(o)
     }
 
+    /// Waits for a power change someone (a previous run of Accord, before a
+    /// crash) already asked for, without asking again at once: the Reset is
+    /// sent only if nothing changes for `resend_after` (it may never have
+    /// left). `on`: the wanted state is On, else Off (ForceOff if resent).
+    pub async fn verify_power(&self, on: bool) -> Result<PowerOutcome, RedfishError> {
+        let start = Instant::now();
+        let system = self.system().await?;
+        let before = system.power_state.clone();
+        let wanted = if on { PowerState::On } else { PowerState::Off };
+        if before == wanted {
+            return Ok(self.outcome(&system, before.clone(), Vec::new(), before, start, false));
+        }
+        let choice = model::choose_reset_types(&system.reset_types);
+        let reset = if on { choice.on } else { choice.forced_off };
+        let timeout = if on {
+            self.settings().power_on_timeout
+        } else {
+            self.settings().power_off_timeout
+        };
+        let (after, resent) = self
+            .wait_for(&system, wanted, timeout, reset.as_deref())
+            .await?;
+        Ok(self.outcome(
+            &system,
+            before,
+            resent.into_iter().collect(),
+            after,
+            start,
+            false,
+        ))
+    }
+
     /// Graceful shutdown (when advertised), then — after the graceful
     /// timeout, if configured — ForceOff; waits until the machine shows
     /// Off. Sends nothing when it is Off already. `force`: ForceOff at once.

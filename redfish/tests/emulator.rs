@@ -220,6 +220,42 @@ async fn a_dropped_reset_is_sent_once_more() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verifying_an_earlier_reset_sends_nothing_while_it_lands() {
+    // As after a crash between "sent" and "verified": the Reset is in the
+    // BMC; Accord restarts and only verifies.
+    let emu = start_emulator(&fake(&["n1", "n2"]), &EmulatorOptions::default()).unwrap();
+    reqwest::Client::new()
+        .post(format!(
+            "{}/redfish/v1/Systems/n1/Actions/ComputerSystem.Reset",
+            emu.url()
+        ))
+        .json(&serde_json::json!({"ResetType": "On"}))
+        .send()
+        .await
+        .unwrap();
+    let pool = HttpPool::new(8);
+    let mut t = target("n1", &emu.url(), Some("n1"), None);
+    t.settings.resend_after = Duration::from_secs(15);
+    let bmc = Bmc::new(t, &pool).unwrap();
+    let o = bmc.verify_power(true).await.unwrap();
+    assert_eq!(o.after, PowerState::On);
+    assert!(o.sent.is_empty(), "{o:?}");
+    assert_eq!(
+        emu.count("POST /redfish/v1/Systems/n1/Actions"),
+        1,
+        "only the earlier Reset"
+    );
+
+    // The Reset never left before the crash: sent once, after resend_after.
+    let mut t = target("n2", &emu.url(), Some("n2"), None);
+    t.settings.resend_after = Duration::from_secs(1);
+    let bmc = Bmc::new(t, &pool).unwrap();
+    let o = bmc.verify_power(true).await.unwrap();
+    assert_eq!(o.sent, ["On"]);
+    assert_eq!(emu.count("POST /redfish/v1/Systems/n2/Actions"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_in_flight_stay_within_the_per_bmc_and_global_limits() {
     let emu = start_emulator(&fake(&["n1", "n2", "n3"]), &EmulatorOptions::default()).unwrap();
     let proxy = start_proxy(

@@ -1,0 +1,190 @@
+//! The intent journal: every BMC action is written here, and flushed,
+//! before the BMC is called, and marked done after it is verified. On
+//! start, open intents are reconciled with the real power state before
+//! anything new is planned, so an intent is neither sent twice nor
+//! forgotten across a crash. (Foundation for issue 7's control loop.)
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::StoreError;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Action {
+    PowerOn,
+    PowerOff { force: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum IntentState {
+    /// Written; the BMC has not been called.
+    Planned,
+    /// The BMC is being (or was) called: a crash here must not resend at
+    /// once (the BMC may have accepted it).
+    Sent {
+        at: u64,
+    },
+    Done {
+        at: u64,
+    },
+    Failed {
+        at: u64,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    pub id: u64,
+    pub node: String,
+    pub action: Action,
+    pub created: u64,
+    /// The workloads it serves (`ns/name`), for explanations.
+    pub for_workloads: Vec<String>,
+    pub state: IntentState,
+}
+
+impl Intent {
+    pub fn is_open(&self) -> bool {
+        matches!(self.state, IntentState::Planned | IntentState::Sent { .. })
+    }
+}
+
+/// What to do with an open intent found at start, given the BMC's power
+/// state now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// The machine is where the intent wanted it: mark done.
+    Reached,
+    /// Sent before the crash, not reached yet: only verify (the client
+    /// sends once more only if nothing changes for `resend_after`).
+    Verify,
+    /// Never sent: send now.
+    Send,
+    /// The BMC could not be read: try again next round.
+    Unknown,
+}
+
+/// Pure: the decision for one open intent.
+pub fn reconcile(intent: &Intent, bmc_on: Option<bool>) -> Resume {
+    let Some(on) = bmc_on else {
+        return Resume::Unknown;
+    };
+    let wanted_on = matches!(intent.action, Action::PowerOn);
+    match (&intent.state, on == wanted_on) {
+        (_, true) => Resume::Reached,
+        (IntentState::Sent { .. }, false) => Resume::Verify,
+        (IntentState::Planned, false) => Resume::Send,
+        // Closed intents are not reconciled.
+        _ => Resume::Reached,
+    }
+}
+
+pub struct Journal {
+    db: sled::Db,
+    tree: sled::Tree,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("intents", &self.tree.len())
+            .finish()
+    }
+}
+
+fn io(what: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
+    move |source| StoreError::Io { what, source }
+}
+
+impl Journal {
+    pub(crate) fn new(db: sled::Db, tree: sled::Tree) -> Journal {
+        Journal { db, tree }
+    }
+
+    fn write(&self, intent: &Intent) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(intent).expect("plain data");
+        self.tree
+            .insert(intent.id.to_be_bytes(), bytes)
+            .map_err(io("journal write"))?;
+        // Durable before the BMC is touched (or the state is relied on).
+        self.db.flush().map_err(io("journal flush"))?;
+        Ok(())
+    }
+
+    /// Writes a new intent, durably, and returns it.
+    pub fn record(
+        &self,
+        node: &str,
+        action: Action,
+        for_workloads: Vec<String>,
+        now: u64,
+    ) -> Result<Intent, StoreError> {
+        let id = self.db.generate_id().map_err(io("journal id"))?;
+        let intent = Intent {
+            id,
+            node: node.to_owned(),
+            action,
+            created: now,
+            for_workloads,
+            state: IntentState::Planned,
+        };
+        self.write(&intent)?;
+        Ok(intent)
+    }
+
+    /// Marks an intent's state, durably.
+    pub fn mark(&self, intent: &mut Intent, state: IntentState) -> Result<(), StoreError> {
+        intent.state = state;
+        self.write(intent)
+    }
+
+    /// Every intent, oldest first.
+    pub fn all(&self) -> Result<Vec<Intent>, StoreError> {
+        self.tree
+            .iter()
+            .map(|kv| {
+                let (_, v) = kv.map_err(io("journal read"))?;
+                serde_json::from_slice(&v).map_err(|source| StoreError::Corrupt {
+                    node: "journal".to_owned(),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// Intents not yet done or failed, oldest first.
+    pub fn open_intents(&self) -> Result<Vec<Intent>, StoreError> {
+        Ok(self.all()?.into_iter().filter(Intent::is_open).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(action: Action, state: IntentState) -> Intent {
+        Intent {
+            id: 1,
+            node: "n1".into(),
+            action,
+            created: 0,
+            for_workloads: vec![],
+            state,
+        }
+    }
+
+    #[test]
+    fn a_sent_intent_is_verified_never_resent_at_once() {
+        let sent = intent(Action::PowerOn, IntentState::Sent { at: 5 });
+        assert_eq!(reconcile(&sent, Some(false)), Resume::Verify);
+        assert_eq!(reconcile(&sent, Some(true)), Resume::Reached);
+        assert_eq!(reconcile(&sent, None), Resume::Unknown);
+        let planned = intent(Action::PowerOn, IntentState::Planned);
+        assert_eq!(reconcile(&planned, Some(false)), Resume::Send);
+        let off = intent(Action::PowerOff { force: false }, IntentState::Planned);
+        assert_eq!(reconcile(&off, Some(false)), Resume::Reached);
+        assert_eq!(reconcile(&off, Some(true)), Resume::Send);
+    }
+}
