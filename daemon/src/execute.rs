@@ -1,0 +1,287 @@
+//! Executes a plan's power actions durably: each goes to the intent
+//! journal (flushed) before the BMC is called, is marked sent, then done or
+//! failed after verification; power-ons run wave by wave (a rack's
+//! concurrent power-on limit). At start, [`Executor::resume`] reconciles
+//! open intents with the BMCs before anything new runs: an intent sent
+//! before a crash is only verified (no second Reset while it lands), one
+//! never sent is sent, one already reached is closed. Power control is a
+//! small trait with the Redfish client behind it and an in-memory twin for
+//! tests. (Foundation for issue 7's control loop.)
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use accord::plan::Action as PlanAction;
+
+use crate::journal::{reconcile, Action, Intent, IntentState, Journal, Resume};
+use crate::store::StoreError;
+
+/// What the executor needs from the machines' BMCs.
+pub trait PowerControl: Send + Sync {
+    /// Whether the node's machine is on (`Err`: unreadable).
+    fn is_on(&self, node: &str) -> impl Future<Output = Result<bool, String>> + Send;
+    /// Reads, sends a Reset if needed, waits until reached.
+    fn power_on(&self, node: &str) -> impl Future<Output = Result<(), String>> + Send;
+    fn power_off(&self, node: &str, force: bool)
+        -> impl Future<Output = Result<(), String>> + Send;
+    /// Waits for a change already asked for (resends only if nothing moves).
+    fn verify(&self, node: &str, on: bool) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// The Redfish implementation: one `Bmc` per node from the inventory.
+#[derive(Debug)]
+pub struct RedfishPower {
+    bmcs: BTreeMap<String, accord_redfish::Bmc>,
+}
+
+impl RedfishPower {
+    pub fn new(inventory: &accord_redfish::Inventory) -> anyhow::Result<RedfishPower> {
+        let pool = accord_redfish::HttpPool::new(inventory.limits.max_in_flight_total);
+        let mut bmcs = BTreeMap::new();
+        for (node, r) in inventory
+            .resolve()
+            .map_err(|p| anyhow::anyhow!("inventory: {}", p.join("; ")))?
+        {
+            bmcs.insert(
+                node,
+                accord_redfish::Bmc::new(inventory.target_of(&r)?, &pool)?,
+            );
+        }
+        Ok(RedfishPower { bmcs })
+    }
+
+    fn bmc(&self, node: &str) -> Result<&accord_redfish::Bmc, String> {
+        self.bmcs
+            .get(node)
+            .ok_or_else(|| format!("node {node}: no BMC in the inventory"))
+    }
+}
+
+fn chain(e: accord_redfish::RedfishError) -> String {
+    accord::config_file::error_chain(&e)
+}
+
+impl PowerControl for RedfishPower {
+    async fn is_on(&self, node: &str) -> Result<bool, String> {
+        let state = self.bmc(node)?.power_state().await.map_err(chain)?;
+        Ok(state == accord_redfish::PowerState::On)
+    }
+    async fn power_on(&self, node: &str) -> Result<(), String> {
+        self.bmc(node)?
+            .power_on(false)
+            .await
+            .map(drop)
+            .map_err(chain)
+    }
+    async fn power_off(&self, node: &str, force: bool) -> Result<(), String> {
+        self.bmc(node)?
+            .power_off(force, false)
+            .await
+            .map(drop)
+            .map_err(chain)
+    }
+    async fn verify(&self, node: &str, on: bool) -> Result<(), String> {
+        self.bmc(node)?
+            .verify_power(on)
+            .await
+            .map(drop)
+            .map_err(chain)
+    }
+}
+
+/// The in-memory twin: machines that change state when told (or never,
+/// for the ones set to fail), and a log of every Reset sent.
+#[derive(Debug, Default)]
+pub struct SimulatedPower {
+    pub state: Mutex<BTreeMap<String, bool>>,
+    /// Nodes whose power-on never lands.
+    pub broken: Mutex<Vec<String>>,
+    /// `node on|off` per Reset sent.
+    pub resets: Mutex<Vec<String>>,
+}
+
+impl SimulatedPower {
+    pub fn with_nodes(nodes: &[&str]) -> SimulatedPower {
+        let s = SimulatedPower::default();
+        for n in nodes {
+            s.state.lock().expect("lock").insert((*n).to_owned(), false);
+        }
+        s
+    }
+
+    pub fn resets(&self) -> Vec<String> {
+        self.resets.lock().expect("lock").clone()
+    }
+
+    fn set(&self, node: &str, on: bool) -> Result<(), String> {
+        let mut state = self.state.lock().expect("lock");
+        let s = state
+            .get_mut(node)
+            .ok_or_else(|| format!("node {node}: unknown"))?;
+        if *s == on {
+            return Ok(());
+        }
+        self.resets
+            .lock()
+            .expect("lock")
+            .push(format!("{node} {}", if on { "on" } else { "off" }));
+        if on && self.broken.lock().expect("lock").iter().any(|b| b == node) {
+            return Err(format!(
+                "node {node}: power state still Off after the timeout"
+            ));
+        }
+        *s = on;
+        Ok(())
+    }
+}
+
+impl PowerControl for SimulatedPower {
+    async fn is_on(&self, node: &str) -> Result<bool, String> {
+        self.state
+            .lock()
+            .expect("lock")
+            .get(node)
+            .copied()
+            .ok_or_else(|| format!("node {node}: unknown"))
+    }
+    async fn power_on(&self, node: &str) -> Result<(), String> {
+        self.set(node, true)
+    }
+    async fn power_off(&self, node: &str, _force: bool) -> Result<(), String> {
+        self.set(node, false)
+    }
+    async fn verify(&self, node: &str, on: bool) -> Result<(), String> {
+        // The twin's changes land at once: an earlier Reset has landed.
+        if self.is_on(node).await? == on {
+            Ok(())
+        } else {
+            self.set(node, on)
+        }
+    }
+}
+
+/// What executing did, per intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Executed {
+    pub intent: u64,
+    pub node: String,
+    pub result: Result<(), String>,
+}
+
+pub struct Executor<P> {
+    journal: Journal,
+    power: Arc<P>,
+}
+
+impl<P> std::fmt::Debug for Executor<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("journal", &self.journal)
+            .finish()
+    }
+}
+
+impl<P: PowerControl + 'static> Executor<P> {
+    pub fn new(journal: Journal, power: Arc<P>) -> Executor<P> {
+        Executor { journal, power }
+    }
+
+    async fn run(&self, mut intent: Intent, now: u64, send: bool) -> Result<Executed, StoreError> {
+        let (on, force) = match intent.action {
+            Action::PowerOn => (true, false),
+            Action::PowerOff { force } => (false, force),
+        };
+        if send {
+            // Durable before the BMC is touched.
+            self.journal
+                .mark(&mut intent, IntentState::Sent { at: now })?;
+        }
+        let result = match (send, on) {
+            (true, true) => self.power.power_on(&intent.node).await,
+            (true, false) => self.power.power_off(&intent.node, force).await,
+            (false, on) => self.power.verify(&intent.node, on).await,
+        };
+        let state = match &result {
+            Ok(()) => IntentState::Done { at: now },
+            Err(reason) => IntentState::Failed {
+                at: now,
+                reason: reason.clone(),
+            },
+        };
+        self.journal.mark(&mut intent, state)?;
+        Ok(Executed {
+            intent: intent.id,
+            node: intent.node,
+            result,
+        })
+    }
+
+    /// Reconciles every open intent with the BMCs (call at start, before
+    /// planning). Unreadable BMCs leave their intents open.
+    pub async fn resume(&self, now: u64) -> Result<Vec<Executed>, StoreError> {
+        let mut out = Vec::new();
+        for mut intent in self.journal.open_intents()? {
+            let on = self.power.is_on(&intent.node).await.ok();
+            match reconcile(&intent, on) {
+                Resume::Reached => {
+                    self.journal
+                        .mark(&mut intent, IntentState::Done { at: now })?;
+                    out.push(Executed {
+                        intent: intent.id,
+                        node: intent.node,
+                        result: Ok(()),
+                    });
+                }
+                Resume::Verify => out.push(self.run(intent, now, false).await?),
+                Resume::Send => out.push(self.run(intent, now, true).await?),
+                Resume::Unknown => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Executes a plan's power-ons (wave by wave, each wave's nodes
+    /// together) and power-offs. Other actions are the loop's (BIOS before
+    /// boot, MIG through the agent).
+    pub async fn apply(
+        &self,
+        actions: &[PlanAction],
+        now: u64,
+    ) -> Result<Vec<Executed>, StoreError> {
+        let mut waves: BTreeMap<u32, Vec<Intent>> = BTreeMap::new();
+        let mut offs = Vec::new();
+        for a in actions {
+            match a {
+                PlanAction::PowerOn {
+                    node,
+                    wave,
+                    for_workloads,
+                } => waves.entry(*wave).or_default().push(self.journal.record(
+                    node,
+                    Action::PowerOn,
+                    for_workloads.clone(),
+                    now,
+                )?),
+                PlanAction::PowerOff { node, .. } => offs.push(self.journal.record(
+                    node,
+                    Action::PowerOff { force: false },
+                    Vec::new(),
+                    now,
+                )?),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        for (_, wave) in waves {
+            let runs = wave.into_iter().map(|i| self.run(i, now, true));
+            for r in futures::future::join_all(runs).await {
+                out.push(r?);
+            }
+        }
+        for i in offs {
+            out.push(self.run(i, now, true).await?);
+        }
+        Ok(out)
+    }
+}
