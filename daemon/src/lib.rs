@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod config;
+pub mod control;
 pub mod execute;
 pub mod journal;
 pub mod power;
