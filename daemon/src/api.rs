@@ -84,6 +84,7 @@ pub struct ApiState {
     pub writes: tokio::sync::Mutex<()>,
     /// The clock, replaceable in tests.
     pub now: fn() -> u64,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -230,6 +231,7 @@ async fn report(
     body: Bytes,
 ) -> Result<Json<AgentReply>, ApiError> {
     check(bearer(&headers), st.agent_tokens.expected(&node))?;
+    let metrics = st.metrics.clone();
     let report: Report = parse_json(&body)?;
     if report.hardware.schema_version > SCHEMA_VERSION {
         return Err(ApiError(
@@ -256,6 +258,7 @@ async fn report(
         })
     })
     .await?;
+    metrics.agent_reports.inc();
     Ok(Json(reply))
 }
 
@@ -266,6 +269,7 @@ async fn heartbeat(
     body: Bytes,
 ) -> Result<Json<AgentReply>, ApiError> {
     check(bearer(&headers), st.agent_tokens.expected(&node))?;
+    let metrics = st.metrics.clone();
     let beat: Heartbeat = if body.is_empty() {
         Heartbeat::default()
     } else {
@@ -292,6 +296,7 @@ async fn heartbeat(
             ))
         }
     };
+    metrics.agent_heartbeats.inc();
     Ok(Json(reply))
 }
 
@@ -345,6 +350,18 @@ async fn replace_node(
     }
 }
 
+/// Prometheus text exposition; no token (it holds no secrets, and
+/// scrapers rarely carry one).
+async fn metrics(State(state): State<Arc<ApiState>>) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}
+
 async fn health() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
@@ -352,6 +369,7 @@ async fn health() -> Json<serde_json::Value> {
 pub fn router(state: Arc<ApiState>, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/v1/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/nodes/{name}", get(get_node))
         .route("/v1/nodes/{name}/report", post(report))

@@ -6,6 +6,7 @@ pub mod config;
 pub mod control;
 pub mod execute;
 pub mod journal;
+pub mod metrics;
 pub mod power;
 pub mod store;
 pub mod tls;
@@ -94,6 +95,7 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
         admin_token,
         stale_after_s: config.agents.stale_after_s,
         writes: tokio::sync::Mutex::new(()),
+        metrics: Arc::new(metrics::Metrics::new()),
         now: api::unix_now,
     }))
 }

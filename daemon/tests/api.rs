@@ -210,6 +210,22 @@ async fn agents_register_and_the_store_survives_a_restart() {
         )
         .await;
     assert_eq!((status, v["generation"].as_u64()), (200, Some(1)), "{v}");
+    // Prometheus: accepted reports and heartbeats are counted.
+    let metrics = reqwest::get(format!("{}/metrics", d.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("accord_agent_reports_total 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("accord_agent_heartbeats_total 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("# TYPE accord_planner_duration_seconds histogram"));
     // Heartbeats for unknown nodes are refused, not stored.
     let (status, _) = d
         .send(

@@ -1,0 +1,183 @@
+//! Prometheus metrics (`prometheus-client`), served on `GET /metrics`.
+//! Agent traffic is counted now; the planning and action metrics are
+//! recorded by each control round (`record_round`), which accordd does not
+//! run yet (issue 7).
+
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindResult {
+    pub kind: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Reason {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabel {
+    pub stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BmcLabel {
+    pub bmc: String,
+}
+
+/// A few stable classes of "cannot place" reasons, for a label with
+/// bounded values (the full reason is in `accordctl explain` and events).
+pub fn reason_class(reason: &str) -> &'static str {
+    let r = reason.to_ascii_lowercase();
+    if r.contains("topology") || r.contains("domain") {
+        "topology"
+    } else if r.contains("budget") {
+        "power_budget"
+    } else if r.contains("reservation") {
+        "reservation"
+    } else if r.contains("claim") || r.contains("device") || r.contains("cel") {
+        "devices"
+    } else {
+        "capacity"
+    }
+}
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub agent_reports: Counter,
+    pub agent_heartbeats: Counter,
+    pub pending_workloads: Family<Reason, Gauge>,
+    pub nodes_by_stage: Family<StageLabel, Gauge>,
+    pub actions: Family<KindResult, Counter>,
+    pub bmc_errors: Family<BmcLabel, Counter>,
+    pub planner_seconds: Histogram,
+    pub pending_to_power_on_seconds: Histogram,
+    pub pending_to_ready_seconds: Histogram,
+    pub pending_to_bound_seconds: Histogram,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut r = Registry::with_prefix("accord");
+        let m = Metrics {
+            registry: Mutex::new(Registry::default()),
+            agent_reports: Counter::default(),
+            agent_heartbeats: Counter::default(),
+            pending_workloads: Family::default(),
+            nodes_by_stage: Family::default(),
+            actions: Family::default(),
+            bmc_errors: Family::default(),
+            // 1 ms … ~33 s
+            planner_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            // 0.25 s … ~68 min: GPU servers take minutes to boot.
+            pending_to_power_on_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
+            pending_to_ready_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
+            pending_to_bound_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
+        };
+        r.register(
+            "agent_reports",
+            "Hardware reports accepted from agents",
+            m.agent_reports.clone(),
+        );
+        r.register(
+            "agent_heartbeats",
+            "Heartbeats accepted from agents",
+            m.agent_heartbeats.clone(),
+        );
+        r.register(
+            "pending_workloads",
+            "Pending workloads by reason",
+            m.pending_workloads.clone(),
+        );
+        r.register(
+            "nodes",
+            "Nodes by lifecycle stage",
+            m.nodes_by_stage.clone(),
+        );
+        r.register(
+            "actions",
+            "Actions executed, by kind and result",
+            m.actions.clone(),
+        );
+        r.register("bmc_errors", "BMC errors, by BMC", m.bmc_errors.clone());
+        r.register(
+            "planner_duration_seconds",
+            "Time to plan one round",
+            m.planner_seconds.clone(),
+        );
+        r.register(
+            "pending_to_power_on_seconds",
+            "From a workload pending to its power-on issued",
+            m.pending_to_power_on_seconds.clone(),
+        );
+        r.register(
+            "pending_to_ready_seconds",
+            "From a workload pending to its nodes Ready",
+            m.pending_to_ready_seconds.clone(),
+        );
+        r.register(
+            "pending_to_bound_seconds",
+            "From a workload pending to its pods bound",
+            m.pending_to_bound_seconds.clone(),
+        );
+        *m.registry.lock().expect("lock") = r;
+        m
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry.lock().expect("lock"))
+            .expect("writing to a String");
+        out
+    }
+
+    /// What one control round did.
+    pub fn record_round(&self, report: &crate::control::RoundReport, planner_seconds: f64) {
+        self.planner_seconds.observe(planner_seconds);
+        for e in &report.executed {
+            let result = if e.result.is_ok() { "ok" } else { "failed" };
+            self.actions
+                .get_or_create(&KindResult {
+                    kind: "power".into(),
+                    result: result.into(),
+                })
+                .inc();
+            if e.result.is_err() {
+                self.bmc_errors
+                    .get_or_create(&BmcLabel {
+                        bmc: e.node.clone(),
+                    })
+                    .inc();
+            }
+        }
+        self.pending_workloads.clear();
+        for u in &report.plan.unsatisfied {
+            self.pending_workloads
+                .get_or_create(&Reason {
+                    reason: reason_class(&u.reason).to_owned(),
+                })
+                .inc();
+        }
+    }
+}
