@@ -140,47 +140,23 @@ impl DemandWatch {
         let problems = Arc::new(Mutex::new(BTreeSet::new()));
         let mut tasks = Vec::new();
         let p = &problems;
+        // One typed watcher per kind, all namespaces.
+        macro_rules! watch {
+            ($kind:literal) => {
+                spawn(Api::all(client.clone()), $kind, p.clone(), &mut tasks)
+            };
+        }
         let stores = Stores {
-            pods: spawn(Api::all(client.clone()), "Pod", p.clone(), &mut tasks),
-            pod_templates: spawn(
-                Api::all(client.clone()),
-                "PodTemplate",
-                p.clone(),
-                &mut tasks,
-            ),
-            jobs: spawn(Api::all(client.clone()), "Job", p.clone(), &mut tasks),
-            deployments: spawn(
-                Api::all(client.clone()),
-                "Deployment",
-                p.clone(),
-                &mut tasks,
-            ),
-            claims: spawn(
-                Api::all(client.clone()),
-                "ResourceClaim",
-                p.clone(),
-                &mut tasks,
-            ),
-            claim_templates: spawn(
-                Api::all(client.clone()),
-                "ResourceClaimTemplate",
-                p.clone(),
-                &mut tasks,
-            ),
-            classes: spawn(
-                Api::all(client.clone()),
-                "DeviceClass",
-                p.clone(),
-                &mut tasks,
-            ),
-            pod_groups: spawn(Api::all(client.clone()), "PodGroup", p.clone(), &mut tasks),
-            nodes: spawn(Api::all(client.clone()), "Node", p.clone(), &mut tasks),
-            slices: spawn(
-                Api::all(client.clone()),
-                "ResourceSlice",
-                p.clone(),
-                &mut tasks,
-            ),
+            pods: watch!("Pod"),
+            pod_templates: watch!("PodTemplate"),
+            jobs: watch!("Job"),
+            deployments: watch!("Deployment"),
+            claims: watch!("ResourceClaim"),
+            claim_templates: watch!("ResourceClaimTemplate"),
+            classes: watch!("DeviceClass"),
+            pod_groups: watch!("PodGroup"),
+            nodes: watch!("Node"),
+            slices: watch!("ResourceSlice"),
             dynamic: crds()
                 .into_iter()
                 .map(|ar| {
