@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::StoreError;
+use crate::store::{io, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -92,10 +92,6 @@ impl std::fmt::Debug for Journal {
             .field("intents", &self.tree.len())
             .finish()
     }
-}
-
-fn io(what: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
-    move |source| StoreError::Io { what, source }
 }
 
 impl Journal {

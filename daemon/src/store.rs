@@ -196,7 +196,7 @@ fn joined(n: StoredNode, live: Liveness) -> NodeRecord {
     }
 }
 
-fn io(what: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
+pub(crate) fn io(what: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
     move |source| StoreError::Io { what, source }
 }
 

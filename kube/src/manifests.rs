@@ -154,6 +154,21 @@ impl Manifests {
         Ok(m)
     }
 
+    /// Adds what another set of manifests holds (claims in one file may
+    /// serve pods in another); unsupported versions stay said once.
+    pub fn extend(&mut self, other: Manifests) {
+        self.objects.extend(other.objects);
+        for u in other.unsupported {
+            if !self.unsupported.contains(&u) {
+                self.unsupported.push(u);
+            }
+        }
+        self.invalid.extend(other.invalid);
+        for (k, n) in other.ignored {
+            *self.ignored.entry(k).or_default() += n;
+        }
+    }
+
     /// Adds one decoded object (a `List`'s items each).
     pub fn add(&mut self, value: Value, at: &str) {
         if value.is_null() {

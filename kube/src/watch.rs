@@ -115,25 +115,6 @@ where
     reader
 }
 
-fn spawn<K>(
-    api: Api<K>,
-    what: &'static str,
-    problems: Arc<Mutex<BTreeSet<String>>>,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> Store<K>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    watch_into(api, Default::default(), what.to_owned(), problems, tasks)
-}
-
 impl DemandWatch {
     /// Starts one watcher per kind on `client`'s cluster (all namespaces).
     pub fn start(client: kube::Client) -> DemandWatch {
@@ -143,7 +124,13 @@ impl DemandWatch {
         // One typed watcher per kind, all namespaces.
         macro_rules! watch {
             ($kind:literal) => {
-                spawn(Api::all(client.clone()), $kind, p.clone(), &mut tasks)
+                watch_into(
+                    Api::all(client.clone()),
+                    Default::default(),
+                    $kind.to_owned(),
+                    p.clone(),
+                    &mut tasks,
+                )
             };
         }
         let stores = Stores {

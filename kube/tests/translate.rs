@@ -15,13 +15,7 @@ fn read(files: &[&str]) -> Manifests {
             .join("../tests/fixtures/kubernetes")
             .join(f);
         let text = std::fs::read_to_string(&path).unwrap();
-        let m = Manifests::parse(&text, f).unwrap_or_else(|e| panic!("{e}"));
-        all.objects.extend(m.objects);
-        all.unsupported.extend(m.unsupported);
-        all.invalid.extend(m.invalid);
-        for (k, n) in m.ignored {
-            *all.ignored.entry(k).or_default() += n;
-        }
+        all.extend(Manifests::parse(&text, f).unwrap_or_else(|e| panic!("{e}")));
     }
     all
 }

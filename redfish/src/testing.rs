@@ -68,37 +68,7 @@ pub struct Peer {
     child: Child,
     pub port: u16,
     pub log: PathBuf,
-    _dir: tempfile_dir::TempDir,
-}
-
-mod tempfile_dir {
-    //! A directory removed on drop (std only: tempfile is a dev-dependency).
-    use std::path::{Path, PathBuf};
-
-    #[derive(Debug)]
-    pub struct TempDir(PathBuf);
-
-    impl TempDir {
-        pub fn new(tag: &str) -> std::io::Result<TempDir> {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            let p =
-                std::env::temp_dir().join(format!("accord-{tag}-{}-{nanos}", std::process::id()));
-            std::fs::create_dir_all(&p)?;
-            Ok(TempDir(p))
-        }
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    _dir: tempfile::TempDir,
 }
 
 impl Peer {
@@ -197,6 +167,7 @@ fn wait_ready(child: &mut Child, port: u16, log: &Path, what: &str) -> Result<()
 /// the initial state over an accepted Reset (seen as a power-on that never
 /// lands).
 fn warm_up(port: u16, auth: Option<&(String, String)>) -> Result<(), String> {
+    use base64::Engine;
     use std::io::Read;
     let mut stream =
         std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
@@ -207,7 +178,7 @@ fn warm_up(port: u16, auth: Option<&(String, String)>) -> Result<(), String> {
         .map(|(u, p)| {
             format!(
                 "Authorization: Basic {}\r\n",
-                base64(format!("{u}:{p}").as_bytes())
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
             )
         })
         .unwrap_or_default();
@@ -229,27 +200,6 @@ fn warm_up(port: u16, auth: Option<&(String, String)>) -> Result<(), String> {
     Ok(())
 }
 
-fn base64(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 fn python_str(s: &str) -> String {
     format!("{s:?}")
 }
@@ -257,7 +207,10 @@ fn python_str(s: &str) -> String {
 /// Starts `sushy-emulator --fake` with `systems`.
 pub fn start_emulator(systems: &[FakeSystem], options: &EmulatorOptions) -> Result<Peer, String> {
     let bin = sushy_bin("sushy-emulator")?;
-    let dir = tempfile_dir::TempDir::new("sushy").map_err(|e| e.to_string())?;
+    let dir = tempfile::Builder::new()
+        .prefix("accord-sushy")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
     let mut config =
         String::from("SUSHY_EMULATOR_FAKE_DRIVER = True\nSUSHY_EMULATOR_FAKE_SYSTEMS = [\n");
     for s in systems {
@@ -327,7 +280,10 @@ pub fn start_emulator(systems: &[FakeSystem], options: &EmulatorOptions) -> Resu
 /// `sushy-static`.
 pub fn start_static(mockup: &Path) -> Result<Peer, String> {
     let bin = sushy_bin("sushy-static")?;
-    let dir = tempfile_dir::TempDir::new("sushy-static").map_err(|e| e.to_string())?;
+    let dir = tempfile::Builder::new()
+        .prefix("accord-sushy-static")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
     let mut cmd = Command::new(&bin);
     cmd.arg("-m").arg(mockup);
     spawn_peer(cmd, dir, "sushy-static")
@@ -335,7 +291,7 @@ pub fn start_static(mockup: &Path) -> Result<Peer, String> {
 
 /// Runs `cmd` on a free loopback port with its output in `dir`, and waits
 /// until it listens.
-fn spawn_peer(mut cmd: Command, dir: tempfile_dir::TempDir, what: &str) -> Result<Peer, String> {
+fn spawn_peer(mut cmd: Command, dir: tempfile::TempDir, what: &str) -> Result<Peer, String> {
     let port = free_port();
     let log = dir.path().join("requests.log");
     let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;

@@ -495,17 +495,10 @@ fn translate_files(
 ) -> anyhow::Result<accord_kube::Translation> {
     let mut all = accord_kube::Manifests::default();
     for f in files {
-        let m = accord_kube::Manifests::parse(&read(f)?, &f.display().to_string())?;
-        all.objects.extend(m.objects);
-        for u in m.unsupported {
-            if !all.unsupported.contains(&u) {
-                all.unsupported.push(u);
-            }
-        }
-        all.invalid.extend(m.invalid);
-        for (k, n) in m.ignored {
-            *all.ignored.entry(k).or_default() += n;
-        }
+        all.extend(accord_kube::Manifests::parse(
+            &read(f)?,
+            &f.display().to_string(),
+        )?);
     }
     let options = accord_kube::Options::for_topology(topology);
     Ok(accord_kube::translate(&all, &options))
