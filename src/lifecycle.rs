@@ -4,7 +4,7 @@
 //! → PoweringOff → Off, and Failed with a reason when a step misses its
 //! deadline. Pure: observations and the time in, the next state and what
 //! happened out, so the loop, its tests and `accordctl status` agree.
-//! (Foundation for issue 7's control loop; nothing drives it yet.)
+//! accordd's control loop drives it each round.
 
 use serde::{Deserialize, Serialize};
 
@@ -127,6 +127,17 @@ impl NodeLife {
         out
     }
 
+    /// The executor reported that a power action failed (the BMC refused,
+    /// or the change never showed): the node fails at once with the
+    /// reason, rather than waiting out its deadline.
+    pub fn fail(&mut self, now: u64, reason: String) -> Vec<Transition> {
+        let mut out = Vec::new();
+        if self.stage != Stage::Failed {
+            self.go(Stage::Failed, now, reason, &mut out);
+        }
+        out
+    }
+
     /// Advances on what was observed; a step that misses its deadline
     /// fails the node with the reason.
     pub fn observe(&mut self, obs: &Observation, now: u64, d: &Deadlines) -> Vec<Transition> {
@@ -195,6 +206,14 @@ impl NodeLife {
                         &mut out,
                     )
                 }
+                // A node failed for a missed deadline that comes up after
+                // all (a slow BMC or boot) is usable again.
+                Stage::Failed if obs.agent_up && obs.kube_ready => self.go(
+                    Stage::Ready,
+                    now,
+                    "came up after failing: agent and Kubernetes node up".into(),
+                    &mut out,
+                ),
                 Stage::PoweringOff if obs.bmc_on == Some(false) => {
                     self.go(Stage::Off, now, "BMC shows Off".into(), &mut out)
                 }
@@ -302,6 +321,14 @@ mod tests {
 
         // A failed node can be tried again.
         assert_eq!(n.power_on_requested(700)[0].to, Stage::PoweringOn);
+
+        // One that comes up after failing is usable again.
+        let mut n = NodeLife::new(Stage::Failed, 0);
+        assert!(n
+            .observe(&obs(Some(true), false, false, 0), 5, &d)
+            .is_empty());
+        n.observe(&obs(Some(true), true, true, 0), 10, &d);
+        assert_eq!(n.stage, Stage::Ready);
     }
 
     #[test]

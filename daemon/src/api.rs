@@ -85,6 +85,11 @@ pub struct ApiState {
     /// The clock, replaceable in tests.
     pub now: fn() -> u64,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Raised on each accepted agent report: wakes the control loop.
+    pub changed: Arc<tokio::sync::Notify>,
+    /// The control loop's last round (`GET /v1/status`); `None` when
+    /// accordd runs without `[control]`, or before its first round.
+    pub control: std::sync::RwLock<Option<crate::controller::ControlStatus>>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -259,6 +264,7 @@ async fn report(
     })
     .await?;
     metrics.agent_reports.inc();
+    st.changed.notify_one();
     Ok(Json(reply))
 }
 
@@ -362,6 +368,21 @@ async fn metrics(State(state): State<Arc<ApiState>>) -> impl axum::response::Int
     )
 }
 
+/// The control loop's last round, for `accordctl status` and `explain`.
+async fn control_status(
+    State(st): State<Arc<ApiState>>,
+    headers: HeaderMap,
+) -> Result<Json<crate::controller::ControlStatus>, ApiError> {
+    check(bearer(&headers), Some(&st.admin_token))?;
+    match st.control.read().expect("lock").clone() {
+        Some(s) => Ok(Json(s)),
+        None => Err(ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no control round yet (accordd runs without [control], or is starting)".into(),
+        )),
+    }
+}
+
 async fn health() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
@@ -370,6 +391,7 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/v1/status", get(control_status))
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/nodes/{name}", get(get_node))
         .route("/v1/nodes/{name}/report", post(report))

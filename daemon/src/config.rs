@@ -30,6 +30,63 @@ pub struct DaemonConfig {
     pub fleet: Option<FleetConfig>,
     /// The BMC inventory (config/bmcs.toml).
     pub redfish: Option<RedfishConfig>,
+    /// The control loop: with this section accordd plans (and in `act`
+    /// mode acts) on Kubernetes demand.
+    pub control: Option<ControlConfig>,
+    /// How accordd reaches the Kubernetes API.
+    #[serde(default)]
+    pub kubernetes: KubernetesConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlConfig {
+    /// `observe`: plan, explain, log, expose, act on nothing and send
+    /// nothing to any BMC (where admins start). `act`: execute.
+    pub mode: crate::control::Mode,
+    /// A round starts this long after the last change...
+    #[serde(default = "default_batch_idle_ms")]
+    pub batch_idle_ms: u64,
+    /// ...or this long after the first, whichever is sooner.
+    #[serde(default = "default_batch_max_ms")]
+    pub batch_max_ms: u64,
+    /// How often every BMC's power state is read (act mode); nodes on
+    /// their way up or down are read every `transition_poll_ms`.
+    #[serde(default = "default_bmc_poll_ms")]
+    pub bmc_poll_ms: u64,
+    #[serde(default = "default_transition_poll_ms")]
+    pub transition_poll_ms: u64,
+    /// A round runs at least this often (deadlines, idle timers).
+    #[serde(default = "default_tick_ms")]
+    pub tick_ms: u64,
+    /// How long each lifecycle step may take before the node is Failed.
+    #[serde(default)]
+    pub deadlines: accord::lifecycle::Deadlines,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// API server URL reached without credentials (the local lab's fake
+    /// API, or `kubectl proxy`). Unset: the in-cluster service account,
+    /// else `$KUBECONFIG` / `~/.kube/config`, as kubectl finds them.
+    pub url: Option<String>,
+}
+
+fn default_batch_idle_ms() -> u64 {
+    1000
+}
+fn default_batch_max_ms() -> u64 {
+    10_000
+}
+fn default_bmc_poll_ms() -> u64 {
+    30_000
+}
+fn default_transition_poll_ms() -> u64 {
+    2000
+}
+fn default_tick_ms() -> u64 {
+    5000
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -183,6 +240,60 @@ impl DaemonConfig {
                     "redfish.inventory: {}",
                     accord::config_file::error_chain(&e)
                 ));
+            }
+        }
+        if let Some(c) = &self.control {
+            if self.fleet.is_none() {
+                problems.push(
+                    "control: needs [fleet] file (the machines the loop plans with)".to_owned(),
+                );
+            }
+            if c.mode == crate::control::Mode::Act && self.redfish.is_none() {
+                problems.push(
+                    "control.mode: \"act\" needs [redfish] inventory (how nodes are powered)"
+                        .to_owned(),
+                );
+            }
+            if c.batch_idle_ms == 0 || c.batch_max_ms < c.batch_idle_ms {
+                problems.push(
+                    "control: batch_idle_ms must be above 0 and batch_max_ms at least batch_idle_ms"
+                        .to_owned(),
+                );
+            }
+            for (key, v) in [
+                ("bmc_poll_ms", c.bmc_poll_ms),
+                ("transition_poll_ms", c.transition_poll_ms),
+                ("tick_ms", c.tick_ms),
+            ] {
+                if v < 100 {
+                    problems.push(format!("control.{key}: below 100 ms"));
+                }
+            }
+            if let (Some(f), Some(r)) = (&self.fleet, &self.redfish) {
+                if let (Ok(fleet), Ok(inv)) = (
+                    crate::load_fleet(&f.file),
+                    accord_redfish::Inventory::load(&r.inventory),
+                ) {
+                    if let Ok(resolved) = inv.resolve() {
+                        let missing: Vec<String> = fleet
+                            .nodes
+                            .iter()
+                            .filter(|n| !resolved.contains_key(&n.name))
+                            .map(|n| n.name.clone())
+                            .collect();
+                        if c.mode == crate::control::Mode::Act && !missing.is_empty() {
+                            problems.push(format!(
+                                "redfish.inventory: no BMC for fleet node(s) {}",
+                                crate::summarize(&missing)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(u) = &self.kubernetes.url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                problems.push(format!("kubernetes.url: {u:?} is not an http(s) URL"));
             }
         }
         problems

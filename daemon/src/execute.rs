@@ -6,7 +6,7 @@
 //! before a crash is only verified (no second Reset while it lands), one
 //! never sent is sent, one already reached is closed. Power control is a
 //! small trait with the Redfish client behind it and an in-memory twin for
-//! tests. (Foundation for issue 7's control loop.)
+//! tests. accordd's control loop drives it.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -279,8 +279,9 @@ impl<P: PowerControl + 'static> Executor<P> {
                 out.push(r?);
             }
         }
-        for i in offs {
-            out.push(self.run(i, now, true).await?);
+        let runs = offs.into_iter().map(|i| self.run(i, now, true));
+        for r in futures::future::join_all(runs).await {
+            out.push(r?);
         }
         Ok(out)
     }

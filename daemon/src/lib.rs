@@ -1,13 +1,18 @@
-//! accordd's pieces: configuration, the sled store and the HTTP API. The
-//! binaries (`accordd`, `accordctl`) are thin wrappers over these.
+//! accordd's pieces: configuration, the sled store, the HTTP API, the
+//! control loop and (feature `lab`) the local lab. The binaries (`accordd`,
+//! `accordctl`) are thin wrappers over these.
 
 pub mod api;
 pub mod config;
 pub mod control;
+pub mod controller;
 pub mod execute;
 pub mod journal;
+#[cfg(feature = "lab")]
+pub mod lab;
 pub mod metrics;
 pub mod power;
+pub mod status;
 pub mod store;
 pub mod tls;
 
@@ -48,7 +53,7 @@ pub fn load_fleet(path: &Path) -> anyhow::Result<Fleet> {
 }
 
 /// The first few names and how many more.
-fn summarize(names: &[String]) -> String {
+pub(crate) fn summarize(names: &[String]) -> String {
     let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
     match names.len() {
         n if n > 5 => format!("{} and {} more", shown.join(", "), n - 5),
@@ -97,6 +102,8 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
         writes: tokio::sync::Mutex::new(()),
         metrics: Arc::new(metrics::Metrics::new()),
         now: api::unix_now,
+        changed: Default::default(),
+        control: Default::default(),
     }))
 }
 
@@ -108,6 +115,13 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = state(&config)?;
+    // The control loop is built (fleet, inventory, Kubernetes client)
+    // before the port is bound, so a bad setup fails the start.
+    let controller = match &config.control {
+        Some(_) => Some(controller::Controller::new(&config, state.clone()).await?),
+        None => None,
+    };
+    let (stop_loop, loop_stopped) = tokio::sync::oneshot::channel::<()>();
     let tls = match (&config.server.tls_cert, &config.server.tls_key) {
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
         _ => None,
@@ -118,6 +132,15 @@ pub async fn serve(
     if let Err(e) = notify_ready() {
         tracing::warn!(error = %e, "cannot tell systemd the daemon is ready");
     }
+    let control_task = controller.map(|c| {
+        tokio::spawn(c.run(async {
+            let _ = loop_stopped.await;
+        }))
+    });
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop_loop.send(());
+    };
     let max_body = config.server.max_body_bytes;
     match tls {
         Some(acceptor) => {
@@ -129,7 +152,11 @@ pub async fn serve(
                 .context("HTTP server failed")
         }
         None => serve_on(listener, state, max_body, shutdown).await,
+    }?;
+    if let Some(t) = control_task {
+        let _ = t.await;
     }
+    Ok(())
 }
 
 /// Serves the API (plain HTTP) on a bound listener until `shutdown`

@@ -46,6 +46,8 @@ pub struct DemandWatch {
     stores: Stores,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     problems: Arc<Mutex<BTreeSet<String>>>,
+    /// Raised on every event any watcher applies to its store.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for DemandWatch {
@@ -83,6 +85,7 @@ fn watch_into<K>(
     writer: reflector::store::Writer<K>,
     what: String,
     problems: Arc<Mutex<BTreeSet<String>>>,
+    changes: tokio::sync::watch::Sender<u64>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> Store<K>
 where
@@ -104,6 +107,13 @@ where
     tasks.push(tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
+            match &item {
+                // The end of a (re-)list, or one change: the stores moved.
+                Ok(watcher::Event::InitDone)
+                | Ok(watcher::Event::Apply(_))
+                | Ok(watcher::Event::Delete(_)) => changes.send_modify(|c| *c += 1),
+                _ => {}
+            }
             if let Err(e) = item {
                 let line = format!("{what}: {e}");
                 if problems.lock().expect("lock").insert(line) {
@@ -119,8 +129,10 @@ impl DemandWatch {
     /// Starts one watcher per kind on `client`'s cluster (all namespaces).
     pub fn start(client: kube::Client) -> DemandWatch {
         let problems = Arc::new(Mutex::new(BTreeSet::new()));
+        let (changes, _) = tokio::sync::watch::channel(0);
         let mut tasks = Vec::new();
         let p = &problems;
+        let c = &changes;
         // One typed watcher per kind, all namespaces.
         macro_rules! watch {
             ($kind:literal) => {
@@ -129,6 +141,7 @@ impl DemandWatch {
                     Default::default(),
                     $kind.to_owned(),
                     p.clone(),
+                    c.clone(),
                     &mut tasks,
                 )
             };
@@ -149,7 +162,14 @@ impl DemandWatch {
                 .map(|ar| {
                     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
                     let writer = reflector::store::Writer::new(ar.clone());
-                    let reader = watch_into(api, writer, ar.kind.clone(), p.clone(), &mut tasks);
+                    let reader = watch_into(
+                        api,
+                        writer,
+                        ar.kind.clone(),
+                        p.clone(),
+                        c.clone(),
+                        &mut tasks,
+                    );
                     (ar, reader)
                 })
                 .collect(),
@@ -158,7 +178,14 @@ impl DemandWatch {
             stores,
             tasks,
             problems,
+            changes,
         }
+    }
+
+    /// A receiver that sees a new value whenever any store changed: what
+    /// wakes the control loop on new demand or node state.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Whether every store has had its first list.

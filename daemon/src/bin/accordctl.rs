@@ -56,6 +56,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The control loop's view of the fleet: nodes by lifecycle stage,
+    /// pending workloads and what Accord does for each, actions in flight.
+    Status {
+        #[command(flatten)]
+        daemon: DaemonArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Why a pod or workload (`ns/name`, or a bare name) is pending, what
+    /// Accord will do about it or why it can't, and whether the scheduler
+    /// agrees.
+    Explain {
+        name: String,
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
     /// List the nodes accordd knows.
     Nodes {
         #[command(flatten)]
@@ -414,6 +430,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", t.render());
             }
             Ok(())
+        }
+        Some(Command::Status { daemon, json }) => {
+            let v = daemon.call(reqwest::Method::GET, "/v1/status")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                let s: accordd::controller::ControlStatus =
+                    serde_json::from_value(v).context("accordd's status")?;
+                print!("{}", accordd::status::render_status(&s));
+            }
+            Ok(())
+        }
+        Some(Command::Explain { name, daemon }) => {
+            let v = daemon.call(reqwest::Method::GET, "/v1/status")?;
+            let s: accordd::controller::ControlStatus =
+                serde_json::from_value(v).context("accordd's status")?;
+            match accordd::status::render_explain(&s, &name) {
+                Some(text) => {
+                    print!("{text}");
+                    Ok(())
+                }
+                None => anyhow::bail!(
+                    "{name}: no pending pod or workload of that name in accordd's last round"
+                ),
+            }
         }
         Some(Command::Nodes { daemon, json }) => {
             let v = daemon.call(reqwest::Method::GET, "/v1/nodes")?;

@@ -1,0 +1,225 @@
+//! `accordctl status` and `accordctl explain` from the control loop's last
+//! round (pure: a [`ControlStatus`] in, text out), shared with the lab's
+//! narration so both say the same thing.
+
+use std::collections::BTreeMap;
+
+use crate::controller::{describe, ControlStatus, WorkloadStatus};
+
+/// The fleet summary: nodes by stage, per node, pending workloads, actions.
+pub fn render_status(s: &ControlStatus) -> String {
+    let mut out = String::new();
+    let mut by_stage: BTreeMap<String, usize> = BTreeMap::new();
+    for n in &s.nodes {
+        *by_stage
+            .entry(format!("{:?}", n.stage).to_lowercase())
+            .or_default() += 1;
+    }
+    let stages: Vec<String> = by_stage.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    out.push_str(&format!(
+        "mode {:?}, round {}, planned in {:.1} ms; {} nodes: {}\n\n",
+        s.mode,
+        s.round,
+        s.planner_ms,
+        s.nodes.len(),
+        stages.join(", ")
+    ));
+    out.push_str(&format!(
+        "{:<12} {:<6} {:<13} {:>4} {:>5} {:>8}  REASON\n",
+        "NODE", "RACK", "STAGE", "GPUS", "PODS", "FOR"
+    ));
+    for n in &s.nodes {
+        out.push_str(&format!(
+            "{:<12} {:<6} {:<13} {:>4} {:>5} {:>8}  {}\n",
+            n.name,
+            n.rack.as_deref().unwrap_or("-"),
+            format!("{:?}", n.stage).to_lowercase(),
+            n.gpus,
+            n.pods,
+            format!("{} s", s.at.saturating_sub(n.since)),
+            n.reason.as_deref().unwrap_or("")
+        ));
+    }
+    out.push('\n');
+    if s.workloads.is_empty() {
+        out.push_str("no pending workloads\n");
+    } else {
+        out.push_str(&format!(
+            "{:<28} {:>4} {:<13} {:>9}  DETAIL\n",
+            "PENDING WORKLOAD", "PODS", "STATE", "PENDING"
+        ));
+        for w in &s.workloads {
+            out.push_str(&format!(
+                "{:<28} {:>4} {:<13} {:>9}  {}\n",
+                w.workload,
+                w.pods,
+                w.state,
+                format!("{:.0} s", w.pending_s),
+                detail(w)
+            ));
+        }
+    }
+    for (w, reason) in &s.cannot_plan {
+        out.push_str(&format!("cannot plan {w}: {reason}\n"));
+    }
+    if !s.actions.is_empty() {
+        out.push_str(&format!(
+            "\n{} ({}):\n",
+            if s.mode == crate::control::Mode::Act {
+                "actions this round"
+            } else {
+                "would do (observe mode)"
+            },
+            s.actions.len()
+        ));
+        for a in &s.actions {
+            out.push_str(&format!("  {}\n", describe(a)));
+        }
+    }
+    if !s.open_intents.is_empty() {
+        out.push_str(&format!(
+            "\npower actions in flight: {}\n",
+            s.open_intents
+                .iter()
+                .map(|i| format!("{} {:?}", i.node, i.action))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    out
+}
+
+fn detail(w: &WorkloadStatus) -> String {
+    match w.state.as_str() {
+        "cannot_place" => w.reason.clone().unwrap_or_default(),
+        "powering_on" => format!("powering on {}", w.powering_on.join(", ")),
+        _ => format!("fits on {}", w.nodes.join(", ")),
+    }
+}
+
+/// Why `query` (a workload `ns/name`, a pending pod `ns/name`, or a bare
+/// name) is pending, what Accord will do, and whether the scheduler
+/// agrees. `None` when nothing pending matches.
+pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
+    let (workload, pod) = if s.workloads.iter().any(|w| w.workload == query) {
+        (query.to_owned(), None)
+    } else if let Some(w) = s.pods.get(query) {
+        (w.clone(), Some(query.to_owned()))
+    } else {
+        // A bare name: a workload or pod of that name in any namespace.
+        let by_workload = s
+            .workloads
+            .iter()
+            .find(|w| w.workload.rsplit('/').next() == Some(query));
+        match by_workload {
+            Some(w) => (w.workload.clone(), None),
+            None => {
+                let (p, w) = s
+                    .pods
+                    .iter()
+                    .find(|(p, _)| p.rsplit('/').next() == Some(query))?;
+                (w.clone(), Some(p.clone()))
+            }
+        }
+    };
+    let mut out = String::new();
+    let w = s.workloads.iter().find(|x| x.workload == workload);
+    let cannot = s.cannot_plan.iter().find(|(k, _)| *k == workload);
+    if let Some(p) = &pod {
+        out.push_str(&format!("pod {p} belongs to workload {workload}\n"));
+    }
+    let members: Vec<&String> = s
+        .pods
+        .iter()
+        .filter(|(_, w)| **w == workload)
+        .map(|(p, _)| p)
+        .collect();
+    match (w, cannot) {
+        (_, Some((_, reason))) => {
+            out.push_str(&format!(
+                "{workload}: Accord cannot plan it: {reason}\nnothing will be powered on for it\n"
+            ));
+        }
+        (Some(w), None) => {
+            out.push_str(&format!(
+                "{}: {} pod(s), gang minimum {}{}; pending {:.0} s\n",
+                w.workload,
+                w.pods,
+                w.min,
+                w.source
+                    .as_deref()
+                    .map(|s| format!(" ({s})"))
+                    .unwrap_or_default(),
+                w.pending_s
+            ));
+            match w.state.as_str() {
+                "cannot_place" => out.push_str(&format!(
+                    "Accord: cannot place it: {}\nAccord: nothing will be powered on for it\n",
+                    w.reason.as_deref().unwrap_or("")
+                )),
+                "powering_on" => out.push_str(&format!(
+                    "Accord: {} {} for it{}; its pods go to {}\n",
+                    if s.mode == crate::control::Mode::Act {
+                        "powering on"
+                    } else {
+                        "would power on (observe mode: nothing is sent)"
+                    },
+                    w.powering_on.join(", "),
+                    w.domain
+                        .as_deref()
+                        .map(|d| format!(" (all in {d})"))
+                        .unwrap_or_default(),
+                    w.nodes.join(", ")
+                )),
+                _ => out.push_str(&format!(
+                    "Accord: it fits on nodes that are up or coming up: {}{}\n",
+                    w.nodes.join(", "),
+                    w.domain
+                        .as_deref()
+                        .map(|d| format!(" (all in {d})"))
+                        .unwrap_or_default()
+                )),
+            }
+        }
+        (None, None) => {
+            out.push_str(&format!(
+                "{workload}: not pending in Accord's last round (bound, gone, or not yet seen)\n"
+            ));
+        }
+    }
+    // The scheduler's word, and whether it agrees with Accord.
+    let said: Vec<(&String, &String)> = members
+        .iter()
+        .filter_map(|p| s.scheduler.get(*p).map(|m| (*p, m)))
+        .collect();
+    if let Some((p, msg)) = said.first() {
+        out.push_str(&format!("scheduler ({p}): {msg}\n"));
+        let up: std::collections::BTreeSet<&str> = s
+            .nodes
+            .iter()
+            .filter(|n| {
+                matches!(
+                    n.stage,
+                    accord::lifecycle::Stage::Ready
+                        | accord::lifecycle::Stage::InUse
+                        | accord::lifecycle::Stage::Idle
+                )
+            })
+            .map(|n| n.name.as_str())
+            .collect();
+        if let Some(w) = w {
+            let verdict = match w.state.as_str() {
+                "placed" if !w.nodes.is_empty() && w.nodes.iter().all(|n| up.contains(n.as_str())) => {
+                    "DISAGREE: Accord finds room on Ready nodes the scheduler refused; check taints, selectors and device plugins on those nodes"
+                }
+                "placed" => "agree: it does not fit yet; Accord's nodes are still coming up",
+                "powering_on" => "agree: it does not fit on nodes that are up; Accord powers nodes on for it",
+                _ => "agree: it fits nowhere",
+            };
+            out.push_str(&format!("{verdict}\n"));
+        }
+    } else if !members.is_empty() {
+        out.push_str("scheduler: has not tried its pods yet\n");
+    }
+    Some(out)
+}
