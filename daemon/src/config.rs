@@ -62,6 +62,15 @@ pub struct ControlConfig {
     /// How long each lifecycle step may take before the node is Failed.
     #[serde(default)]
     pub deadlines: accord::lifecycle::Deadlines,
+    /// A Provisioned ProvisioningRequest's nodes are held (not powered
+    /// off) this long for its pods, then BookingExpired (cluster-autoscaler's
+    /// default: 10 minutes).
+    #[serde(default = "default_booking_s")]
+    pub provisioning_booking_s: u64,
+}
+
+fn default_booking_s() -> u64 {
+    600
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -1,7 +1,8 @@
-//! Pieces of the control loop (issue 7), not yet wired to a running
-//! accordd: the batching window that turns bursts of changes into one
-//! round, and one round itself — the fleet as the node lifecycles show it,
-//! plan, then (in `act` mode) execute through the journal.
+//! Pieces of the control loop: the modes, the batching window that turns
+//! bursts of changes into one round, the fleet as the node lifecycles show
+//! it, and one synchronous round (plan, then in `act` mode execute through
+//! the journal) used with the simulated twin. The running loop is
+//! `controller`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

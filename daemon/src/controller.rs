@@ -117,6 +117,7 @@ struct Observed {
     pods_per_node: BTreeMap<String, u32>,
     pod_workload: BTreeMap<String, String>,
     scheduler: BTreeMap<String, String>,
+    provisioning: Vec<accord_kube::manifests::ProvisioningRequest>,
 }
 
 /// The loop's state between rounds.
@@ -140,6 +141,9 @@ pub struct Controller {
     pending_since: BTreeMap<String, Instant>,
     /// Workload → nodes powered on for it, until they are Ready.
     waiting_ready: BTreeMap<String, BTreeSet<String>>,
+    /// Provisioned ProvisioningRequest (`ns/name`) → its nodes, held until
+    /// the booking runs out.
+    booked: BTreeMap<String, (BTreeSet<String>, u64)>,
     round: u64,
     recent: Vec<String>,
     /// Warnings already said (events are not repeated each round).
@@ -212,6 +216,7 @@ impl Controller {
             lives,
             pending_since: BTreeMap::new(),
             waiting_ready: BTreeMap::new(),
+            booked: BTreeMap::new(),
             round: 0,
             recent: Vec::new(),
             said: BTreeSet::new(),
@@ -387,7 +392,12 @@ impl Controller {
             .collect();
         let mut pod_workload = BTreeMap::new();
         let mut scheduler = BTreeMap::new();
+        let mut provisioning = Vec::new();
         for o in &self.watch.manifests().objects {
+            if let accord_kube::manifests::Object::ProvisioningRequest(pr) = o {
+                provisioning.push((**pr).clone());
+                continue;
+            }
             let accord_kube::manifests::Object::Pod(p) = o else {
                 continue;
             };
@@ -420,6 +430,7 @@ impl Controller {
             pods_per_node,
             pod_workload,
             scheduler,
+            provisioning,
         }
     }
 
@@ -481,10 +492,31 @@ impl Controller {
                 n.idle_since = (life.stage == Stage::Idle).then_some(life.since);
             }
         }
+        // check-capacity ProvisioningRequests never power anything on:
+        // they are planned apart, on the nodes that are up.
+        let mut demand = obs.demand.clone();
+        let (check_capacity, rest): (Vec<_>, Vec<_>) =
+            demand.workloads.drain(..).partition(is_check_capacity);
+        demand.workloads = rest;
         let started = std::time::Instant::now();
-        let plan = accord::plan::plan(&seen, &obs.demand, &seen.policy, now);
+        let plan = accord::plan::plan(&seen, &demand, &seen.policy, now);
         let planner_s = started.elapsed().as_secs_f64();
         self.api.metrics.planner_seconds.observe(planner_s);
+        let mut check_status = Vec::new();
+        if !check_capacity.is_empty() {
+            let mut up_only = seen.clone();
+            for n in &mut up_only.nodes {
+                if !n.is_up() {
+                    n.failed = Some("check-capacity: only nodes that are up".into());
+                }
+            }
+            let cc = Demand {
+                workloads: check_capacity,
+                ..obs.demand.clone()
+            };
+            let cc_plan = accord::plan::plan(&up_only, &cc, &up_only.policy, now);
+            check_status = self.workload_status(&cc_plan, &cc);
+        }
 
         let mut power_ons = Vec::new();
         let mut power_offs = Vec::new();
@@ -493,9 +525,17 @@ impl Controller {
                 Action::PowerOn { .. } => power_ons.push(a.clone()),
                 Action::PowerOff { node, reason } => {
                     // Belt and braces: never a node with pods, never one
-                    // that is not idle now.
+                    // that is not idle now, never one booked for a
+                    // ProvisioningRequest.
                     let life = self.lives.get(node);
                     let pods = obs.pods_per_node.get(node).copied().unwrap_or(0);
+                    let booked = self
+                        .booked
+                        .values()
+                        .any(|(nodes, until)| *until > now && nodes.contains(node));
+                    if booked {
+                        continue;
+                    }
                     if pods == 0 && life.is_some_and(|l| l.stage == Stage::Idle) {
                         power_offs.push(a.clone());
                     } else {
@@ -519,8 +559,10 @@ impl Controller {
             }
         }
 
-        let workloads = self.workload_status(&plan, &obs.demand);
+        let mut workloads = self.workload_status(&plan, &demand);
+        workloads.extend(check_status);
         self.track_latency(&plan, &workloads);
+        self.provision(&obs, &workloads, now).await;
 
         if self.config.mode == Mode::Act {
             if let Some(ex) = self.executor.clone() {
@@ -642,6 +684,84 @@ impl Controller {
             recent: self.recent.clone(),
         };
         *self.api.control.write().expect("lock") = Some(status);
+    }
+
+    /// Writes ProvisioningRequest conditions that changed, books the
+    /// capacity of those newly Provisioned, and expires old bookings.
+    async fn provision(&mut self, obs: &Observed, workloads: &[WorkloadStatus], now: u64) {
+        let present: BTreeSet<String> = obs
+            .provisioning
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.metadata.name.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        self.booked.retain(|k, _| present.contains(k));
+        for pr in &obs.provisioning {
+            let ns = pr
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            let name = pr.metadata.name.clone().unwrap_or_default();
+            let key = format!("{ns}/{name}");
+            let w = workloads.iter().find(|w| w.workload == key);
+            let nodes_up = w.is_some_and(|w| {
+                !w.nodes.is_empty()
+                    && w.nodes.iter().all(|n| {
+                        self.lives.get(n).is_some_and(|l| {
+                            matches!(l.stage, Stage::Ready | Stage::InUse | Stage::Idle)
+                        })
+                    })
+            });
+            let seen = crate::provisioning::Seen {
+                pr,
+                workload: w,
+                cannot_plan: obs
+                    .cannot_plan
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, r)| r.as_str()),
+                nodes_up,
+                fits_now: w.map(|w| w.state == "placed" && w.reason.is_none()),
+                booking_expired: self
+                    .booked
+                    .get(&key)
+                    .is_some_and(|(_, until)| *until <= now)
+                    || (!self.booked.contains_key(&key)
+                        && pr.is("Provisioned")
+                        && provisioned_long_ago(pr, now, self.config.provisioning_booking_s)),
+            };
+            for c in crate::provisioning::conditions(&seen) {
+                match accord_kube::write::set_provisioning_condition(&self.kube, &ns, &name, &c)
+                    .await
+                {
+                    Ok(()) => {
+                        info!(request = %key, condition = %c.type_, status = c.status, reason = %c.reason, message = %c.message, "ProvisioningRequest condition");
+                        if c.type_ == "Provisioned" && c.status {
+                            let nodes = w
+                                .map(|w| w.nodes.iter().cloned().collect())
+                                .unwrap_or_default();
+                            self.booked.insert(
+                                key.clone(),
+                                (nodes, now + self.config.provisioning_booking_s),
+                            );
+                        }
+                        if c.type_ == "BookingExpired" {
+                            self.booked.remove(&key);
+                        }
+                    }
+                    Err(e) => self.say_once(
+                        format!("pr {key} {e}"),
+                        format!("ProvisioningRequest {key}: cannot set {}: {e}", c.type_),
+                    ),
+                }
+            }
+        }
     }
 
     fn say_once(&mut self, key: String, line: String) {
@@ -814,6 +934,28 @@ impl Controller {
                 .inc();
         }
     }
+}
+
+fn is_check_capacity(w: &accord::demand::Workload) -> bool {
+    w.source.as_deref().is_some_and(|s| {
+        s.starts_with("ProvisioningRequest ") && s.contains(accord_kube::translate::CHECK_CAPACITY)
+    })
+}
+
+/// After a restart the bookings are gone: a request Provisioned longer ago
+/// than the booking time (its condition's lastTransitionTime) expires.
+fn provisioned_long_ago(
+    pr: &accord_kube::manifests::ProvisioningRequest,
+    now: u64,
+    booking_s: u64,
+) -> bool {
+    pr.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Provisioned" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_deref())
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .is_some_and(|t| now.saturating_sub(t.as_second().max(0) as u64) > booking_s)
 }
 
 /// One line for an action, for logs and `accordctl explain`.

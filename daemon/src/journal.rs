@@ -2,7 +2,7 @@
 //! before the BMC is called, and marked done after it is verified. On
 //! start, open intents are reconciled with the real power state before
 //! anything new is planned, so an intent is neither sent twice nor
-//! forgotten across a crash. (Foundation for issue 7's control loop.)
+//! forgotten across a crash. The control loop's executor writes it.
 
 use serde::{Deserialize, Serialize};
 

@@ -12,6 +12,7 @@ pub mod journal;
 pub mod lab;
 pub mod metrics;
 pub mod power;
+pub mod provisioning;
 pub mod status;
 pub mod store;
 pub mod tls;

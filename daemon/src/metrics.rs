@@ -1,7 +1,7 @@
-//! Prometheus metrics (`prometheus-client`), served on `GET /metrics`.
-//! Agent traffic is counted now; the planning and action metrics are
-//! recorded by each control round (`record_round`), which accordd does not
-//! run yet (issue 7).
+//! Prometheus metrics (`prometheus-client`), served on `GET /metrics`:
+//! agent traffic, and what each control round saw and did (nodes by
+//! stage, pending workloads by reason, actions, BMC errors, planner time,
+//! pending → power-on / Ready / bound).
 
 use std::sync::Mutex;
 

@@ -69,3 +69,55 @@ fn systemd_units_verify() {
     }
     assert!(checked >= 1);
 }
+
+/// `[control]` and `[kubernetes]`: parsed strictly, and validated against
+/// the rest of the file.
+#[test]
+fn control_section_is_checked_against_fleet_and_redfish() {
+    let file = Path::new("accordd.toml");
+    let base = "[server]\nlisten = \"127.0.0.1:7480\"\n[store]\ndir = \"/tmp/x\"\n\
+                [agents]\ntoken_file = \"/nonexistent/t\"\n[admin]\ntoken_file = \"/nonexistent/t\"\n";
+    let config = DaemonConfig::parse(&format!("{base}[control]\nmode = \"act\"\n"), file).unwrap();
+    let problems = config.validate();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("control: needs [fleet]")),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("control.mode: \"act\" needs [redfish]")),
+        "{problems:?}"
+    );
+    let config = DaemonConfig::parse(
+        &format!(
+            "{base}[control]\nmode = \"observe\"\nbatch_idle_ms = 0\ntick_ms = 5\n\
+             [kubernetes]\nurl = \"localhost:8001\"\n"
+        ),
+        file,
+    )
+    .unwrap();
+    let problems = config.validate();
+    assert!(!problems.iter().any(|p| p.contains("needs [redfish]")));
+    assert!(problems
+        .iter()
+        .any(|p| p.starts_with("control: batch_idle_ms")));
+    assert!(problems
+        .iter()
+        .any(|p| p == "control.tick_ms: below 100 ms"));
+    assert!(problems.iter().any(|p| p.starts_with("kubernetes.url")));
+    // Unknown keys name the line.
+    let e = DaemonConfig::parse(
+        &format!("{base}[control]\nmode = \"act\"\nbatch = 1\n"),
+        file,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("accordd.toml:11"), "{e}");
+    let e = DaemonConfig::parse(&format!("{base}[control]\nmode = \"acting\"\n"), file)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("acting"), "{e}");
+}

@@ -6,8 +6,14 @@ use std::process::Command;
 #[test]
 fn binaries_print_help_and_refuse_unknown_arguments() {
     for (bin, words) in [
-        (env!("CARGO_BIN_EXE_accordd"), ["run", "check-config"]),
-        (env!("CARGO_BIN_EXE_accordctl"), ["plan", "nodes"]),
+        (
+            env!("CARGO_BIN_EXE_accordd"),
+            vec!["run", "check-config", "lab"],
+        ),
+        (
+            env!("CARGO_BIN_EXE_accordctl"),
+            vec!["plan", "nodes", "status", "explain"],
+        ),
     ] {
         let out = Command::new(bin).arg("--help").output().unwrap();
         assert!(out.status.success());

@@ -6,13 +6,13 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Mutex;
+
 use std::time::Duration;
 
 use accord::lifecycle::Stage;
 use accordd::lab::{Lab, LabOptions, Scenario};
 
-static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_LAB_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A fleet of three racks: r1 with three H100 nodes, r2 with four, r3
 /// with four A100 nodes (which the gangs here do not select).
@@ -177,7 +177,7 @@ fn r2() -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
-    let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
     let lab = start(scenario(
         QUICK,
         FLEET,
@@ -231,7 +231,7 @@ async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
-    let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
     let lab = start(scenario(
         QUICK,
         FLEET,
@@ -271,7 +271,7 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
-    let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
     // One rack of five: the planner's first pick, r1-n1, has a BMC that
     // accepts the Reset and never powers the machine on.
     let mut fleet = FLEET[..FLEET.find("[[fleet.nodes]]").unwrap()].to_owned();
@@ -329,7 +329,7 @@ async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_nodes_are_powered_off_after_the_idle_time() {
-    let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
     let fleet = FLEET.replace("idle_power_off_after_s = 600", "idle_power_off_after_s = 4");
     let job = "{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: job-0}, \
                spec: {containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: \"8\"}}}]}}\n"
@@ -368,7 +368,7 @@ async fn idle_nodes_are_powered_off_after_the_idle_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts() {
-    let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
     let lab = start(scenario(
         QUICK,
         FLEET,
@@ -399,7 +399,7 @@ async fn kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_mode_sends_nothing_to_the_bmcs() {
-    let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
     let settings = format!("{QUICK}\nmode = \"observe\"");
     let lab = start(scenario(
         &settings,
@@ -456,4 +456,139 @@ fn scenario_errors_name_the_key() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("lab.broken"), "{e}");
+}
+
+fn condition(lab: &Lab, ns: &str, name: &str, type_: &str) -> Option<(String, String)> {
+    let pr = lab
+        .api
+        .get("autoscaling.x-k8s.io/v1", "ProvisioningRequest", ns, name)?;
+    pr["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_owned(),
+                c["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+}
+
+async fn wait_condition(lab: &Lab, ns: &str, name: &str, type_: &str, want: (&str, &str)) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = condition(lab, ns, name, type_);
+        if got.as_ref().map(|(s, r)| (s.as_str(), r.as_str())) == Some(want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{ns}/{name} {type_}: {got:?}, wanted {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Kueue's ProvisioningRequest admission check, played by the test: it
+/// creates the PodTemplate and the request, waits for Provisioned=True,
+/// then admits the job (creates its pods), which land on the booked nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let spec = "{nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}, containers: [{name: main, image: t, resources: {requests: {cpu: \"16\", memory: 64Gi, nvidia.com/gpu: \"8\"}}}]}";
+    let request = |name: &str, class: &str, count: u32| {
+        format!(
+            "{{apiVersion: v1, kind: PodTemplate, metadata: {{namespace: team-b, name: {name}-main}}, template: {{spec: {spec}}}}}\n---\n\
+             {{apiVersion: autoscaling.x-k8s.io/v1, kind: ProvisioningRequest, metadata: {{namespace: team-b, name: {name}}}, \
+             spec: {{provisioningClassName: {class}, podSets: [{{podTemplateRef: {{name: {name}-main}}, count: {count}}}]}}}}\n"
+        )
+    };
+    let fleet = FLEET.replace("idle_power_off_after_s = 600", "idle_power_off_after_s = 2");
+    let lab = start(scenario(
+        QUICK,
+        &fleet,
+        &[
+            (
+                "check",
+                request("check", "check-capacity.autoscaling.x-k8s.io", 2),
+                600_000,
+            ),
+            (
+                "atomic",
+                request(
+                    "job-1-prov",
+                    "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+                    2,
+                ),
+                600_000,
+            ),
+        ],
+    ))
+    .await;
+    // check-capacity on a dark fleet: not found, and nothing powered on.
+    lab.release("check").unwrap();
+    wait_condition(
+        &lab,
+        "team-b",
+        "check",
+        "Provisioned",
+        ("False", "CapacityIsNotFound"),
+    )
+    .await;
+    wait_condition(&lab, "team-b", "check", "Accepted", ("True", "Accepted")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(lab.nodes_powered_on().is_empty());
+
+    // best-effort-atomic: Provisioning while two nodes come up, then
+    // Provisioned.
+    lab.release("atomic").unwrap();
+    wait_condition(
+        &lab,
+        "team-b",
+        "job-1-prov",
+        "Provisioned",
+        ("False", "Provisioning"),
+    )
+    .await;
+    wait_condition(
+        &lab,
+        "team-b",
+        "job-1-prov",
+        "Provisioned",
+        ("True", "Provisioned"),
+    )
+    .await;
+    let powered = lab.nodes_powered_on();
+    assert_eq!(powered.len(), 2, "{powered:?}");
+    // The booking holds them on past the 2 s idle time.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(lab.nodes_on(), powered, "booked nodes stay on");
+    // Kueue admits the job: its pods bind to the booked nodes.
+    for i in 0..2 {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "team-b", "name": format!("job-1-{i}")},
+            "spec": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                     "containers": [{"name": "main", "image": "t", "resources":
+                        {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}}}]},
+        });
+        lab.api.apply(pod);
+    }
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let bound: BTreeSet<String> = lab
+            .bound_pods()
+            .into_iter()
+            .filter(|(p, _)| p.starts_with("team-b/job-1-"))
+            .map(|(_, n)| n)
+            .collect();
+        if bound.len() == 2 {
+            assert_eq!(bound, powered);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < end, "{bound:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Nothing else was powered on for either request.
+    assert_eq!(lab.nodes_powered_on(), powered);
 }

@@ -81,6 +81,45 @@ pub struct ProvisioningRequest {
     #[serde(default)]
     pub metadata: ObjectMeta,
     pub spec: ProvisioningRequestSpec,
+    #[serde(default)]
+    pub status: ProvisioningRequestStatus,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ProvisioningRequestStatus {
+    #[serde(default)]
+    pub conditions: Vec<ProvisioningRequestCondition>,
+}
+
+/// One status condition (`Accepted`, `Provisioned`, `Failed`,
+/// `BookingExpired`, `CapacityRevoked`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ProvisioningRequestCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default, rename = "lastTransitionTime")]
+    pub last_transition_time: Option<String>,
+}
+
+impl ProvisioningRequest {
+    /// Whether condition `type_` is True.
+    pub fn is(&self, type_: &str) -> bool {
+        self.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
+    }
+
+    /// Provisioned, failed or expired: no longer demand (Provisioned
+    /// capacity is held by the control loop for its booking time).
+    pub fn settled(&self) -> bool {
+        self.is("Provisioned") || self.is("Failed") || self.is("BookingExpired")
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -477,6 +477,11 @@ fn provisioning_request<'a>(
     index: &Index<'a>,
     groups: &mut BTreeMap<GroupKey, Group<'a>>,
 ) {
+    // Provisioned (its capacity is booked), failed or expired: the
+    // request is no longer demand.
+    if pr.settled() {
+        return;
+    }
     let (ns, name) = (ns_of(&pr.metadata), name_of(&pr.metadata));
     let source = format!(
         "ProvisioningRequest {ns}/{name} (class {})",

@@ -342,8 +342,15 @@ impl Lab {
 
     /// Starts `accordd run --config` on the lab's configuration.
     pub fn start_daemon(&self) -> anyhow::Result<()> {
+        self.start_daemon_with(&[])
+    }
+
+    /// The same, with `prefix` arguments before `run` (a bench binary
+    /// that plays accordd).
+    pub fn start_daemon_with(&self, prefix: &[&str]) -> anyhow::Result<()> {
         let mut cmd = Command::new(&self.options.accordd);
-        cmd.arg("run")
+        cmd.args(prefix)
+            .arg("run")
             .arg("--config")
             .arg(&self.config)
             .stdin(Stdio::null());
