@@ -61,6 +61,10 @@ pub struct Policy {
     /// Idle powered nodes kept per rack as warm spares.
     #[serde(default)]
     pub warm_spares_per_rack: u32,
+    /// Idle powered nodes kept per hardware profile as warm spares (a node
+    /// kept for its rack counts for its profile too).
+    #[serde(default)]
+    pub warm_spares_per_profile: BTreeMap<String, u32>,
     /// Propose MIG reconfiguration of idle GPUs before powering on nodes.
     #[serde(default = "yes")]
     pub reconfigure_mig: bool,
@@ -96,6 +100,7 @@ impl Default for Policy {
         Policy {
             idle_power_off_after_s: default_idle(),
             warm_spares_per_rack: 0,
+            warm_spares_per_profile: BTreeMap::new(),
             reconfigure_mig: true,
             placement: Placement::FirstFit,
         }
@@ -503,6 +508,13 @@ impl FleetFile {
                 problems.push(format!(
                     "topology.also_label.{level}: not one of topology.levels ({})",
                     self.topology.levels.join(", ")
+                ));
+            }
+        }
+        for p in self.policy.warm_spares_per_profile.keys() {
+            if !self.profiles.contains_key(p) {
+                problems.push(format!(
+                    "policy.warm_spares_per_profile.{p}: no such profile"
                 ));
             }
         }

@@ -184,3 +184,44 @@ fn a_domain_whose_free_gpus_are_split_too_small_is_explained() {
         p.unsatisfied[0].reason
     );
 }
+
+/// Warm spares: per rack and per profile; a node kept for its rack counts
+/// for its profile too; the rest of the idle nodes are powered off.
+#[test]
+fn warm_spares_per_rack_and_per_profile() {
+    let offs = |policy: &str| -> Vec<String> {
+        let text = format!(
+            "{FLEET}\n[[nodes]]\nname = \"r2-b\"\nrack = \"r2\"\nprofile = \"h100\"\npower = \"on\"\n\
+             [policy]\nidle_power_off_after_s = 60\n{policy}"
+        );
+        let mut fleet = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+        for n in &mut fleet.nodes {
+            n.idle_since = Some(0);
+        }
+        let p = plan(&fleet, &Demand::default(), &fleet.policy, 1000);
+        p.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::PowerOff { node, .. } => Some(node.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(offs(""), ["r1-a", "r1-b", "r2-a", "r2-b"]);
+    assert_eq!(offs("warm_spares_per_rack = 1"), ["r1-b", "r2-b"]);
+    assert_eq!(offs("warm_spares_per_profile = { h100 = 3 }"), ["r2-b"]);
+    // Two kept for the racks already count toward the profile's three.
+    assert_eq!(
+        offs("warm_spares_per_rack = 1\nwarm_spares_per_profile = { h100 = 3 }"),
+        ["r2-b"]
+    );
+    // A profile that does not exist is a validation error naming the key.
+    let text = format!("{FLEET}\n[policy]\nwarm_spares_per_profile = {{ other = 2 }}\n");
+    let e = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("policy.warm_spares_per_profile.other: no such profile"),
+        "{e}"
+    );
+}

@@ -794,17 +794,8 @@ impl Controller {
 
     fn workload_status(&self, plan: &Plan, demand: &Demand) -> Vec<WorkloadStatus> {
         let mut powering: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        for a in &plan.actions {
-            if let Action::PowerOn {
-                node,
-                for_workloads,
-                ..
-            } = a
-            {
-                for w in for_workloads {
-                    powering.entry(w.as_str()).or_default().push(node.clone());
-                }
-            }
+        for (node, w) in power_ons_for(plan) {
+            powering.entry(w).or_default().push(node.to_owned());
         }
         let now = Instant::now();
         demand
@@ -865,30 +856,20 @@ impl Controller {
         for w in workloads {
             self.pending_since.entry(w.workload.clone()).or_insert(now);
         }
-        let issuing = self.config.mode == Mode::Act;
-        for a in &plan.actions {
-            if let Action::PowerOn {
-                node,
-                for_workloads,
-                ..
-            } = a
-            {
-                for w in for_workloads {
-                    if issuing && !self.waiting_ready.contains_key(w) {
-                        if let Some(since) = self.pending_since.get(w) {
-                            self.api
-                                .metrics
-                                .pending_to_power_on_seconds
-                                .observe(now.duration_since(*since).as_secs_f64());
-                        }
-                    }
-                    if issuing {
-                        self.waiting_ready
-                            .entry(w.clone())
-                            .or_default()
-                            .insert(node.clone());
+        if self.config.mode == Mode::Act {
+            for (node, w) in power_ons_for(plan) {
+                if !self.waiting_ready.contains_key(w) {
+                    if let Some(since) = self.pending_since.get(w) {
+                        self.api
+                            .metrics
+                            .pending_to_power_on_seconds
+                            .observe(now.duration_since(*since).as_secs_f64());
                     }
                 }
+                self.waiting_ready
+                    .entry(w.to_owned())
+                    .or_default()
+                    .insert(node.to_owned());
             }
         }
         let lives = &self.lives;
@@ -934,6 +915,21 @@ impl Controller {
                 .inc();
         }
     }
+}
+
+/// (node, workload) for every power-on in the plan.
+fn power_ons_for(plan: &Plan) -> impl Iterator<Item = (&str, &str)> {
+    plan.actions.iter().flat_map(|a| match a {
+        Action::PowerOn {
+            node,
+            for_workloads,
+            ..
+        } => for_workloads
+            .iter()
+            .map(|w| (node.as_str(), w.as_str()))
+            .collect::<Vec<_>>(),
+        _ => Vec::new(),
+    })
 }
 
 fn is_check_capacity(w: &accord::demand::Workload) -> bool {

@@ -6,78 +6,13 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-
 use std::time::Duration;
 
 use accord::lifecycle::Stage;
+use accordd::lab::fixtures::{gang, FLEET};
 use accordd::lab::{Lab, LabOptions, Scenario};
 
 static ONE_LAB_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A fleet of three racks: r1 with three H100 nodes, r2 with four, r3
-/// with four A100 nodes (which the gangs here do not select).
-const FLEET: &str = r#"
-[fleet.policy]
-idle_power_off_after_s = 600
-
-[fleet.profiles.h100]
-gpus = 8
-gpu_model = "NVIDIA H100 80GB HBM3"
-cpu = "192"
-memory = "2Ti"
-power_kw = 10.2
-
-[fleet.profiles.a100]
-gpus = 8
-gpu_model = "NVIDIA A100-SXM4-80GB"
-cpu = "128"
-memory = "1Ti"
-power_kw = 6.5
-
-[[fleet.racks]]
-name = "r1"
-[[fleet.racks]]
-name = "r2"
-[[fleet.racks]]
-name = "r3"
-
-[[fleet.nodes]]
-name = "r1-n1"
-rack = "r1"
-profile = "h100"
-[[fleet.nodes]]
-name = "r1-n2"
-rack = "r1"
-profile = "h100"
-[[fleet.nodes]]
-name = "r1-n3"
-rack = "r1"
-profile = "h100"
-[[fleet.nodes]]
-name = "r2-n1"
-rack = "r2"
-profile = "h100"
-[[fleet.nodes]]
-name = "r2-n2"
-rack = "r2"
-profile = "h100"
-[[fleet.nodes]]
-name = "r2-n3"
-rack = "r2"
-profile = "h100"
-[[fleet.nodes]]
-name = "r2-n4"
-rack = "r2"
-profile = "h100"
-[[fleet.nodes]]
-name = "r3-n1"
-rack = "r3"
-profile = "a100"
-[[fleet.nodes]]
-name = "r3-n2"
-rack = "r3"
-profile = "a100"
-"#;
 
 const CONTROL: &str = r#"
 [control]
@@ -86,26 +21,6 @@ transition_poll_ms = 500
 bmc_poll_ms = 5000
 deadlines = { power_on_s = 60, boot_to_agent_s = 60, agent_to_ready_s = 30 }
 "#;
-
-/// A gang of `pods` pods of 8 H100s each that must share a rack.
-fn gang(name: &str, pods: usize) -> String {
-    let mut y = format!(
-        "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\n\
-         metadata: {{namespace: ml, name: {name}}}\n\
-         spec:\n  schedulingPolicy: {{gang: {{minCount: {pods}}}}}\n  \
-         schedulingConstraints:\n    topology: [{{key: topology.accord.dev/rack}}]\n"
-    );
-    for i in 0..pods {
-        y.push_str(&format!(
-            "---\n{{apiVersion: v1, kind: Pod, metadata: {{namespace: ml, name: {name}-{i}}}, \
-             spec: {{schedulingGroup: {{podGroupName: {name}}}, \
-             nodeSelector: {{nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}, \
-             containers: [{{name: t, image: t, resources: {{requests: {{cpu: \"64\", memory: 512Gi}}, \
-             limits: {{nvidia.com/gpu: \"8\"}}}}}}]}}}}\n"
-        ));
-    }
-    y
-}
 
 fn scenario(lab: &str, fleet: &str, submits: &[(&str, String, u64)]) -> Scenario {
     let mut text = format!("[lab]\n{lab}\n{CONTROL}\n{fleet}\n");
@@ -280,7 +195,7 @@ async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
             "[[fleet.nodes]]\nname = \"r1-n{i}\"\nrack = \"r1\"\nprofile = \"h100\"\n"
         ));
     }
-    let lab_settings = format!("{QUICK}\nbroken = [\"r1-n1\"]\npower_on_timeout_s = 15");
+    let lab_settings = format!("{QUICK}\nbroken = [\"r1-n1\"]\npower_on_timeout_s = 18");
     let lab = start(scenario(
         &lab_settings,
         &fleet,
@@ -591,4 +506,54 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
     }
     // Nothing else was powered on for either request.
     assert_eq!(lab.nodes_powered_on(), powered);
+}
+
+/// Capacity held for a gang while its nodes boot is released when the gang
+/// goes away: the nodes come up idle, nothing more is powered on, and they
+/// are powered off after the idle time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_goes_away_releases_its_booting_nodes() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let fleet = FLEET.replace("idle_power_off_after_s = 600", "idle_power_off_after_s = 3");
+    let lab = start(scenario(
+        QUICK,
+        &fleet,
+        &[("train", gang("train", 4), 600_000)],
+    ))
+    .await;
+    lab.release("train").unwrap();
+    lab.wait_status(Duration::from_secs(30), |s| {
+        s.nodes
+            .iter()
+            .filter(|n| matches!(n.stage, Stage::PoweringOn | Stage::Booting))
+            .count()
+            == 4
+    })
+    .await
+    .unwrap();
+    // The job is cancelled while its nodes boot.
+    for i in 0..4 {
+        lab.api.delete("v1", "Pod", "ml", &format!("train-{i}"));
+    }
+    lab.api
+        .delete("scheduling.k8s.io/v1beta1", "PodGroup", "ml", "train");
+    // They come up, find nothing to do, and go dark again.
+    let st = lab
+        .wait_status(Duration::from_secs(120), |s| {
+            s.nodes.iter().all(|n| n.stage == Stage::Off) && s.open_intents.is_empty()
+        })
+        .await
+        .unwrap();
+    assert!(st.workloads.is_empty());
+    assert_eq!(lab.nodes_powered_on(), r2(), "nothing else was powered on");
+    assert!(lab.nodes_on().is_empty());
+    for n in r2() {
+        let actions = lab
+            .emulator
+            .requests()
+            .into_iter()
+            .filter(|r| r.starts_with(&format!("POST /redfish/v1/Systems/{n}/Actions")))
+            .count();
+        assert_eq!(actions, 2, "{n}: one On, one GracefulShutdown");
+    }
 }

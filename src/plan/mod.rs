@@ -1653,6 +1653,7 @@ impl<'f> Planner<'f> {
             p.nodes[i].power == PowerState::On && !p.planned_on[i] && p.uses[i].is_empty()
         };
         let mut spares: BTreeMap<String, u32> = BTreeMap::new();
+        let mut profile_spares: BTreeMap<String, u32> = BTreeMap::new();
         let mut kept_for_reservation: BTreeMap<usize, u32> = BTreeMap::new();
         for (ri, r) in self.reservations.iter().enumerate() {
             if r.active(self.now) {
@@ -1667,9 +1668,18 @@ impl<'f> Planner<'f> {
                 continue;
             }
             let rack = self.nodes[i].rack.clone().unwrap_or_default();
-            let kept = spares.entry(rack.clone()).or_insert(0);
-            if *kept < self.policy.warm_spares_per_rack {
-                *kept += 1;
+            let profile = self.nodes[i].profile.clone().unwrap_or_default();
+            let rack_kept = spares.get(&rack).copied().unwrap_or(0);
+            let profile_kept = profile_spares.get(&profile).copied().unwrap_or(0);
+            let profile_wants = self
+                .policy
+                .warm_spares_per_profile
+                .get(&profile)
+                .copied()
+                .unwrap_or(0);
+            if rack_kept < self.policy.warm_spares_per_rack || profile_kept < profile_wants {
+                *spares.entry(rack).or_insert(0) += 1;
+                *profile_spares.entry(profile).or_insert(0) += 1;
                 continue;
             }
             let Some(since) = self.nodes[i].idle_since else {

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use accordd::lab::{Lab, LabOptions, Scenario};
 
-const SCENARIO: &str = r#"
+/// The lab settings and production control settings; the fleet and gang
+/// are the end-to-end tests' (three racks; the gang fits only r2).
+const SETTINGS: &str = r#"
 [lab]
 boot_delay_ms = 1000
 kubelet_delay_ms = 500
@@ -28,68 +30,15 @@ max_s = 120
 [control]
 bmc_poll_ms = 30000
 transition_poll_ms = 1000
-
-[fleet.profiles.h100]
-gpus = 8
-gpu_model = "NVIDIA H100 80GB HBM3"
-cpu = "192"
-memory = "2Ti"
-
-[[fleet.racks]]
-name = "r1"
-[[fleet.racks]]
-name = "r2"
-
-[[fleet.nodes]]
-name = "r1-n1"
-rack = "r1"
-profile = "h100"
-[[fleet.nodes]]
-name = "r1-n2"
-rack = "r1"
-profile = "h100"
-[[fleet.nodes]]
-name = "r1-n3"
-rack = "r1"
-profile = "h100"
-[[fleet.nodes]]
-name = "r2-n1"
-rack = "r2"
-profile = "h100"
-[[fleet.nodes]]
-name = "r2-n2"
-rack = "r2"
-profile = "h100"
-[[fleet.nodes]]
-name = "r2-n3"
-rack = "r2"
-profile = "h100"
-[[fleet.nodes]]
-name = "r2-n4"
-rack = "r2"
-profile = "h100"
-
-[[submit]]
-name = "gang"
-run_ms = 600000
-manifests = """
-apiVersion: scheduling.k8s.io/v1beta1
-kind: PodGroup
-metadata: {namespace: ml, name: gang}
-spec:
-  schedulingPolicy: {gang: {minCount: 4}}
-  schedulingConstraints:
-    topology: [{key: topology.accord.dev/rack}]
----
-{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: gang-0}, spec: {schedulingGroup: {podGroupName: gang}, containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: "8"}}}]}}
----
-{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: gang-1}, spec: {schedulingGroup: {podGroupName: gang}, containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: "8"}}}]}}
----
-{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: gang-2}, spec: {schedulingGroup: {podGroupName: gang}, containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: "8"}}}]}}
----
-{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: gang-3}, spec: {schedulingGroup: {podGroupName: gang}, containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: "8"}}}]}}
-"""
 "#;
+
+fn scenario_text() -> String {
+    use accordd::lab::fixtures::{gang, FLEET};
+    format!(
+        "{SETTINGS}\n{FLEET}\n[[submit]]\nname = \"gang\"\nrun_ms = 600000\nmanifests = \'\'\'\n{}\'\'\'\n",
+        gang("gang", 4)
+    )
+}
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -97,7 +46,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 async fn one_run() -> anyhow::Result<(f64, f64)> {
-    let scenario = Scenario::parse(SCENARIO, Path::new("lab-figures"))?;
+    let scenario = Scenario::parse(&scenario_text(), Path::new("lab-figures"))?;
     let lab = Lab::start(
         scenario,
         LabOptions {

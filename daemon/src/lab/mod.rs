@@ -20,6 +20,7 @@
 //! GPU-hours powered vs used, Resets sent).
 
 pub mod binder;
+pub mod fixtures;
 pub mod proxy;
 pub mod scenario;
 
