@@ -98,6 +98,10 @@ pub struct ControlStatus {
     pub cannot_plan: Vec<(String, String)>,
     /// The round's plan (in observe mode: what Accord would do).
     pub actions: Vec<Action>,
+    #[serde(default)]
+    pub placements: Vec<accord::plan::WorkloadPlacement>,
+    #[serde(default)]
+    pub unsatisfied: Vec<accord::plan::Unsatisfied>,
     /// Pending pod (`ns/name`) → its workload.
     pub pods: BTreeMap<String, String>,
     /// Pending pod → the scheduler's word on it (its PodScheduled
@@ -107,6 +111,18 @@ pub struct ControlStatus {
     pub open_intents: Vec<Intent>,
     /// Recent lifecycle changes, newest last.
     pub recent: Vec<String>,
+}
+
+impl ControlStatus {
+    /// The round's plan, as `accordctl plan` shows it.
+    pub fn plan(&self) -> Plan {
+        Plan {
+            actions: self.actions.clone(),
+            placements: self.placements.clone(),
+            unsatisfied: self.unsatisfied.clone(),
+            notes: Vec::new(),
+        }
+    }
 }
 
 /// Everything one round needs from outside, read at its start.
@@ -678,6 +694,8 @@ impl Controller {
             workloads,
             cannot_plan: obs.cannot_plan,
             actions: plan.actions.clone(),
+            placements: plan.placements.clone(),
+            unsatisfied: plan.unsatisfied.clone(),
             pods: obs.pod_workload,
             scheduler: obs.scheduler,
             open_intents,

@@ -182,6 +182,41 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
     // A pod name finds its gang.
     let by_pod = accordd::status::render_explain(&st, "ml/huge-3").unwrap();
     assert!(by_pod.contains("belongs to workload ml/huge"), "{by_pod}");
+
+    // The same through accordctl, against the running accordd.
+    let ctl = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
+            .args(args)
+            .env("ACCORD_URL", &lab.daemon_url)
+            .env(
+                "ACCORD_ADMIN_TOKEN_FILE",
+                lab.dir.path().join("admin-token"),
+            )
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = ctl(&["explain", "huge"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("ml/huge: 5 pod(s), gang minimum 5"), "{out}");
+    let (ok, out, err) = ctl(&["status"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("9 off"), "{out}");
+    assert!(
+        out.contains("ml/huge") && out.contains("cannot_place"),
+        "{out}"
+    );
+    let (ok, out, err) = ctl(&["plan"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Actions (0)"), "{out}");
+    assert!(out.contains("ml/huge"), "{out}");
+    let (ok, _, err) = ctl(&["explain", "ml/nothing-here"]);
+    assert!(!ok);
+    assert!(err.contains("no pending pod or workload"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

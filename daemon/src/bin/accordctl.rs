@@ -25,14 +25,19 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Plan offline: what Accord would do for this demand on this fleet.
+    /// What Accord does next: without --fleet/--demand, the running
+    /// accordd's plan for its next round (the last round's plan; in observe
+    /// mode, what it would do); with both, offline: what Accord would do
+    /// for this demand on this fleet.
     Plan {
         /// Fleet TOML (the file accordd is configured with).
-        #[arg(long, value_name = "FILE")]
-        fleet: PathBuf,
+        #[arg(long, value_name = "FILE", requires = "demand")]
+        fleet: Option<PathBuf>,
         /// Demand: the native JSON, or Kubernetes manifests (YAML).
-        #[arg(long, value_name = "FILE")]
-        demand: PathBuf,
+        #[arg(long, value_name = "FILE", requires = "fleet")]
+        demand: Option<PathBuf>,
+        #[command(flatten)]
+        daemon: DaemonArgs,
         /// Print the plan as JSON.
         #[arg(long)]
         json: bool,
@@ -386,9 +391,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Plan {
             fleet,
             demand,
+            daemon,
             json,
             now,
         }) => {
+            let (Some(fleet), Some(demand)) = (fleet, demand) else {
+                let v = daemon.call(reqwest::Method::GET, "/v1/status")?;
+                let s: accordd::controller::ControlStatus =
+                    serde_json::from_value(v).context("accordd's status")?;
+                let plan = s.plan();
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&plan)?);
+                } else {
+                    println!(
+                        "accordd round {} ({:?} mode){}",
+                        s.round,
+                        s.mode,
+                        if s.mode == accordd::control::Mode::Observe {
+                            ": nothing of this is sent"
+                        } else {
+                            ""
+                        }
+                    );
+                    print!("{}", accord::plan::render(&plan));
+                }
+                return Ok(());
+            };
             let fleet = accordd::load_fleet(&fleet)?;
             let text = read(&demand)?;
             let (demand, from_manifests) = if text.trim_start().starts_with('{') {
