@@ -395,7 +395,12 @@ impl Controller {
     }
 
     fn observe_kube(&self) -> Observed {
-        let translation = self.watch.snapshot(&self.options);
+        // One copy of the stores per round, translated as the live watcher
+        // does (only pods the scheduler marked Unschedulable are pending).
+        let manifests = self.watch.manifests();
+        let mut options = self.options.clone();
+        options.pending_without_status = false;
+        let translation = accord_kube::translate::translate(&manifests, &options);
         let mut pods_per_node: BTreeMap<String, u32> = BTreeMap::new();
         for b in &translation.demand.bound {
             *pods_per_node.entry(b.node.clone()).or_default() += 1;
@@ -409,7 +414,7 @@ impl Controller {
         let mut pod_workload = BTreeMap::new();
         let mut scheduler = BTreeMap::new();
         let mut provisioning = Vec::new();
-        for o in &self.watch.manifests().objects {
+        for o in &manifests.objects {
             if let accord_kube::manifests::Object::ProvisioningRequest(pr) = o {
                 provisioning.push((**pr).clone());
                 continue;
@@ -456,11 +461,11 @@ impl Controller {
         let done: Vec<Executed> = std::mem::take(&mut *self.finished.lock().expect("lock"));
         self.absorb(done, now);
         let obs = self.observe_kube();
-        let agents: BTreeMap<String, u64> = match self.api.store.nodes() {
-            Ok(records) => records
+        // Agents heard from recently (liveness only: no hardware decoded).
+        let agents: BTreeMap<String, u64> = match self.api.store.last_seen() {
+            Ok(seen) => seen
                 .into_iter()
-                .filter(|r| !r.is_stale(now, self.stale_after_s))
-                .map(|r| (r.name.clone(), r.last_seen))
+                .filter(|(_, at)| now.saturating_sub(*at) <= self.stale_after_s)
                 .collect(),
             Err(e) => {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot read agents from the store");

@@ -312,6 +312,24 @@ impl Store {
             .collect()
     }
 
+    /// When each node was last heard from, without decoding any hardware
+    /// model (the control loop reads this every round).
+    pub fn last_seen(&self) -> Result<std::collections::BTreeMap<String, u64>, StoreError> {
+        self.liveness
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.map_err(io("list liveness"))?;
+                let name = String::from_utf8_lossy(&k).into_owned();
+                let live: Liveness =
+                    serde_json::from_slice(&v).map_err(|source| StoreError::Corrupt {
+                        node: name.clone(),
+                        source,
+                    })?;
+                Ok((name, live.last_seen))
+            })
+            .collect()
+    }
+
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }
