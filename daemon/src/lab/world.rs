@@ -1,0 +1,439 @@
+//! The lab's moving parts, each a background task over the shared
+//! [`Ctx`]: the machines (BMC power → agent → Kubernetes Node), the
+//! stand-in scheduler, the submitter, and the narration of accordd's view.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::time::Instant;
+use tracing::info;
+
+use super::{binder, fetch_status, workload_keys, Ctx};
+
+/// The Kubernetes Node a lab machine registers: the fleet's labels (what
+/// NFD / the GPU operator and Accord's topology labels give a real node)
+/// and allocatable from its profile.
+fn node_object(node: &accord::fleet::Node) -> Value {
+    let milli = |m: i64| format!("{m}m");
+    let mut alloc = serde_json::Map::new();
+    alloc.insert("cpu".into(), json!(milli(node.allocatable.cpu)));
+    alloc.insert(
+        "memory".into(),
+        json!(format!("{}", node.allocatable.memory / 1000)),
+    );
+    alloc.insert("pods".into(), json!(node.allocatable.pods.to_string()));
+    let whole = node
+        .devices
+        .iter()
+        .filter(|d| d.kind == accord::device::DeviceKind::Gpu)
+        .count();
+    if whole > 0 {
+        alloc.insert("nvidia.com/gpu".into(), json!(whole.to_string()));
+    }
+    let mut mig: BTreeMap<String, usize> = BTreeMap::new();
+    for d in &node.devices {
+        if d.kind == accord::device::DeviceKind::Mig {
+            if let Some(p) = d.mig_profile() {
+                *mig.entry(format!("nvidia.com/mig-{p}")).or_default() += 1;
+            }
+        }
+    }
+    for (k, v) in mig {
+        alloc.insert(k, json!(v.to_string()));
+    }
+    for (k, v) in &node.allocatable.extended {
+        alloc.insert(k.clone(), json!(milli(*v)));
+    }
+    let taints: Vec<Value> = node
+        .taints
+        .iter()
+        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node.name, "labels": node.labels},
+        "spec": {"taints": taints},
+        "status": {
+            "allocatable": alloc,
+            "capacity": alloc,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    })
+}
+
+async fn power_state(ctx: &Ctx, node: &str) -> Option<bool> {
+    let r = ctx
+        .http
+        .get(format!("{}/redfish/v1/Systems/{node}", ctx.emulator_url))
+        .send()
+        .await
+        .ok()?;
+    let v: Value = r.json().await.ok()?;
+    Some(v["PowerState"].as_str()? == "On")
+}
+
+fn agent_config(ctx: &Ctx, node: &str) -> anyhow::Result<accord_agent::run::AgentConfig> {
+    let d = &ctx.dir;
+    let text = format!(
+        "[daemon]\nurl = \"{}\"\ntoken_file = \"{}\"\n[node]\nname = \"{node}\"\n\
+         [discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\nnvml_snapshot = \"{}\"\n\
+         [heartbeat]\ninterval_ms = {}\n[backoff]\ninitial_ms = 200\nmax_ms = 2000\n",
+        ctx.daemon_url,
+        d.join("agent-token").display(),
+        d.join("topology.xml").display(),
+        d.join("nvml.json").display(),
+        ctx.scenario.lab.heartbeat_ms
+    );
+    Ok(accord_agent::run::AgentConfig::parse(
+        &text,
+        &d.join(format!("agent-{node}.toml")),
+    )?)
+}
+
+/// The lab's machines: follow each BMC's power state; boot the agent and
+/// register the Kubernetes Node after the configured delays; take both
+/// away (and the node's pods) when the machine goes off.
+pub(super) async fn machines(ctx: Ctx) {
+    let boot = Duration::from_millis(ctx.scenario.lab.boot_delay_ms);
+    let kubelet = Duration::from_millis(ctx.scenario.lab.kubelet_delay_ms);
+    let mut came_on: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut agent_at: BTreeMap<String, Instant> = BTreeMap::new();
+    loop {
+        let reads = ctx.fleet.nodes.iter().map(|n| {
+            let ctx = ctx.clone();
+            async move { (n.name.clone(), power_state(&ctx, &n.name).await) }
+        });
+        let readings = futures::future::join_all(reads).await;
+        let now = Instant::now();
+        for (name, on) in readings {
+            let Some(on) = on else { continue };
+            let node = ctx
+                .fleet
+                .nodes
+                .iter()
+                .find(|n| n.name == name)
+                .expect("fleet node");
+            let mut start_agent = false;
+            let mut register = false;
+            let mut went_off = false;
+            {
+                let mut r = ctx.record.lock().expect("lock");
+                let sim = r.nodes.get_mut(&name).expect("fleet node");
+                if on && !sim.on {
+                    sim.on = true;
+                    sim.power_cycles += 1;
+                    sim.powered_at = Some(now);
+                    came_on.insert(name.clone(), now);
+                    say!(ctx, node = %name, "BMC shows On: booting");
+                } else if on && sim.powered_at.is_some() && !came_on.contains_key(&name) {
+                    // On from the start: booted already.
+                    came_on.insert(name.clone(), now - boot - kubelet);
+                }
+                if on
+                    && !sim.agent_started
+                    && came_on
+                        .get(&name)
+                        .is_some_and(|t| now.duration_since(*t) >= boot)
+                {
+                    sim.agent_started = true;
+                    start_agent = true;
+                    agent_at.insert(name.clone(), now);
+                }
+                if on
+                    && sim.agent_started
+                    && !sim.registered
+                    && agent_at
+                        .get(&name)
+                        .is_some_and(|t| now.duration_since(*t) >= kubelet)
+                {
+                    sim.registered = true;
+                    register = true;
+                }
+                if !on && sim.on {
+                    sim.on = false;
+                    if let Some(t) = sim.powered_at.take() {
+                        sim.on_total += now.duration_since(t);
+                    }
+                    if let Some(stop) = sim.agent.take() {
+                        let _ = stop.send(());
+                    }
+                    sim.agent_started = false;
+                    sim.registered = false;
+                    came_on.remove(&name);
+                    agent_at.remove(&name);
+                    went_off = true;
+                }
+            }
+            if start_agent {
+                match agent_config(&ctx, &name) {
+                    Ok(cfg) => {
+                        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                        ctx.record
+                            .lock()
+                            .expect("lock")
+                            .nodes
+                            .get_mut(&name)
+                            .expect("fleet node")
+                            .agent = Some(tx);
+                        say!(ctx, node = %name, "booted: accord-agent starting (replaying a recorded DGX-2 board, 8 x H100)");
+                        tokio::spawn(async move {
+                            if let Err(e) = accord_agent::run::run(cfg, async {
+                                let _ = rx.await;
+                            })
+                            .await
+                            {
+                                tracing::warn!(target: "lab", error = %e, "agent stopped");
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "lab", node = %name, error = %e, "agent config")
+                    }
+                }
+            }
+            if register {
+                ctx.api.apply(node_object(node));
+                say!(ctx, node = %name, "Kubernetes Node registered Ready");
+            }
+            if went_off {
+                ctx.api.delete("v1", "Node", "", &name);
+                say!(ctx, node = %name, "BMC shows Off: agent stopped, Node removed");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn key_of(p: &Value) -> (String, String) {
+    (
+        p["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned(),
+        p["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+fn pod_gpus(p: &Value) -> f64 {
+    let mut g = 0.0;
+    for c in p["spec"]["containers"].as_array().into_iter().flatten() {
+        let r = &c["resources"];
+        let v = r["requests"]["nvidia.com/gpu"]
+            .as_str()
+            .or_else(|| r["limits"]["nvidia.com/gpu"].as_str());
+        g += v.and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        // A MIG 1g slice is a seventh of a GPU.
+        for (k, v) in r["limits"].as_object().into_iter().flatten() {
+            if let Some(rest) = k.strip_prefix("nvidia.com/mig-") {
+                let slices: f64 = rest
+                    .split('g')
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(1.0);
+                g += slices / 7.0 * v.as_str().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            }
+        }
+    }
+    g
+}
+
+/// The stand-in scheduler: on each change, one [`binder::decide`] pass;
+/// binds what fits, marks the rest Unschedulable (only when the message
+/// changed, so it does not churn the watch).
+pub(super) async fn scheduler(ctx: Ctx) {
+    let mut seen_rv = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let rv = ctx.api.resource_version();
+        if rv == seen_rv {
+            continue;
+        }
+        let nodes = ctx.api.list("v1", "Node");
+        let pods = ctx.api.list("v1", "Pod");
+        let groups = ctx.api.list("scheduling.k8s.io/v1beta1", "PodGroup");
+        let d = binder::decide(&nodes, &pods, &groups);
+        for b in &d.bind {
+            let Some(mut pod) = ctx.api.get("v1", "Pod", &b.namespace, &b.pod) else {
+                continue;
+            };
+            pod["spec"]["nodeName"] = json!(b.node);
+            pod["status"] = json!({
+                "phase": "Running",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+            });
+            let gpus = pod_gpus(&pod);
+            ctx.api.apply(pod);
+            let mut r = ctx.record.lock().expect("lock");
+            r.bound.insert(
+                (b.namespace.clone(), b.pod.clone()),
+                (Instant::now(), gpus, b.node.clone()),
+            );
+            if let Some(n) = r.nodes.get_mut(&b.node) {
+                n.used = true;
+            }
+            let key = (b.namespace.clone(), b.pod.clone());
+            for s in r.subs.iter_mut() {
+                if s.pods.contains(&key) {
+                    s.nodes.insert(b.node.clone());
+                }
+            }
+        }
+        if !d.bind.is_empty() {
+            let names: Vec<String> = d
+                .bind
+                .iter()
+                .map(|b| format!("{}/{}→{}", b.namespace, b.pod, b.node))
+                .collect();
+            say!(ctx, "scheduler bound {}", names.join(", "));
+        }
+        for u in &d.unschedulable {
+            let Some(mut pod) = ctx.api.get("v1", "Pod", &u.namespace, &u.pod) else {
+                continue;
+            };
+            let cond = &pod["status"]["conditions"][0];
+            if cond["reason"] == "Unschedulable" && cond["message"] == u.message.as_str() {
+                continue;
+            }
+            pod["status"] = json!({
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False",
+                                "reason": "Unschedulable", "message": u.message}],
+            });
+            ctx.api.apply(pod);
+        }
+        seen_rv = ctx.api.resource_version();
+    }
+}
+
+/// Submits the scenario's workloads on time, notes when all their pods are
+/// bound, and finishes them (deletes the pods and groups) after `run_ms`.
+pub(super) async fn submitter(ctx: Ctx) {
+    loop {
+        let now = Instant::now();
+        for (i, sub) in ctx.scenario.submit.iter().enumerate() {
+            let (submitted, released) = {
+                let r = ctx.record.lock().expect("lock");
+                (r.subs[i].submitted, r.subs[i].released)
+            };
+            let due = match sub.at_ms {
+                Some(at) => now >= ctx.started + Duration::from_millis(at),
+                None => released,
+            };
+            match submitted {
+                None if due => {
+                    let objects = match ctx.scenario.objects(sub) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            tracing::error!(target: "lab", submission = %sub.name, error = %format!("{e:#}"), "cannot submit");
+                            ctx.record.lock().expect("lock").subs[i].submitted = Some(now);
+                            continue;
+                        }
+                    };
+                    let mut pods = Vec::new();
+                    let mut others = Vec::new();
+                    for o in objects {
+                        if o["kind"] == "Pod" {
+                            pods.push(key_of(&o));
+                        } else {
+                            others.push(o.clone());
+                        }
+                        ctx.api.apply(o);
+                    }
+                    say!(ctx, submission = %sub.name, pods = pods.len(), "submitted");
+                    let mut r = ctx.record.lock().expect("lock");
+                    let s = &mut r.subs[i];
+                    s.submitted = Some(now);
+                    s.pods = pods;
+                    s.others = others;
+                }
+                Some(t0) => {
+                    let (bound, finished, pods) = {
+                        let r = ctx.record.lock().expect("lock");
+                        let s = &r.subs[i];
+                        (s.bound, s.finished, s.pods.clone())
+                    };
+                    if finished.is_some() || pods.is_empty() {
+                        continue;
+                    }
+                    match bound {
+                        None => {
+                            let all = pods.iter().all(|(ns, n)| {
+                                ctx.api
+                                    .get("v1", "Pod", ns, n)
+                                    .is_some_and(|p| p["spec"]["nodeName"].is_string())
+                            });
+                            if all {
+                                let mut r = ctx.record.lock().expect("lock");
+                                r.subs[i].bound = Some(now);
+                                let nodes: Vec<String> = r.subs[i].nodes.iter().cloned().collect();
+                                say!(ctx, submission = %sub.name, seconds = format!("{:.1}", now.duration_since(t0).as_secs_f64()), nodes = %nodes.join(","), "all pods bound: Pending → Running");
+                            }
+                        }
+                        Some(b) if now.duration_since(b) >= Duration::from_millis(sub.run_ms) => {
+                            finish(&ctx, i, &sub.name);
+                        }
+                        Some(_) => {}
+                    }
+                }
+                None => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn finish(ctx: &Ctx, i: usize, name: &str) {
+    let (pods, others) = {
+        let r = ctx.record.lock().expect("lock");
+        (r.subs[i].pods.clone(), r.subs[i].others.clone())
+    };
+    for (ns, n) in &pods {
+        ctx.api.delete("v1", "Pod", ns, n);
+    }
+    for o in &others {
+        let (ns, n) = key_of(o);
+        let api = o["apiVersion"].as_str().unwrap_or("");
+        let kind = o["kind"].as_str().unwrap_or("");
+        ctx.api.delete(api, kind, &ns, &n);
+    }
+    let now = Instant::now();
+    let mut r = ctx.record.lock().expect("lock");
+    for key in &pods {
+        if let Some((t, g, _)) = r.bound.remove(key) {
+            r.used_gpu_s += now.duration_since(t).as_secs_f64() * g;
+        }
+    }
+    r.subs[i].finished = Some(now);
+    drop(r);
+    say!(ctx, submission = %name, "finished: pods done and deleted");
+}
+
+/// Follows accordd's status: notes what cannot be placed, and explains
+/// each workload once when Accord first acts on it (or cannot).
+pub(super) async fn watch_status(ctx: Ctx) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let Some(st) = fetch_status(&ctx.http, &ctx.daemon_url).await else {
+            continue;
+        };
+        let mut r = ctx.record.lock().expect("lock");
+        for i in 0..r.subs.len() {
+            let keys = workload_keys(&r.subs[i]);
+            for w in st.workloads.iter().filter(|w| keys.contains(&w.workload)) {
+                if w.state == "cannot_place" {
+                    r.subs[i].cannot_place = w.reason.clone();
+                }
+                if w.state != "placed"
+                    && r.explained.insert(format!("{}:{}", w.workload, w.state))
+                    && ctx.narrate
+                {
+                    if let Some(text) = crate::status::render_explain(&st, &w.workload) {
+                        info!(target: "lab", "accordctl explain {}\n{}", w.workload, text.trim_end());
+                    }
+                }
+            }
+        }
+    }
+}
