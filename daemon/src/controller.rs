@@ -247,16 +247,19 @@ impl Controller {
         let mut tasks = Vec::new();
         tasks.push(self.spawn_kube_forwarder(tx.clone()));
         tasks.push(self.spawn_agent_forwarder(tx.clone()));
+        let (first_pass, first_pass_done) = tokio::sync::oneshot::channel();
         if let Some(power) = &self.power {
-            tasks.push(spawn_bmc_poller(
-                power.clone(),
-                self.fleet.nodes.iter().map(|n| n.name.clone()).collect(),
-                self.bmc.clone(),
-                self.transitional.clone(),
-                Duration::from_millis(self.config.bmc_poll_ms),
-                Duration::from_millis(self.config.transition_poll_ms),
-                tx.clone(),
-            ));
+            let poller = BmcPoller {
+                power: power.clone(),
+                nodes: self.fleet.nodes.iter().map(|n| n.name.clone()).collect(),
+                readings: self.bmc.clone(),
+                transitional: self.transitional.clone(),
+                every: Duration::from_millis(self.config.bmc_poll_ms),
+                often: Duration::from_millis(self.config.transition_poll_ms),
+            };
+            tasks.push(poller.spawn(tx.clone(), first_pass));
+        } else {
+            let _ = first_pass.send(());
         }
         tokio::pin!(shutdown);
         info!(mode = ?self.config.mode, nodes = self.fleet.nodes.len(), "control loop starting");
@@ -267,6 +270,13 @@ impl Controller {
         }
         tokio::select! {
             _ = self.watch.ready() => {}
+            _ = &mut shutdown => return,
+        }
+        // Nor before every BMC has been read once: a node that is on but
+        // not yet read would look dark, and the first round could power
+        // on others instead of using it.
+        tokio::select! {
+            _ = first_pass_done => {}
             _ = &mut shutdown => return,
         }
         let batcher = Batcher {
@@ -511,6 +521,15 @@ impl Controller {
         for n in &mut seen.nodes {
             if let Some(life) = self.lives.get(&n.name) {
                 n.idle_since = (life.stage == Stage::Idle).then_some(life.since);
+            }
+            // A node whose BMC cannot be read is not powered on (nor
+            // counted as dark capacity) until it can be.
+            if self.config.mode == Mode::Act
+                && !bmc.contains_key(&n.name)
+                && n.power == accord::fleet::PowerState::Off
+                && n.failed.is_none()
+            {
+                n.failed = Some("BMC power state unreadable".into());
             }
         }
         // check-capacity ProvisioningRequests never power anything on:
@@ -1031,52 +1050,74 @@ fn workload_of_pod(p: &k8s_openapi::api::core::v1::Pod) -> String {
 /// Reads BMC power states in the background (every node each `every`, the
 /// ones in transition each `often`) and wakes the loop when one changes,
 /// so a round never waits on a BMC.
-fn spawn_bmc_poller<P: PowerControl + 'static>(
+struct BmcPoller<P> {
     power: Arc<P>,
     nodes: Vec<String>,
     readings: Arc<Mutex<BTreeMap<String, bool>>>,
+    /// The nodes read every `often` (the rest every `every`).
     transitional: Arc<Mutex<BTreeSet<String>>>,
     every: Duration,
     often: Duration,
-    tx: mpsc::Sender<Wake>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut last_full: Option<Instant> = None;
-        let mut failing: BTreeSet<String> = BTreeSet::new();
-        loop {
-            let full = last_full.is_none_or(|t| t.elapsed() >= every);
-            let targets: Vec<String> = if full {
-                last_full = Some(Instant::now());
-                nodes.clone()
-            } else {
-                transitional.lock().expect("lock").iter().cloned().collect()
-            };
-            let reads = targets.iter().map(|n| {
-                let power = power.clone();
-                async move { (n.clone(), power.is_on(n).await) }
-            });
-            let mut changed = false;
-            for (node, r) in futures::future::join_all(reads).await {
-                match r {
-                    Ok(on) => {
-                        failing.remove(&node);
-                        let mut map = readings.lock().expect("lock");
-                        if map.insert(node, on) != Some(on) {
-                            changed = true;
+}
+
+impl<P: PowerControl + 'static> BmcPoller<P> {
+    /// Runs until the loop is gone; `first_pass` is told once every node
+    /// has been read.
+    fn spawn(
+        self,
+        tx: mpsc::Sender<Wake>,
+        first_pass: tokio::sync::oneshot::Sender<()>,
+    ) -> tokio::task::JoinHandle<()> {
+        let BmcPoller {
+            power,
+            nodes,
+            readings,
+            transitional,
+            every,
+            often,
+        } = self;
+        tokio::spawn(async move {
+            let mut first_pass = Some(first_pass);
+            let mut last_full: Option<Instant> = None;
+            let mut failing: BTreeSet<String> = BTreeSet::new();
+            loop {
+                let full = last_full.is_none_or(|t| t.elapsed() >= every);
+                let targets: Vec<String> = if full {
+                    last_full = Some(Instant::now());
+                    nodes.clone()
+                } else {
+                    transitional.lock().expect("lock").iter().cloned().collect()
+                };
+                let reads = targets.iter().map(|n| {
+                    let power = power.clone();
+                    async move { (n.clone(), power.is_on(n).await) }
+                });
+                let mut changed = false;
+                for (node, r) in futures::future::join_all(reads).await {
+                    match r {
+                        Ok(on) => {
+                            failing.remove(&node);
+                            let mut map = readings.lock().expect("lock");
+                            if map.insert(node, on) != Some(on) {
+                                changed = true;
+                            }
                         }
-                    }
-                    Err(e) => {
-                        if failing.insert(node.clone()) {
-                            warn!(node = %node, error = %e, "cannot read the BMC's power state");
+                        Err(e) => {
+                            if failing.insert(node.clone()) {
+                                warn!(node = %node, error = %e, "cannot read the BMC's power state");
+                            }
+                            readings.lock().expect("lock").remove(&node);
                         }
-                        readings.lock().expect("lock").remove(&node);
                     }
                 }
+                if let Some(done) = first_pass.take() {
+                    let _ = done.send(());
+                }
+                if changed && tx.send(Wake::Bmc).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(often).await;
             }
-            if changed && tx.send(Wake::Bmc).await.is_err() {
-                return;
-            }
-            tokio::time::sleep(often).await;
-        }
-    })
+        })
+    }
 }

@@ -82,6 +82,17 @@ async fn bound(lab: &Lab, name: &str, within: Duration) -> f64 {
     }
 }
 
+/// Waits until accordd's status shows `workload` in `state`.
+async fn workload_in(lab: &Lab, workload: &str, state: &str) -> accordd::controller::ControlStatus {
+    lab.wait_status(Duration::from_secs(30), |s| {
+        s.workloads
+            .iter()
+            .any(|w| w.workload == workload && w.state == state)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{workload} never {state}: {e}"))
+}
+
 fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
@@ -154,14 +165,7 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
     ))
     .await;
     lab.release("huge").unwrap();
-    let st = lab
-        .wait_status(Duration::from_secs(30), |s| {
-            s.workloads
-                .iter()
-                .any(|w| w.workload == "ml/huge" && w.state == "cannot_place")
-        })
-        .await
-        .unwrap();
+    let st = workload_in(&lab, "ml/huge", "cannot_place").await;
     // A few more rounds: still nothing.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(st.actions.is_empty(), "{:?}", st.actions);
@@ -358,14 +362,7 @@ async fn observe_mode_sends_nothing_to_the_bmcs() {
     ))
     .await;
     lab.release("train").unwrap();
-    let st = lab
-        .wait_status(Duration::from_secs(30), |s| {
-            s.workloads
-                .iter()
-                .any(|w| w.workload == "ml/train" && w.state == "powering_on")
-        })
-        .await
-        .unwrap();
+    let st = workload_in(&lab, "ml/train", "powering_on").await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let w = st
         .workloads
