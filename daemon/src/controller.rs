@@ -662,10 +662,32 @@ impl Controller {
         for w in &workloads {
             if w.state == "cannot_place" {
                 let reason = w.reason.clone().unwrap_or_default();
-                self.say_once(
+                let first = self.say_once(
                     format!("cannot {} {reason}", w.workload),
                     format!("workload {}: cannot place: {reason}", w.workload),
                 );
+                // Once per reason, on the object it came from, for
+                // `kubectl describe` / `kubectl get events`.
+                if let Some(regarding) = first.then(|| regarding_of(w.source.as_deref()?)).flatten()
+                {
+                    let note =
+                        format!("Accord cannot place it: {reason}; nothing is powered on for it");
+                    if let Err(e) = accord_kube::write::record_event(
+                        &self.kube,
+                        regarding,
+                        "CannotPlace",
+                        "Plan",
+                        &note,
+                        true,
+                    )
+                    .await
+                    {
+                        self.say_once(
+                            format!("event {e}"),
+                            format!("cannot record a Kubernetes event: {e}"),
+                        );
+                    }
+                }
             }
         }
 
@@ -797,19 +819,24 @@ impl Controller {
                             self.booked.remove(&key);
                         }
                     }
-                    Err(e) => self.say_once(
-                        format!("pr {key} {e}"),
-                        format!("ProvisioningRequest {key}: cannot set {}: {e}", c.type_),
-                    ),
+                    Err(e) => {
+                        self.say_once(
+                            format!("pr {key} {e}"),
+                            format!("ProvisioningRequest {key}: cannot set {}: {e}", c.type_),
+                        );
+                    }
                 }
             }
         }
     }
 
-    fn say_once(&mut self, key: String, line: String) {
-        if self.said.insert(key) {
+    /// Logs `line` the first time `key` is seen; true then.
+    fn say_once(&mut self, key: String, line: String) -> bool {
+        let first = self.said.insert(key);
+        if first {
             info!("{line}");
         }
+        first
     }
 
     /// An event on the Kubernetes Node (when it exists), for admins who
@@ -974,6 +1001,33 @@ fn power_ons_for(plan: &Plan) -> impl Iterator<Item = (&str, &str)> {
     })
 }
 
+/// The object a workload came from, from the first of its sources
+/// (`PodGroup ml/train (scheduling.k8s.io/v1beta1)`, `Pod ml/p`, `Job ml/j`,
+/// `ProvisioningRequest ns/n (class ...)`), for events about it.
+pub fn regarding_of(source: &str) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+    let first = source.split(", ").next()?;
+    let mut words = first.splitn(3, ' ');
+    let kind = words.next()?;
+    let (ns, name) = words.next()?.split_once('/')?;
+    let rest = words.next().unwrap_or("");
+    let api_version = match kind {
+        "Pod" => "v1".to_owned(),
+        "Job" => "batch/v1".to_owned(),
+        "Deployment" => "apps/v1".to_owned(),
+        "JobSet" => "jobset.x-k8s.io/v1alpha2".to_owned(),
+        "ProvisioningRequest" => "autoscaling.x-k8s.io/v1".to_owned(),
+        "PodGroup" => rest.strip_prefix('(')?.strip_suffix(')')?.to_owned(),
+        _ => return None,
+    };
+    Some(k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(kind.to_owned()),
+        namespace: Some(ns.to_owned()),
+        name: Some(name.to_owned()),
+        ..Default::default()
+    })
+}
+
 fn is_check_capacity(w: &accord::demand::Workload) -> bool {
     w.source.as_deref().is_some_and(|s| {
         s.starts_with("ProvisioningRequest ") && s.contains(accord_kube::translate::CHECK_CAPACITY)
@@ -1119,5 +1173,36 @@ impl<P: PowerControl + 'static> BmcPoller<P> {
                 tokio::time::sleep(often).await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::regarding_of;
+
+    #[test]
+    fn events_go_to_the_object_a_workload_came_from() {
+        let r = regarding_of(
+            "PodGroup ml/train (scheduling.k8s.io/v1beta1), Pod ml/train-0, Pod ml/train-1",
+        )
+        .unwrap();
+        assert_eq!(r.kind.as_deref(), Some("PodGroup"));
+        assert_eq!(r.api_version.as_deref(), Some("scheduling.k8s.io/v1beta1"));
+        assert_eq!(
+            (r.namespace.as_deref(), r.name.as_deref()),
+            (Some("ml"), Some("train"))
+        );
+        let r = regarding_of("Pod lab/nb-0").unwrap();
+        assert_eq!(
+            (r.api_version.as_deref(), r.name.as_deref()),
+            (Some("v1"), Some("nb-0"))
+        );
+        let r = regarding_of(
+            "ProvisioningRequest team-b/job-1-prov (class check-capacity.autoscaling.x-k8s.io)",
+        )
+        .unwrap();
+        assert_eq!(r.api_version.as_deref(), Some("autoscaling.x-k8s.io/v1"));
+        assert!(regarding_of("Kueue pod group ml/g").is_none());
+        assert!(regarding_of("").is_none());
     }
 }

@@ -183,6 +183,16 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
     // The scheduler's word is there, and the two agree.
     assert!(text.contains("scheduler (ml/huge-"), "{text}");
     assert!(text.contains("agree: it fits nowhere"), "{text}");
+    // A Warning event on the PodGroup says so (kubectl describe).
+    let events = lab.api.list("events.k8s.io/v1", "Event");
+    let on_group: Vec<_> = events
+        .iter()
+        .filter(|e| e["regarding"]["kind"] == "PodGroup" && e["regarding"]["name"] == "huge")
+        .collect();
+    assert_eq!(on_group.len(), 1, "{events:?}");
+    assert_eq!(on_group[0]["type"], "Warning");
+    assert_eq!(on_group[0]["reason"], "CannotPlace");
+    assert!(on_group[0]["note"].as_str().unwrap().contains("one rack"));
     // A pod name finds its gang.
     let by_pod = accordd::status::render_explain(&st, "ml/huge-3").unwrap();
     assert!(by_pod.contains("belongs to workload ml/huge"), "{by_pod}");
