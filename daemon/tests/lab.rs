@@ -189,10 +189,16 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
         .iter()
         .filter(|e| e["regarding"]["kind"] == "PodGroup" && e["regarding"]["name"] == "huge")
         .collect();
-    assert_eq!(on_group.len(), 1, "{events:?}");
-    assert_eq!(on_group[0]["type"], "Warning");
-    assert_eq!(on_group[0]["reason"], "CannotPlace");
-    assert!(on_group[0]["note"].as_str().unwrap().contains("one rack"));
+    // (Once per reason: a round that saw the gang half-marked by the
+    // scheduler may have said it differently first.)
+    assert!(!on_group.is_empty() && on_group.len() <= 2, "{events:?}");
+    let last = on_group.last().unwrap();
+    assert_eq!(last["type"], "Warning");
+    assert_eq!(last["reason"], "CannotPlace");
+    assert!(
+        last["note"].as_str().unwrap().contains("one rack"),
+        "{last}"
+    );
     // A pod name finds its gang.
     let by_pod = accordd::status::render_explain(&st, "ml/huge-3").unwrap();
     assert!(by_pod.contains("belongs to workload ml/huge"), "{by_pod}");
@@ -311,15 +317,16 @@ async fn idle_nodes_are_powered_off_after_the_idle_time() {
         assert!(tokio::time::Instant::now() < end, "{node} still on");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let st = lab
-        .wait_status(Duration::from_secs(20), |s| {
-            s.nodes
+    // accordd sees it Off, and its power-off intent is closed (the
+    // executor's own verification may land a poll after the BMC poller's).
+    lab.wait_status(Duration::from_secs(20), |s| {
+        s.open_intents.is_empty()
+            && s.nodes
                 .iter()
                 .any(|n| n.name == node && n.stage == Stage::Off)
-        })
-        .await
-        .unwrap();
-    assert!(st.open_intents.is_empty());
+    })
+    .await
+    .unwrap();
     let offs: Vec<String> = lab
         .emulator
         .requests()
@@ -567,7 +574,7 @@ async fn a_gang_that_goes_away_releases_its_booting_nodes() {
     lab.wait_status(Duration::from_secs(30), |s| {
         s.nodes
             .iter()
-            .filter(|n| matches!(n.stage, Stage::PoweringOn | Stage::Booting))
+            .filter(|n| matches!(n.stage, Stage::PoweringOn | Stage::Booting | Stage::AgentUp))
             .count()
             == 4
     })
