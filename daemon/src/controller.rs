@@ -306,7 +306,7 @@ impl Controller {
     }
 
     async fn resume(&mut self, ex: &Arc<Executor<RedfishPower>>) {
-        let open = match self.api.store.journal().and_then(|j| j.open_intents()) {
+        let open = match ex.journal().open_intents() {
             Ok(o) => o,
             Err(e) => {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot read the intent journal");
@@ -421,7 +421,26 @@ impl Controller {
             .into_iter()
             .map(|n| (n.name, n.ready && !n.unschedulable))
             .collect();
+        // Pending pod → its workload, from the sources the translation
+        // names for each workload (`..., Pod ns/name, ...`): the grouping is
+        // the translation's, not a second copy of its rules.
         let mut pod_workload = BTreeMap::new();
+        let sourced = translation
+            .demand
+            .workloads
+            .iter()
+            .map(|w| (w.key(), w.source.clone().unwrap_or_default()))
+            .chain(
+                translation
+                    .cannot_plan
+                    .iter()
+                    .map(|c| (c.workload.clone(), c.sources.join(", "))),
+            );
+        for (workload, sources) in sourced {
+            for pod in sources.split(", ").filter_map(|s| s.strip_prefix("Pod ")) {
+                pod_workload.insert(pod.to_owned(), workload.clone());
+            }
+        }
         let mut scheduler = BTreeMap::new();
         let mut provisioning = Vec::new();
         for o in &manifests.objects {
@@ -438,7 +457,6 @@ impl Controller {
             let ns = p.metadata.namespace.clone().unwrap_or_default();
             let name = p.metadata.name.clone().unwrap_or_default();
             let key = format!("{ns}/{name}");
-            pod_workload.insert(key.clone(), workload_of_pod(p));
             if let Some(c) = p
                 .status
                 .as_ref()
@@ -475,7 +493,7 @@ impl Controller {
         let agents: BTreeMap<String, u64> = match self.api.store.last_seen() {
             Ok(seen) => seen
                 .into_iter()
-                .filter(|(_, at)| now.saturating_sub(*at) <= self.stale_after_s)
+                .filter(|(_, at)| !crate::store::stale(*at, now, self.stale_after_s))
                 .collect(),
             Err(e) => {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot read agents from the store");
@@ -709,10 +727,9 @@ impl Controller {
         }
         self.record_metrics(&plan);
         let open_intents = self
-            .api
-            .store
-            .journal()
-            .and_then(|j| j.open_intents())
+            .executor
+            .as_ref()
+            .and_then(|ex| ex.journal().open_intents().ok())
             .unwrap_or_default();
         let status = ControlStatus {
             mode: self.config.mode,
@@ -1069,36 +1086,6 @@ pub fn describe(a: &Action) -> String {
             node, gpu, layout, ..
         } => format!("repartition GPU {gpu} of {node} as {}", layout.join(" ")),
     }
-}
-
-/// The workload a pending pod belongs to, by the same rules as the
-/// translation: its PodGroup, coscheduling or Kueue group, else itself.
-fn workload_of_pod(p: &k8s_openapi::api::core::v1::Pod) -> String {
-    let ns = p.metadata.namespace.clone().unwrap_or_default();
-    let labels = p.metadata.labels.clone().unwrap_or_default();
-    let group = p
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduling_group.as_ref())
-        .and_then(|g| g.pod_group_name.clone())
-        .or_else(|| {
-            labels
-                .get(accord_kube::translate::COSCHED_POD_GROUP)
-                .cloned()
-        })
-        .or_else(|| labels.get(accord_kube::translate::KUEUE_POD_GROUP).cloned())
-        .or_else(|| labels.get(accord_kube::translate::JOBSET_NAME).cloned())
-        .or_else(|| {
-            p.metadata
-                .owner_references
-                .as_ref()
-                .and_then(|o| o.first())
-                .map(|o| o.name.clone())
-        });
-    format!(
-        "{ns}/{}",
-        group.unwrap_or_else(|| p.metadata.name.clone().unwrap_or_default())
-    )
 }
 
 /// Reads BMC power states in the background (every node each `every`, the

@@ -187,6 +187,11 @@ impl<P: PowerControl + 'static> Executor<P> {
         Executor { journal, power }
     }
 
+    /// The journal it writes (the control loop reads what is in flight).
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
     async fn run(&self, mut intent: Intent, now: u64, send: bool) -> Result<Executed, StoreError> {
         let (on, force) = match intent.action {
             Action::PowerOn => (true, false),

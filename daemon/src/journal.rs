@@ -81,9 +81,15 @@ pub fn reconcile(intent: &Intent, bmc_on: Option<bool>) -> Resume {
     }
 }
 
+/// One per store in a process: the open-intent index is built when it is
+/// opened and kept by its own writes.
 pub struct Journal {
     db: sled::Db,
     tree: sled::Tree,
+    /// Ids of the open intents (derived from the tree at open), so the
+    /// control loop's per-round look at what is in flight reads only those,
+    /// not the whole history.
+    open: std::sync::Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -95,8 +101,20 @@ impl std::fmt::Debug for Journal {
 }
 
 impl Journal {
-    pub(crate) fn new(db: sled::Db, tree: sled::Tree) -> Journal {
-        Journal { db, tree }
+    pub(crate) fn new(db: sled::Db, tree: sled::Tree) -> Result<Journal, StoreError> {
+        let journal = Journal {
+            db,
+            tree,
+            open: Default::default(),
+        };
+        let open = journal
+            .all()?
+            .into_iter()
+            .filter(Intent::is_open)
+            .map(|i| i.id)
+            .collect();
+        *journal.open.lock().expect("lock") = open;
+        Ok(journal)
     }
 
     fn write(&self, intent: &Intent) -> Result<(), StoreError> {
@@ -106,6 +124,12 @@ impl Journal {
             .map_err(io("journal write"))?;
         // Durable before the BMC is touched (or the state is relied on).
         self.db.flush().map_err(io("journal flush"))?;
+        let mut open = self.open.lock().expect("lock");
+        if intent.is_open() {
+            open.insert(intent.id);
+        } else {
+            open.remove(&intent.id);
+        }
         Ok(())
     }
 
@@ -152,7 +176,24 @@ impl Journal {
 
     /// Intents not yet done or failed, oldest first.
     pub fn open_intents(&self) -> Result<Vec<Intent>, StoreError> {
-        Ok(self.all()?.into_iter().filter(Intent::is_open).collect())
+        let ids: Vec<u64> = self.open.lock().expect("lock").iter().copied().collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(v) = self
+                .tree
+                .get(id.to_be_bytes())
+                .map_err(io("journal read"))?
+            else {
+                continue;
+            };
+            let intent: Intent =
+                serde_json::from_slice(&v).map_err(|source| StoreError::Corrupt {
+                    node: "journal".to_owned(),
+                    source,
+                })?;
+            out.push(intent);
+        }
+        Ok(out)
     }
 }
 

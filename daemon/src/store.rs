@@ -128,8 +128,14 @@ pub struct NodeRecord {
 impl NodeRecord {
     /// Not heard from within `stale_after_s` of `now`.
     pub fn is_stale(&self, now: u64, stale_after_s: u64) -> bool {
-        now.saturating_sub(self.last_seen) > stale_after_s
+        stale(self.last_seen, now, stale_after_s)
     }
+}
+
+/// Not heard from within `stale_after_s` of `now`, having last been heard
+/// from at `last_seen`.
+pub fn stale(last_seen: u64, now: u64, stale_after_s: u64) -> bool {
+    now.saturating_sub(last_seen) > stale_after_s
 }
 
 /// The part of a node that changes with reports: flushed before a report
@@ -204,7 +210,7 @@ impl Store {
     /// The intent journal (its own tree in the same database).
     pub fn journal(&self) -> Result<crate::journal::Journal, StoreError> {
         let tree = self.db.open_tree(JOURNAL).map_err(io("open journal"))?;
-        Ok(crate::journal::Journal::new(self.db.clone(), tree))
+        crate::journal::Journal::new(self.db.clone(), tree)
     }
 
     /// Opens (or creates) the store in `dir`, refusing one written by a

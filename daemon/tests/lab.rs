@@ -59,6 +59,28 @@ async fn start(s: Scenario) -> Lab {
     lab
 }
 
+/// A lab with one gang of `pods` 8-GPU pods named `name` (running until
+/// the test ends), submitted once accordd runs.
+async fn start_gang(settings: &str, fleet: &str, name: &str, pods: usize) -> Lab {
+    let lab = start(scenario(
+        settings,
+        fleet,
+        &[(name, gang(name, pods), 600_000)],
+    ))
+    .await;
+    lab.release(name).unwrap();
+    lab
+}
+
+/// The nodes the pods whose `ns/name` starts with `prefix` are bound to.
+fn nodes_of(lab: &Lab, prefix: &str) -> BTreeSet<String> {
+    lab.bound_pods()
+        .into_iter()
+        .filter(|(p, _)| p.starts_with(prefix))
+        .map(|(_, n)| n)
+        .collect()
+}
+
 /// Waits until every pod of `name` is bound; returns seconds from its
 /// submission to bound.
 async fn bound(lab: &Lab, name: &str, within: Duration) -> f64 {
@@ -104,24 +126,12 @@ fn r2() -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
-    let lab = start(scenario(
-        QUICK,
-        FLEET,
-        &[("train", gang("train", 4), 600_000)],
-    ))
-    .await;
-    lab.release("train").unwrap();
+    let lab = start_gang(QUICK, FLEET, "train", 4).await;
     let to_bound = bound(&lab, "train", Duration::from_secs(120)).await;
 
     // r1 has three nodes and r3 the wrong GPUs: all of r2, nothing else.
     assert_eq!(lab.nodes_powered_on(), r2());
-    let pods = lab.bound_pods();
-    let nodes: BTreeSet<String> = pods
-        .iter()
-        .filter(|(p, _)| p.starts_with("ml/train-"))
-        .map(|(_, n)| n.clone())
-        .collect();
-    assert_eq!(nodes, r2(), "{pods:?}");
+    assert_eq!(nodes_of(&lab, "ml/train-"), r2(), "{:?}", lab.bound_pods());
     // One Reset per node, as the emulator logged them.
     for n in r2() {
         assert_eq!(lab.emulator_resets(&n), 1, "{n}");
@@ -158,13 +168,7 @@ async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
-    let lab = start(scenario(
-        QUICK,
-        FLEET,
-        &[("huge", gang("huge", 5), 600_000)],
-    ))
-    .await;
-    lab.release("huge").unwrap();
+    let lab = start_gang(QUICK, FLEET, "huge", 5).await;
     let st = workload_in(&lab, "ml/huge", "cannot_place").await;
     // A few more rounds: still nothing.
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -251,13 +255,7 @@ async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
         ));
     }
     let lab_settings = format!("{QUICK}\nbroken = [\"r1-n1\"]\npower_on_timeout_s = 18");
-    let lab = start(scenario(
-        &lab_settings,
-        &fleet,
-        &[("train", gang("train", 4), 600_000)],
-    ))
-    .await;
-    lab.release("train").unwrap();
+    let lab = start_gang(&lab_settings, &fleet, "train", 4).await;
     let st = lab
         .wait_status(Duration::from_secs(60), |s| {
             s.nodes
@@ -272,13 +270,10 @@ async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
         "{failed:?}"
     );
     bound(&lab, "train", Duration::from_secs(120)).await;
-    let nodes: BTreeSet<String> = lab
-        .bound_pods()
-        .into_iter()
-        .filter(|(p, _)| p.starts_with("ml/train-"))
-        .map(|(_, n)| n)
-        .collect();
-    assert_eq!(nodes, set(&["r1-n2", "r1-n3", "r1-n4", "r1-n5"]));
+    assert_eq!(
+        nodes_of(&lab, "ml/train-"),
+        set(&["r1-n2", "r1-n3", "r1-n4", "r1-n5"])
+    );
     // The emulator never got r1-n1's Reset (the proxy dropped it); the
     // machine never came on.
     assert_eq!(lab.emulator_resets("r1-n1"), 0);
@@ -340,13 +335,7 @@ async fn idle_nodes_are_powered_off_after_the_idle_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
-    let lab = start(scenario(
-        QUICK,
-        FLEET,
-        &[("train", gang("train", 4), 600_000)],
-    ))
-    .await;
-    lab.release("train").unwrap();
+    let lab = start_gang(QUICK, FLEET, "train", 4).await;
     // The moment the first Reset reaches a BMC, accordd dies: the others
     // are planned, sent or in flight, and none is verified.
     let end = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -372,13 +361,7 @@ async fn kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts() {
 async fn observe_mode_sends_nothing_to_the_bmcs() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
     let settings = format!("{QUICK}\nmode = \"observe\"");
-    let lab = start(scenario(
-        &settings,
-        FLEET,
-        &[("train", gang("train", 4), 600_000)],
-    ))
-    .await;
-    lab.release("train").unwrap();
+    let lab = start_gang(&settings, FLEET, "train", 4).await;
     let st = workload_in(&lab, "ml/train", "powering_on").await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let w = st
@@ -540,12 +523,7 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
     }
     let end = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let bound: BTreeSet<String> = lab
-            .bound_pods()
-            .into_iter()
-            .filter(|(p, _)| p.starts_with("team-b/job-1-"))
-            .map(|(_, n)| n)
-            .collect();
+        let bound = nodes_of(&lab, "team-b/job-1-");
         if bound.len() == 2 {
             assert_eq!(bound, powered);
             break;
@@ -564,13 +542,7 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
 async fn a_gang_that_goes_away_releases_its_booting_nodes() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
     let fleet = FLEET.replace("idle_power_off_after_s = 600", "idle_power_off_after_s = 3");
-    let lab = start(scenario(
-        QUICK,
-        &fleet,
-        &[("train", gang("train", 4), 600_000)],
-    ))
-    .await;
-    lab.release("train").unwrap();
+    let lab = start_gang(QUICK, &fleet, "train", 4).await;
     lab.wait_status(Duration::from_secs(30), |s| {
         s.nodes
             .iter()

@@ -398,11 +398,6 @@ impl Lab {
         fetch_status(&self.http, &self.daemon_url).await
     }
 
-    /// Seconds since the lab started.
-    pub fn elapsed(&self) -> f64 {
-        self.started.elapsed().as_secs_f64()
-    }
-
     /// Resets accordd sent for `node`, as the emulator logged them (a
     /// broken node's dropped ones never reach it).
     pub fn emulator_resets(&self, node: &str) -> usize {

@@ -217,14 +217,21 @@ fn key_of(p: &Value) -> (String, String) {
 }
 
 fn pod_gpus(p: &Value) -> f64 {
+    let count = |v: &Value| {
+        v.as_str()
+            .and_then(|q| accord::quantity::parse(q).ok())
+            .map_or(0.0, |m| m as f64 / 1000.0)
+    };
     let mut g = 0.0;
     for c in p["spec"]["containers"].as_array().into_iter().flatten() {
         let r = &c["resources"];
-        let v = r["requests"]["nvidia.com/gpu"]
-            .as_str()
-            .or_else(|| r["limits"]["nvidia.com/gpu"].as_str());
-        g += v.and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        // A MIG 1g slice is a seventh of a GPU.
+        let gpu = &r["requests"]["nvidia.com/gpu"];
+        g += count(if gpu.is_null() {
+            &r["limits"]["nvidia.com/gpu"]
+        } else {
+            gpu
+        });
+        // A MIG `Ng` slice is N sevenths of a GPU.
         for (k, v) in r["limits"].as_object().into_iter().flatten() {
             if let Some(rest) = k.strip_prefix("nvidia.com/mig-") {
                 let slices: f64 = rest
@@ -232,7 +239,7 @@ fn pod_gpus(p: &Value) -> f64 {
                     .next()
                     .and_then(|s| s.parse().ok())
                     .unwrap_or(1.0);
-                g += slices / 7.0 * v.as_str().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+                g += slices / 7.0 * count(v);
             }
         }
     }
