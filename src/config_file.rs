@@ -4,17 +4,57 @@
 
 use serde::de::DeserializeOwned;
 
+/// What is wrong with a configuration file: the one error type every
+/// Accord program that reads TOML (accordd, the agent, the fleet file, the
+/// BMC inventory) reports its files with, wrapped in its own error.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
-    #[error("{file}:{line}:{column}: {message}")]
+    /// The caller could not read the file (this crate reads none).
+    #[error("{file}: cannot read")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, or not the expected shape. `line` and `column` are
+    /// 1-based (0 when toml gives no position); `key` is the dotted key
+    /// path the error sits at (`server.listen`), when toml names one.
+    #[error("{file}:{line}:{column}: {message}{}", at_key(key.as_deref()))]
     Parse {
         file: String,
         line: usize,
         column: usize,
+        key: Option<String>,
         message: String,
     },
     #[error("{file}: {} problem(s):\n  {}", problems.len(), problems.join("\n  "))]
     Invalid { file: String, problems: Vec<String> },
+}
+
+impl ConfigFileError {
+    /// A [`ConfigFileError::Read`] for `file`.
+    pub fn read(file: &std::path::Path, source: std::io::Error) -> ConfigFileError {
+        ConfigFileError::Read {
+            file: file.display().to_string(),
+            source,
+        }
+    }
+}
+
+fn at_key(key: Option<&str>) -> String {
+    key.map(|k| format!(" (at `{k}`)")).unwrap_or_default()
+}
+
+/// The dotted key path toml names for an error (`server.listen`), if any.
+/// toml keeps the path private and shows it (as a last line "in `a.b`")
+/// only when it has no input text to quote, so it is asked without one.
+fn key_path(e: &toml::de::Error) -> Option<String> {
+    let mut bare = e.clone();
+    bare.set_input(None);
+    let shown = bare.to_string();
+    let last = shown.lines().last()?;
+    let key = last.strip_prefix("in `")?.strip_suffix('`')?;
+    (!key.is_empty()).then(|| key.to_owned())
 }
 
 /// 1-based line and column of byte `offset` in `text`.
@@ -33,6 +73,7 @@ pub fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<T, ConfigFil
             file: file.to_owned(),
             line,
             column,
+            key: key_path(&e),
             message: e.message().to_owned(),
         }
     })
@@ -90,4 +131,44 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct File {
+        server: Server,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Server {
+        listen: String,
+    }
+
+    #[test]
+    fn a_parse_error_names_file_position_and_key() {
+        let err = parse::<File>("[server]\nlisten = 3\n", "a.toml").unwrap_err();
+        let ConfigFileError::Parse {
+            line, column, key, ..
+        } = &err
+        else {
+            panic!("{err}");
+        };
+        assert_eq!((*line, *column), (2, 10), "{err}");
+        assert_eq!(key.as_deref(), Some("server.listen"), "{err}");
+        assert!(err.to_string().starts_with("a.toml:2:10: "), "{err}");
+        assert!(err.to_string().ends_with(" (at `server.listen`)"), "{err}");
+        // A syntax error has a position and no key.
+        let err = parse::<File>("[server\n", "a.toml").unwrap_err();
+        assert!(
+            matches!(&err, ConfigFileError::Parse { line: 1, key: None, .. }),
+            "{err}"
+        );
+    }
 }

@@ -189,10 +189,57 @@ pub struct Workload {
     /// Name of a reservation the workload wants to draw from.
     #[serde(default)]
     pub reservation: Option<String>,
-    /// The object it came from, for explanations (`PodGroup ml/train-a`).
-    #[serde(default)]
-    pub source: Option<String>,
+    /// The objects it came from, first the one that defines it (its
+    /// PodGroup, Job, ProvisioningRequest), then its pods: for
+    /// explanations and for events on them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<ObjectRef>,
     pub pod_sets: Vec<PodSet>,
+}
+
+/// A Kubernetes object by kind, namespace and name, kept typed from the
+/// translation to the event written about it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectRef {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// `group/version` (`v1` for the core group). Empty when the source is
+    /// not an object the API server serves (a Kueue pod group is a label),
+    /// so nothing can be written about it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+}
+
+impl ObjectRef {
+    pub fn new(api_version: &str, kind: &str, namespace: &str, name: &str) -> ObjectRef {
+        ObjectRef {
+            kind: kind.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            api_version: api_version.to_owned(),
+        }
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// Sources as one line (`PodGroup ml/train, Pod ml/train-0`), for text.
+pub fn sources_text(sources: &[ObjectRef]) -> String {
+    sources
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Workload {

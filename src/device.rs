@@ -97,6 +97,51 @@ fn s(v: impl Into<String>) -> AttrValue {
     AttrValue::String(v.into())
 }
 
+/// Attribute names that differ between otherwise identical devices (a
+/// selector naming one cannot share results across nodes).
+pub(crate) const NODE_SPECIFIC: &[&str] = &[
+    "uuid",
+    "UUID",
+    "pciBusID",
+    "pcieRoot",
+    "numaNode",
+    "clique",
+    "interface",
+];
+
+/// FNV-1a: stable across runs and platforms, unlike `DefaultHasher`.
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for b in bytes {
+        *h ^= u64::from(*b);
+        *h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    *h ^= 0xff;
+    *h = h.wrapping_mul(0x100_0000_01b3);
+}
+
+/// Identity of a device for selector purposes, ignoring node-specific
+/// attributes.
+pub fn fingerprint(device: &Device) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325;
+    fnv(&mut h, device.driver.as_bytes());
+    for (k, v) in &device.attributes {
+        if NODE_SPECIFIC.iter().any(|n| k.contains(n)) {
+            continue;
+        }
+        fnv(&mut h, k.as_bytes());
+        match v {
+            AttrValue::Bool(b) => fnv(&mut h, &[u8::from(*b)]),
+            AttrValue::Int(i) => fnv(&mut h, &i.to_le_bytes()),
+            AttrValue::String(s) => fnv(&mut h, s.as_bytes()),
+        }
+    }
+    for (k, v) in &device.capacity {
+        fnv(&mut h, k.as_bytes());
+        fnv(&mut h, &v.to_le_bytes());
+    }
+    h
+}
+
 /// Capacity names the planner uses.
 pub const MEMORY: &str = "gpu.nvidia.com/memory";
 pub const COMPUTE: &str = "gpu.nvidia.com/compute";

@@ -341,13 +341,9 @@ pub struct FleetFile {
 
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    #[error("{file}:{line}:{column}: {message}")]
-    Parse {
-        file: String,
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    /// Not TOML, or not a fleet file's shape (file, line, column, key).
+    #[error(transparent)]
+    Config(#[from] crate::config_file::ConfigFileError),
     #[error("{file}: {} problem(s): {}", problems.len(), problems.join("; "))]
     Invalid { file: String, problems: Vec<String> },
     #[error("{file}: node {node}: hardware {path}: {reason}")]
@@ -466,18 +462,7 @@ impl Fleet {
         file: &str,
         load_hardware: &mut HardwareLoader<'_>,
     ) -> Result<Fleet, FleetError> {
-        let parsed: FleetFile = toml::from_str(text).map_err(|e| {
-            let (line, column) = e
-                .span()
-                .map(|s| crate::config_file::line_col(text, s.start))
-                .unwrap_or((0, 0));
-            FleetError::Parse {
-                file: file.to_owned(),
-                line,
-                column,
-                message: e.message().to_owned(),
-            }
-        })?;
+        let parsed: FleetFile = crate::config_file::parse(text, file)?;
         parsed.build(file, load_hardware)
     }
 }
@@ -819,7 +804,7 @@ impl FleetFile {
             power_kw: cfg.power_kw.unwrap_or(power_kw),
             bios_profile: cfg.bios_profile.clone(),
             bios_profile_applied: cfg.bios_profile_applied.clone(),
-            device_prints: devices.iter().map(crate::fit::fingerprint).collect(),
+            device_prints: devices.iter().map(crate::device::fingerprint).collect(),
             gpus,
             devices,
             counters,

@@ -270,7 +270,13 @@ fn fleet_errors_name_file_line_and_key() {
     let bad = "[[nodes]]\nname = \"n1\"\nprofile = \"p\"\ncolour = \"blue\"\n";
     let err = Fleet::from_toml(bad, "fleet.toml", &mut |_| Err("none".into())).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, FleetError::Parse { line: 4, .. }), "{msg}");
+    assert!(
+        matches!(
+            err,
+            FleetError::Config(accord::config_file::ConfigFileError::Parse { line: 4, .. })
+        ),
+        "{msg}"
+    );
     assert!(
         msg.starts_with("fleet.toml:4:") && msg.contains("unknown field `colour`"),
         "{msg}"

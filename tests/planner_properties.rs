@@ -173,7 +173,7 @@ fn build(
                 mode,
             }),
             reservation: None,
-            source: None,
+            sources: Vec::new(),
             pod_sets: vec![PodSet {
                 name: "p".into(),
                 count: w.pods,

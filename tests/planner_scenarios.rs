@@ -92,7 +92,7 @@ fn a_gang_that_fits_nowhere_powers_nothing_on_and_says_why() {
     assert!(p.actions.is_empty());
     assert!(p.placements.is_empty());
     let reason = &p.unsatisfied[0].reason;
-    assert_eq!(p.unsatisfied[0].source.as_deref(), Some("PodGroup ml/big"));
+    assert_eq!(p.unsatisfied[0].sources[0].to_string(), "PodGroup ml/big");
     assert!(reason.contains("gang needs 3 pods in one rack"), "{reason}");
     assert!(reason.contains("16 GPUs free, gang needs 24"), "{reason}");
 }

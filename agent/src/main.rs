@@ -7,11 +7,28 @@ use accord_agent::{capture, discover, nvml, summary, Sources};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+/// sysexits.h EX_CONFIG: the configuration file is missing, unreadable,
+/// not TOML of the right shape, or invalid.
+const EX_CONFIG: u8 = 78;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "accord-agent",
     version,
-    about = "Accord's host agent: discovers this machine's GPUs, NICs, NUMA and PCIe topology"
+    about = "Accord's host agent: discovers this machine's GPUs, NICs, NUMA and PCIe topology",
+    after_help = "\
+Exit status:
+  0   success; `run` stops on SIGTERM or SIGINT, after the report or heartbeat in flight
+  1   any other failure (discovery, an unreadable token file, ...)
+  2   the command line is wrong
+  78  configuration error (EX_CONFIG): the file given to `run` or `check-config`
+      is missing, unreadable, not valid TOML or fails validation
+
+Output: results on stdout (with --json, JSON only); notes, errors and logs on stderr.
+
+Environment:
+  ACCORD_LOG  log filter (default `info`)
+  NO_COLOR    set and not empty: no colour in logs (colour only on a terminal)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -55,18 +72,6 @@ enum Command {
     },
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ACCORD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .without_time()
-        .init();
-}
-
 fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
     serde_json::to_string_pretty(value).context("serialising to JSON")
 }
@@ -108,9 +113,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .worker_threads(2)
                 .enable_all()
                 .build()?;
-            runtime.block_on(accord_agent::run::run(config, async {
-                let _ = tokio::signal::ctrl_c().await;
-            }))?;
+            runtime.block_on(async {
+                let stop = stop_signal()?;
+                accord_agent::run::run(config, stop).await
+            })?;
         }
         Command::CheckConfig { file } => {
             accord_agent::run::AgentConfig::load(&file)?;
@@ -124,15 +130,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Resolves at the first SIGTERM (systemd's stop) or SIGINT (Ctrl-C).
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(signal = name, "shutting down");
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    accord_api::logging::init_logging("info");
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the whole error chain.
             eprintln!("accord-agent: error: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<accord_agent::run::AgentConfigError>().is_some() {
+                ExitCode::from(EX_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

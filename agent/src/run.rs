@@ -15,12 +15,8 @@ pub use accord::backoff::Backoff;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentConfigError {
-    #[error("{file}: cannot read")]
-    Read {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file cannot be read, is not TOML of the right shape (file,
+    /// line, column, key) or is invalid (every problem).
     #[error(transparent)]
     File(#[from] accord::config_file::ConfigFileError),
 }
@@ -133,10 +129,8 @@ impl AgentConfig {
     }
 
     pub fn load(file: &Path) -> Result<AgentConfig, AgentConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| AgentConfigError::Read {
-            file: file.to_owned(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(file)
+            .map_err(|source| accord::config_file::ConfigFileError::read(file, source))?;
         Ok(accord::config_file::parse_valid(
             &text,
             &file.display().to_string(),

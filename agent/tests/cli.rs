@@ -181,3 +181,34 @@ fn bad_inputs_fail_with_one_line_naming_the_file() {
     let out = agent(&["import-nvidia-smi", topo.to_str().unwrap()]);
     assert_one_line_error(&out, &topo, "expected <nvidia_smi_log>");
 }
+
+/// A configuration file that is missing, not TOML or invalid exits 78
+/// (EX_CONFIG), with one line naming the file; `--help` says so.
+#[test]
+fn configuration_errors_exit_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.toml");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[daemon]\nurl = 3\n").unwrap();
+    let invalid = dir.path().join("invalid.toml");
+    std::fs::write(
+        &invalid,
+        "[daemon]\nurl = \"ftp://x\"\ntoken_file = \"/nonexistent/token\"\n",
+    )
+    .unwrap();
+    for (file, needle) in [
+        (&missing, "cannot read"),
+        (&bad, "bad.toml:2:7"),
+        (&invalid, "daemon.url"),
+    ] {
+        let path = file.to_str().unwrap();
+        for args in [vec!["check-config", path], vec!["run", "--config", path]] {
+            let out = agent(&args);
+            assert_eq!(out.status.code(), Some(78), "{args:?}: {}", stderr(&out));
+            assert_one_line_error(&out, file, needle);
+            assert!(stdout(&out).is_empty(), "{args:?}: {}", stdout(&out));
+        }
+    }
+    let help = stdout(&agent(&["--help"]));
+    assert!(help.contains("78") && help.contains("EX_CONFIG"), "{help}");
+}

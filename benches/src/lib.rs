@@ -97,7 +97,7 @@ pub fn demand(gangs: usize, pods_per_gang: u32, seed: u64) -> Demand {
                 mode,
             }),
             reservation: None,
-            source: None,
+            sources: Vec::new(),
             pod_sets: vec![PodSet {
                 name: "worker".into(),
                 count: pods_per_gang,

@@ -5,17 +5,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use accord::hardware::{NodeHardware, SCHEMA_VERSION};
+use accord::hardware::SCHEMA_VERSION;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
-use crate::store::{NodeRecord, ReportOutcome, Store, StoreError};
+use crate::shared::Shared;
+use crate::store::{NodeRecord, StoreError};
 
 /// How agents prove who they are.
 #[derive(Clone)]
@@ -72,7 +72,8 @@ impl AgentTokens {
 }
 
 pub struct ApiState {
-    pub store: Store,
+    /// The store, metrics and status shared with the control loop.
+    pub shared: Arc<Shared>,
     /// Node name → rack, from the fleet file.
     pub racks: BTreeMap<String, String>,
     pub agent_tokens: AgentTokens,
@@ -82,32 +83,19 @@ pub struct ApiState {
     /// before going to a blocking thread, so writes queue here and not as
     /// parked threads (each would hold its own allocator heap).
     pub writes: tokio::sync::Mutex<()>,
-    /// The clock, replaceable in tests.
-    pub now: fn() -> u64,
-    pub metrics: Arc<crate::metrics::Metrics>,
-    /// Raised on each accepted agent report: wakes the control loop.
-    pub changed: Arc<tokio::sync::Notify>,
-    /// The control loop's last round (`GET /v1/status`); `None` when
-    /// accordd runs without `[control]`, or before its first round.
-    pub control: std::sync::RwLock<Option<crate::controller::ControlStatus>>,
 }
 
 impl std::fmt::Debug for ApiState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiState")
-            .field("store", &self.store)
+            .field("shared", &self.shared)
             .field("agent_tokens", &self.agent_tokens)
             .field("stale_after_s", &self.stale_after_s)
             .finish_non_exhaustive()
     }
 }
 
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub use crate::shared::unix_now;
 
 /// An error answer: status and a reason in a JSON body.
 #[derive(Debug)]
@@ -162,56 +150,8 @@ fn check(given: Option<&str>, expected: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-/// What an agent sends when its hardware is (re)discovered.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Report {
-    #[serde(default)]
-    pub agent_version: Option<String>,
-    pub hardware: NodeHardware,
-}
-
-/// An agent's periodic sign of life.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Heartbeat {
-    #[serde(default)]
-    pub agent_version: Option<String>,
-    #[serde(default)]
-    pub uptime_s: Option<u64>,
-    /// e.g. "ok", "2 GPUs with XID errors".
-    #[serde(default)]
-    pub gpu_health: Option<String>,
-}
-
-/// The daemon's answer to an agent.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct AgentReply {
-    pub node: String,
-    pub generation: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<ReportOutcome>,
-    /// A command for the agent (MIG reconfiguration, later); none yet.
-    pub command: Option<serde_json::Value>,
-}
-
-/// One node as the admin API shows it.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct NodeView {
-    #[serde(flatten)]
-    pub record: NodeRecord,
-    /// From the fleet file, when accordd has one.
-    #[serde(default)]
-    pub rack: Option<String>,
-    pub state: NodeState,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NodeState {
-    Fresh,
-    Stale,
-}
+pub use accord_api::agent::{AgentReply, Heartbeat, Report};
+pub use accord_api::nodes::{NodeState, NodeView};
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body)
@@ -236,7 +176,7 @@ async fn report(
     body: Bytes,
 ) -> Result<Json<AgentReply>, ApiError> {
     check(bearer(&headers), st.agent_tokens.expected(&node))?;
-    let metrics = st.metrics.clone();
+    let metrics = st.shared.metrics.clone();
     let report: Report = parse_json(&body)?;
     if report.hardware.schema_version > SCHEMA_VERSION {
         return Err(ApiError(
@@ -252,8 +192,9 @@ async fn report(
     let reply = blocking(move || {
         let st = store_side;
         let (outcome, record) =
-            st.store
-                .report(&node, report.hardware, report.agent_version, (st.now)())?;
+            st.shared
+                .store
+                .report(&node, report.hardware, report.agent_version, (st.shared.now)())?;
         tracing::info!(node = %node, generation = record.generation, ?outcome, "report stored");
         Ok(AgentReply {
             node,
@@ -264,7 +205,7 @@ async fn report(
     })
     .await?;
     metrics.agent_reports.inc();
-    st.changed.notify_one();
+    st.shared.agent_reported.notify_one();
     Ok(Json(reply))
 }
 
@@ -275,7 +216,7 @@ async fn heartbeat(
     body: Bytes,
 ) -> Result<Json<AgentReply>, ApiError> {
     check(bearer(&headers), st.agent_tokens.expected(&node))?;
-    let metrics = st.metrics.clone();
+    let metrics = st.shared.metrics.clone();
     let beat: Heartbeat = if body.is_empty() {
         Heartbeat::default()
     } else {
@@ -283,12 +224,12 @@ async fn heartbeat(
     };
     // No lock and no flush: a heartbeat overwrites one small record.
     let liveness = crate::store::Liveness {
-        last_seen: (st.now)(),
+        last_seen: (st.shared.now)(),
         agent_version: beat.agent_version,
         uptime_s: beat.uptime_s,
         gpu_health: beat.gpu_health,
     };
-    let reply = match st.store.heartbeat(&node, liveness)? {
+    let reply = match st.shared.store.heartbeat(&node, liveness)? {
         Some(generation) => AgentReply {
             node,
             generation,
@@ -307,7 +248,7 @@ async fn heartbeat(
 }
 
 fn view(st: &ApiState, record: NodeRecord) -> NodeView {
-    let state = if record.is_stale((st.now)(), st.stale_after_s) {
+    let state = if record.is_stale((st.shared.now)(), st.stale_after_s) {
         NodeState::Stale
     } else {
         NodeState::Fresh
@@ -324,7 +265,7 @@ async fn list_nodes(
     headers: HeaderMap,
 ) -> Result<Json<Vec<NodeView>>, ApiError> {
     check(bearer(&headers), Some(&st.admin_token))?;
-    let records = st.store.nodes()?;
+    let records = st.shared.store.nodes()?;
     Ok(Json(records.into_iter().map(|r| view(&st, r)).collect()))
 }
 
@@ -334,7 +275,7 @@ async fn get_node(
     headers: HeaderMap,
 ) -> Result<Json<NodeView>, ApiError> {
     check(bearer(&headers), Some(&st.admin_token))?;
-    match st.store.node(&node)? {
+    match st.shared.store.node(&node)? {
         Some(r) => Ok(Json(view(&st, r))),
         None => Err(ApiError(StatusCode::NOT_FOUND, format!("no node {node}"))),
     }
@@ -348,7 +289,7 @@ async fn replace_node(
     check(bearer(&headers), Some(&st.admin_token))?;
     let _guard = st.writes.lock().await;
     let store_side = st.clone();
-    let found = blocking(move || Ok(store_side.store.allow_replacement(&node)?)).await?;
+    let found = blocking(move || Ok(store_side.shared.store.allow_replacement(&node)?)).await?;
     if found {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -364,7 +305,7 @@ async fn metrics(State(state): State<Arc<ApiState>>) -> impl axum::response::Int
             axum::http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.encode(),
+        state.shared.metrics.encode(),
     )
 }
 
@@ -372,9 +313,9 @@ async fn metrics(State(state): State<Arc<ApiState>>) -> impl axum::response::Int
 async fn control_status(
     State(st): State<Arc<ApiState>>,
     headers: HeaderMap,
-) -> Result<Json<crate::controller::ControlStatus>, ApiError> {
+) -> Result<Json<accord_api::control::ControlStatus>, ApiError> {
     check(bearer(&headers), Some(&st.admin_token))?;
-    match st.control.read().expect("lock").clone() {
+    match st.shared.control.read().expect("lock").clone() {
         Some(s) => Ok(Json(s)),
         None => Err(ApiError(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -9,12 +9,8 @@ use serde::Deserialize;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{file}: cannot read")]
-    Read {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file cannot be read, is not TOML of the right shape (file,
+    /// line, column, key) or is invalid (every problem).
     #[error(transparent)]
     File(#[from] accord::config_file::ConfigFileError),
 }
@@ -43,7 +39,7 @@ pub struct DaemonConfig {
 pub struct ControlConfig {
     /// `observe`: plan, explain, log, expose, act on nothing and send
     /// nothing to any BMC (where admins start). `act`: execute.
-    pub mode: crate::control::Mode,
+    pub mode: accord_api::control::Mode,
     /// A round starts this long after the last change...
     #[serde(default = "default_batch_idle_ms")]
     pub batch_idle_ms: u64,
@@ -189,10 +185,8 @@ impl DaemonConfig {
 
     /// Reads, parses and validates `file`.
     pub fn load(file: &Path) -> Result<DaemonConfig, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
-            file: file.to_owned(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(file)
+            .map_err(|source| accord::config_file::ConfigFileError::read(file, source))?;
         Ok(accord::config_file::parse_valid(
             &text,
             &file.display().to_string(),

@@ -5,28 +5,48 @@
 //! open intents with the BMCs before anything new runs: an intent sent
 //! before a crash is only verified (no second Reset while it lands), one
 //! never sent is sent, one already reached is closed. Power control is a
-//! small trait with the Redfish client behind it and an in-memory twin for
-//! tests. accordd's control loop drives it.
+//! small trait with the Redfish client behind it (an in-memory twin for
+//! tests is in accord-testkit). accordd's control loop drives it.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use accord::plan::Action as PlanAction;
 
-use crate::journal::{reconcile, Action, Intent, IntentState, Journal, Resume};
+use crate::journal::{reconcile, Intent, IntentAction as Action, IntentState, Journal, Resume};
 use crate::store::StoreError;
+
+/// Why a power action or reading failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PowerError {
+    #[error("node {node}: no BMC in the inventory")]
+    NoBmc { node: String },
+    #[error("node {node}: BMC")]
+    Bmc {
+        node: String,
+        #[source]
+        source: Arc<accord_redfish::RedfishError>,
+    },
+    /// A power control that is not Redfish (the simulated twin) refused.
+    #[error("node {node}: {reason}")]
+    Refused { node: String, reason: String },
+}
 
 /// What the executor needs from the machines' BMCs.
 pub trait PowerControl: Send + Sync {
     /// Whether the node's machine is on (`Err`: unreadable).
-    fn is_on(&self, node: &str) -> impl Future<Output = Result<bool, String>> + Send;
+    fn is_on(&self, node: &str) -> impl Future<Output = Result<bool, PowerError>> + Send;
     /// Reads, sends a Reset if needed, waits until reached.
-    fn power_on(&self, node: &str) -> impl Future<Output = Result<(), String>> + Send;
-    fn power_off(&self, node: &str, force: bool)
-        -> impl Future<Output = Result<(), String>> + Send;
+    fn power_on(&self, node: &str) -> impl Future<Output = Result<(), PowerError>> + Send;
+    fn power_off(
+        &self,
+        node: &str,
+        force: bool,
+    ) -> impl Future<Output = Result<(), PowerError>> + Send;
     /// Waits for a change already asked for (resends only if nothing moves).
-    fn verify(&self, node: &str, on: bool) -> impl Future<Output = Result<(), String>> + Send;
+    fn verify(&self, node: &str, on: bool)
+        -> impl Future<Output = Result<(), PowerError>> + Send;
 }
 
 /// The Redfish implementation: one `Bmc` per node from the inventory.
@@ -51,122 +71,58 @@ impl RedfishPower {
         Ok(RedfishPower { bmcs })
     }
 
-    fn bmc(&self, node: &str) -> Result<&accord_redfish::Bmc, String> {
-        self.bmcs
-            .get(node)
-            .ok_or_else(|| format!("node {node}: no BMC in the inventory"))
+    fn bmc(&self, node: &str) -> Result<&accord_redfish::Bmc, PowerError> {
+        self.bmcs.get(node).ok_or_else(|| PowerError::NoBmc {
+            node: node.to_owned(),
+        })
     }
 }
 
-fn chain(e: accord_redfish::RedfishError) -> String {
-    accord::config_file::error_chain(&e)
+fn bmc_error(node: &str) -> impl FnOnce(accord_redfish::RedfishError) -> PowerError + '_ {
+    move |e| PowerError::Bmc {
+        node: node.to_owned(),
+        source: Arc::new(e),
+    }
 }
 
 impl PowerControl for RedfishPower {
-    async fn is_on(&self, node: &str) -> Result<bool, String> {
-        let state = self.bmc(node)?.power_state().await.map_err(chain)?;
+    async fn is_on(&self, node: &str) -> Result<bool, PowerError> {
+        let state = self
+            .bmc(node)?
+            .power_state()
+            .await
+            .map_err(bmc_error(node))?;
         Ok(state == accord_redfish::PowerState::On)
     }
-    async fn power_on(&self, node: &str) -> Result<(), String> {
+    async fn power_on(&self, node: &str) -> Result<(), PowerError> {
         self.bmc(node)?
             .power_on(false)
             .await
             .map(drop)
-            .map_err(chain)
+            .map_err(bmc_error(node))
     }
-    async fn power_off(&self, node: &str, force: bool) -> Result<(), String> {
+    async fn power_off(&self, node: &str, force: bool) -> Result<(), PowerError> {
         self.bmc(node)?
             .power_off(force, false)
             .await
             .map(drop)
-            .map_err(chain)
+            .map_err(bmc_error(node))
     }
-    async fn verify(&self, node: &str, on: bool) -> Result<(), String> {
+    async fn verify(&self, node: &str, on: bool) -> Result<(), PowerError> {
         self.bmc(node)?
             .verify_power(on)
             .await
             .map(drop)
-            .map_err(chain)
-    }
-}
-
-/// The in-memory twin: machines that change state when told (or never,
-/// for the ones set to fail), and a log of every Reset sent.
-#[derive(Debug, Default)]
-pub struct SimulatedPower {
-    pub state: Mutex<BTreeMap<String, bool>>,
-    /// Nodes whose power-on never lands.
-    pub broken: Mutex<Vec<String>>,
-    /// `node on|off` per Reset sent.
-    pub resets: Mutex<Vec<String>>,
-}
-
-impl SimulatedPower {
-    pub fn with_nodes(nodes: &[&str]) -> SimulatedPower {
-        let s = SimulatedPower::default();
-        for n in nodes {
-            s.state.lock().expect("lock").insert((*n).to_owned(), false);
-        }
-        s
-    }
-
-    pub fn resets(&self) -> Vec<String> {
-        self.resets.lock().expect("lock").clone()
-    }
-
-    fn set(&self, node: &str, on: bool) -> Result<(), String> {
-        let mut state = self.state.lock().expect("lock");
-        let s = state
-            .get_mut(node)
-            .ok_or_else(|| format!("node {node}: unknown"))?;
-        if *s == on {
-            return Ok(());
-        }
-        self.resets
-            .lock()
-            .expect("lock")
-            .push(format!("{node} {}", if on { "on" } else { "off" }));
-        if on && self.broken.lock().expect("lock").iter().any(|b| b == node) {
-            return Err(format!(
-                "node {node}: power state still Off after the timeout"
-            ));
-        }
-        *s = on;
-        Ok(())
-    }
-}
-
-impl PowerControl for SimulatedPower {
-    async fn is_on(&self, node: &str) -> Result<bool, String> {
-        self.state
-            .lock()
-            .expect("lock")
-            .get(node)
-            .copied()
-            .ok_or_else(|| format!("node {node}: unknown"))
-    }
-    async fn power_on(&self, node: &str) -> Result<(), String> {
-        self.set(node, true)
-    }
-    async fn power_off(&self, node: &str, _force: bool) -> Result<(), String> {
-        self.set(node, false)
-    }
-    async fn verify(&self, node: &str, on: bool) -> Result<(), String> {
-        // The twin's changes land at once: an earlier Reset has landed.
-        if self.is_on(node).await? == on {
-            Ok(())
-        } else {
-            self.set(node, on)
-        }
+            .map_err(bmc_error(node))
     }
 }
 
 /// What executing did, per intent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Executed {
     pub intent: u64,
     pub node: String,
-    pub result: Result<(), String>,
+    pub result: Result<(), PowerError>,
 }
 
 pub struct Executor<P> {
@@ -209,9 +165,11 @@ impl<P: PowerControl + 'static> Executor<P> {
         };
         let state = match &result {
             Ok(()) => IntentState::Done { at: now },
-            Err(reason) => IntentState::Failed {
+            // The journal keeps the whole chain as text: it is a record
+            // for admins, never parsed back.
+            Err(e) => IntentState::Failed {
                 at: now,
-                reason: reason.clone(),
+                reason: accord::config_file::error_chain(e),
             },
         };
         self.journal.mark(&mut intent, state)?;

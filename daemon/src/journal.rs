@@ -4,52 +4,11 @@
 //! anything new is planned, so an intent is neither sent twice nor
 //! forgotten across a crash. The control loop's executor writes it.
 
-use serde::{Deserialize, Serialize};
+use crate::store_error::{io, StoreError};
 
-use crate::store::{io, StoreError};
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum Action {
-    PowerOn,
-    PowerOff { force: bool },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "state")]
-pub enum IntentState {
-    /// Written; the BMC has not been called.
-    Planned,
-    /// The BMC is being (or was) called: a crash here must not resend at
-    /// once (the BMC may have accepted it).
-    Sent {
-        at: u64,
-    },
-    Done {
-        at: u64,
-    },
-    Failed {
-        at: u64,
-        reason: String,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Intent {
-    pub id: u64,
-    pub node: String,
-    pub action: Action,
-    pub created: u64,
-    /// The workloads it serves (`ns/name`), for explanations.
-    pub for_workloads: Vec<String>,
-    pub state: IntentState,
-}
-
-impl Intent {
-    pub fn is_open(&self) -> bool {
-        matches!(self.state, IntentState::Planned | IntentState::Sent { .. })
-    }
-}
+// The journal's records are wire types too: `GET /v1/status` shows the
+// open ones.
+pub use accord_api::control::{Intent, IntentAction, IntentState};
 
 /// What to do with an open intent found at start, given the BMC's power
 /// state now.
@@ -71,7 +30,7 @@ pub fn reconcile(intent: &Intent, bmc_on: Option<bool>) -> Resume {
     let Some(on) = bmc_on else {
         return Resume::Unknown;
     };
-    let wanted_on = matches!(intent.action, Action::PowerOn);
+    let wanted_on = matches!(intent.action, IntentAction::PowerOn);
     match (&intent.state, on == wanted_on) {
         (_, true) => Resume::Reached,
         (IntentState::Sent { .. }, false) => Resume::Verify,
@@ -137,7 +96,7 @@ impl Journal {
     pub fn record(
         &self,
         node: &str,
-        action: Action,
+        action: IntentAction,
         for_workloads: Vec<String>,
         now: u64,
     ) -> Result<Intent, StoreError> {
@@ -201,7 +160,7 @@ impl Journal {
 mod tests {
     use super::*;
 
-    fn intent(action: Action, state: IntentState) -> Intent {
+    fn intent(action: IntentAction, state: IntentState) -> Intent {
         Intent {
             id: 1,
             node: "n1".into(),
@@ -214,13 +173,13 @@ mod tests {
 
     #[test]
     fn a_sent_intent_is_verified_never_resent_at_once() {
-        let sent = intent(Action::PowerOn, IntentState::Sent { at: 5 });
+        let sent = intent(IntentAction::PowerOn, IntentState::Sent { at: 5 });
         assert_eq!(reconcile(&sent, Some(false)), Resume::Verify);
         assert_eq!(reconcile(&sent, Some(true)), Resume::Reached);
         assert_eq!(reconcile(&sent, None), Resume::Unknown);
-        let planned = intent(Action::PowerOn, IntentState::Planned);
+        let planned = intent(IntentAction::PowerOn, IntentState::Planned);
         assert_eq!(reconcile(&planned, Some(false)), Resume::Send);
-        let off = intent(Action::PowerOff { force: false }, IntentState::Planned);
+        let off = intent(IntentAction::PowerOff { force: false }, IntentState::Planned);
         assert_eq!(reconcile(&off, Some(false)), Resume::Reached);
         assert_eq!(reconcile(&off, Some(true)), Resume::Send);
     }

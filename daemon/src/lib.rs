@@ -1,20 +1,17 @@
 //! accordd's pieces: configuration, the sled store, the HTTP API, the
-//! control loop and (feature `lab`) the local lab. The binaries (`accordd`,
-//! `accordctl`) are thin wrappers over these.
+//! control loop. The binaries (`accordd`, `accordctl`) are thin wrappers
+//! over these; the local lab is its own crate (accord-lab).
 
 pub mod api;
 pub mod config;
 pub mod control;
-pub mod controller;
 pub mod execute;
 pub mod journal;
-#[cfg(feature = "lab")]
-pub mod lab;
 pub mod metrics;
 pub mod power;
-pub mod provisioning;
-pub mod status;
+pub mod shared;
 pub mod store;
+pub mod store_error;
 pub mod tls;
 
 use std::sync::Arc;
@@ -95,16 +92,12 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
         }
     }
     Ok(Arc::new(ApiState {
+        shared: Arc::new(shared::Shared::new(store)),
         racks,
-        store,
         agent_tokens,
         admin_token,
         stale_after_s: config.agents.stale_after_s,
         writes: tokio::sync::Mutex::new(()),
-        metrics: Arc::new(metrics::Metrics::new()),
-        now: api::unix_now,
-        changed: Default::default(),
-        control: Default::default(),
     }))
 }
 
@@ -116,10 +109,12 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = state(&config)?;
+    // Kept to close the store once the server and the loop have stopped.
+    let shared = state.shared.clone();
     // The control loop is built (fleet, inventory, Kubernetes client)
     // before the port is bound, so a bad setup fails the start.
     let controller = match &config.control {
-        Some(_) => Some(controller::Controller::new(&config, state.clone()).await?),
+        Some(_) => Some(control::Controller::new(&config, state.shared.clone()).await?),
         None => None,
     };
     let (stop_loop, loop_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -157,6 +152,50 @@ pub async fn serve(
     if let Some(t) = control_task {
         let _ = t.await;
     }
+    tracing::info!("server and control loop stopped; closing the store");
+    close_store(shared, STORE_CLOSE_WITHIN).await?;
+    tracing::info!("store closed");
+    Ok(())
+}
+
+/// How long a stopping accordd waits for its last holders of the store
+/// (connections finishing, power actions in flight) and for the store to
+/// close; systemd's default stop timeout is 90 s.
+pub const STORE_CLOSE_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Closes the store in `shared` once everything else has let go of it:
+/// waits, up to `within` in all, until this is the last handle on
+/// `shared` (the HTTP server's connections and the control loop hold
+/// clones), then [`Store::close`] (which waits for the journal's holders
+/// and sled's threads). Afterwards the store directory can be opened again
+/// at once. The error says what was still held.
+pub async fn close_store(
+    shared: Arc<shared::Shared>,
+    within: std::time::Duration,
+) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let dir = shared.store.dir().to_owned();
+    let mut shared = shared;
+    let shared = loop {
+        match Arc::try_unwrap(shared) {
+            Ok(s) => break s,
+            Err(back) if started.elapsed() < within => {
+                shared = back;
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            Err(back) => anyhow::bail!(
+                "store {}: still in use {:?} after shutdown ({} other holders of the \
+                 daemon's shared state: connections or control-loop tasks)",
+                dir.display(),
+                started.elapsed(),
+                Arc::strong_count(&back) - 1
+            ),
+        }
+    };
+    let left = within.saturating_sub(started.elapsed());
+    tokio::task::spawn_blocking(move || shared.store.close(left))
+        .await
+        .context("closing the store")??;
     Ok(())
 }
 

@@ -152,32 +152,48 @@ impl Metrics {
         out
     }
 
-    /// What one control round did.
-    pub fn record_round(&self, report: &crate::control::RoundReport, planner_seconds: f64) {
-        self.planner_seconds.observe(planner_seconds);
-        for e in &report.executed {
-            let result = if e.result.is_ok() { "ok" } else { "failed" };
+    /// What one control round measured (the loop's *effect* calls it
+    /// once per round).
+    pub fn record_round(&self, m: &crate::control::decide::RoundMetrics) {
+        self.planner_seconds.observe(m.planner_seconds);
+        for (node, ok) in &m.power_results {
+            let result = if *ok { "ok" } else { "failed" };
             self.actions
                 .get_or_create(&KindResult {
                     kind: "power".into(),
                     result: result.into(),
                 })
                 .inc();
-            if e.result.is_err() {
+            if !ok {
                 self.bmc_errors
-                    .get_or_create(&BmcLabel {
-                        bmc: e.node.clone(),
-                    })
+                    .get_or_create(&BmcLabel { bmc: node.clone() })
                     .inc();
             }
         }
+        self.nodes_by_stage.clear();
+        for (stage, n) in &m.nodes_by_stage {
+            self.nodes_by_stage
+                .get_or_create(&StageLabel {
+                    stage: stage.clone(),
+                })
+                .set(i64::from(*n));
+        }
         self.pending_workloads.clear();
-        for u in &report.plan.unsatisfied {
+        for (reason, n) in &m.pending_by_reason {
             self.pending_workloads
                 .get_or_create(&Reason {
-                    reason: reason_class(&u.reason).to_owned(),
+                    reason: (*reason).to_owned(),
                 })
-                .inc();
+                .set(i64::from(*n));
+        }
+        for s in &m.pending_to_power_on {
+            self.pending_to_power_on_seconds.observe(*s);
+        }
+        for s in &m.pending_to_ready {
+            self.pending_to_ready_seconds.observe(*s);
+        }
+        for s in &m.pending_to_bound {
+            self.pending_to_bound_seconds.observe(*s);
         }
     }
 }

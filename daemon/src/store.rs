@@ -3,9 +3,13 @@
 //! acknowledged (sled makes writes durable only on flush).
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use accord::hardware::NodeHardware;
 use serde::{Deserialize, Serialize};
+
+pub(crate) use crate::store_error::io;
+pub use crate::store_error::StoreError;
 
 /// Version of the records in the store. Raise it with a migration in
 /// [`Store::migrate`] when a record's meaning changes.
@@ -18,125 +22,12 @@ const LIVENESS: &str = "liveness";
 const JOURNAL: &str = "journal";
 const SCHEMA_KEY: &[u8] = b"schema";
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("store {path}: cannot open")]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: sled::Error,
-    },
-    #[error(
-        "store {path} was written by schema {found}, newer than this accordd ({STORE_SCHEMA}); \
-         run the newer accordd or restore a backup"
-    )]
-    Newer { path: PathBuf, found: u32 },
-    #[error("store {path}: schema record is corrupt")]
-    CorruptSchema { path: PathBuf },
-    #[error("store: {what}")]
-    Io {
-        what: &'static str,
-        #[source]
-        source: sled::Error,
-    },
-    #[error("store: node {node}: record is corrupt")]
-    Corrupt {
-        node: String,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error(
-        "node {node}: machine identity {reported} contradicts the stored {stored}; \
-         if the machine was replaced, run `accordctl node replace {node}`"
-    )]
-    IdentityMismatch {
-        node: String,
-        stored: String,
-        reported: String,
-    },
-}
+/// How long [`Store::close`] is usually given: the flush, sled's flusher
+/// thread and its last writes take milliseconds, not seconds.
+pub const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 
-/// What identifies the machine behind a node name: its serial if known,
-/// else its GPU UUIDs. A report whose identity contradicts the stored one
-/// is refused (a machine swapped under the same name must be declared).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MachineIdentity {
-    pub serial: Option<String>,
-    pub gpu_uuids: Vec<String>,
-}
-
-impl MachineIdentity {
-    pub fn of(hw: &NodeHardware) -> MachineIdentity {
-        let mut gpu_uuids: Vec<String> = hw.gpus.iter().filter_map(|g| g.uuid.clone()).collect();
-        gpu_uuids.sort();
-        MachineIdentity {
-            serial: hw.machine.serial.clone(),
-            gpu_uuids,
-        }
-    }
-
-    /// Whether the two can be the same machine: equal where both know.
-    pub fn compatible(&self, other: &MachineIdentity) -> bool {
-        let serial_ok = match (&self.serial, &other.serial) {
-            (Some(a), Some(b)) => a == b,
-            _ => true,
-        };
-        let gpus_ok = self.gpu_uuids.is_empty()
-            || other.gpu_uuids.is_empty()
-            || self.gpu_uuids == other.gpu_uuids;
-        serial_ok && gpus_ok
-    }
-}
-
-impl std::fmt::Display for MachineIdentity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.serial {
-            Some(s) => write!(f, "serial {s}")?,
-            None => write!(f, "no serial")?,
-        }
-        write!(f, ", {} GPU UUIDs", self.gpu_uuids.len())?;
-        if let Some(first) = self.gpu_uuids.first() {
-            write!(f, " (first {first})")?;
-        }
-        Ok(())
-    }
-}
-
-/// Everything the daemon keeps about one node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodeRecord {
-    pub name: String,
-    pub identity: MachineIdentity,
-    pub hardware: NodeHardware,
-    /// Raised each time the hardware model changes.
-    pub generation: u64,
-    /// Unix seconds of the last hardware report and of the last sign of life.
-    pub reported_at: u64,
-    pub last_seen: u64,
-    pub agent_version: Option<String>,
-    /// From the last heartbeat.
-    #[serde(default)]
-    pub uptime_s: Option<u64>,
-    #[serde(default)]
-    pub gpu_health: Option<String>,
-    /// Set by `accordctl node replace`: the next report may carry a new
-    /// machine identity.
-    #[serde(default)]
-    pub replacement_allowed: bool,
-}
-
-impl NodeRecord {
-    /// Not heard from within `stale_after_s` of `now`.
-    pub fn is_stale(&self, now: u64, stale_after_s: u64) -> bool {
-        stale(self.last_seen, now, stale_after_s)
-    }
-}
-
-/// Not heard from within `stale_after_s` of `now`, having last been heard
-/// from at `last_seen`.
-pub fn stale(last_seen: u64, now: u64, stale_after_s: u64) -> bool {
-    now.saturating_sub(last_seen) > stale_after_s
-}
+// The records the store keeps are the admin API's node views too.
+pub use accord_api::nodes::{stale, MachineIdentity, NodeRecord, ReportOutcome};
 
 /// The part of a node that changes with reports: flushed before a report
 /// is acknowledged.
@@ -163,19 +54,18 @@ pub struct Liveness {
     pub gpu_health: Option<String>,
 }
 
-/// What a report did to the stored record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReportOutcome {
-    Registered,
-    Changed,
-    Unchanged,
-}
-
+/// The store. sled holds an exclusive lock on the directory while any
+/// handle on the database lives (this store, every [`Journal`] from
+/// [`Store::journal`], sled's background threads); [`Store::close`]
+/// flushes, lets go and waits until the lock is released, so the
+/// directory can be opened again at once.
+///
+/// [`Journal`]: crate::journal::Journal
 pub struct Store {
     db: sled::Db,
     nodes: sled::Tree,
     liveness: sled::Tree,
+    dir: PathBuf,
 }
 
 impl std::fmt::Debug for Store {
@@ -202,12 +92,10 @@ fn joined(n: StoredNode, live: Liveness) -> NodeRecord {
     }
 }
 
-pub(crate) fn io(what: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
-    move |source| StoreError::Io { what, source }
-}
-
 impl Store {
-    /// The intent journal (its own tree in the same database).
+    /// The intent journal (its own tree in the same database). It holds
+    /// the database open: drop it, and every `Executor` built on it,
+    /// before [`Store::close`].
     pub fn journal(&self) -> Result<crate::journal::Journal, StoreError> {
         let tree = self.db.open_tree(JOURNAL).map_err(io("open journal"))?;
         crate::journal::Journal::new(self.db.clone(), tree)
@@ -244,6 +132,7 @@ impl Store {
                 return Err(StoreError::Newer {
                     path: dir.to_owned(),
                     found,
+                    supported: STORE_SCHEMA,
                 });
             }
         }
@@ -251,12 +140,43 @@ impl Store {
             nodes: db.open_tree(NODES).map_err(io("open nodes tree"))?,
             liveness: db.open_tree(LIVENESS).map_err(io("open liveness tree"))?,
             db,
+            dir: dir.to_owned(),
         };
         store.migrate(found.unwrap_or(STORE_SCHEMA))?;
         meta.insert(SCHEMA_KEY, &STORE_SCHEMA.to_le_bytes())
             .map_err(io("write schema"))?;
         store.flush()?;
         Ok(store)
+    }
+
+    /// Flushes, lets go of the database and waits, up to `within`, until
+    /// sled has released the directory's lock, so that the same directory
+    /// can be opened again at once, by this process or another.
+    ///
+    /// sled releases the lock when the last handle on the database is
+    /// gone: this store's, every journal from [`Store::journal`] (and so
+    /// every `Executor` built on one), and sled's background threads (its
+    /// flusher, joined when the last handle drops, and write-backs on its
+    /// thread pool). The caller drops the journals first; one still alive
+    /// makes this fail with [`StoreError::StillOpen`] at the deadline.
+    /// Blocking (sled is): async callers run it on a blocking thread.
+    pub fn close(self, within: Duration) -> Result<(), StoreError> {
+        self.flush()?;
+        let Store {
+            db,
+            nodes,
+            liveness,
+            dir,
+        } = self;
+        drop(nodes);
+        drop(liveness);
+        drop(db);
+        wait_released(&dir, within)
+    }
+
+    /// The directory the store lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Brings records written by schema `from` up to [`STORE_SCHEMA`].
@@ -459,6 +379,49 @@ impl Store {
     }
 }
 
+/// Waits, up to `within`, until no handle on the sled database in `dir`
+/// is left (in this process or another): sled holds an exclusive lock on
+/// it until then. [`Store::close`] ends with this; it is public for a
+/// database opened with sled directly (tests).
+pub fn wait_released(dir: &Path, within: Duration) -> Result<(), StoreError> {
+    let started = Instant::now();
+    loop {
+        match released(dir) {
+            Ok(true) => return Ok(()),
+            Ok(false) if started.elapsed() < within => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(false) => {
+                return Err(StoreError::StillOpen {
+                    path: dir.to_owned(),
+                    waited: started.elapsed(),
+                })
+            }
+            Err(source) => {
+                return Err(StoreError::Probe {
+                    path: dir.to_owned(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// Whether nobody holds sled's lock on the store in `dir`: takes it (the
+/// same `flock` sled takes on `dir/db`) and lets go at once.
+fn released(dir: &Path) -> std::io::Result<bool> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("db"))?;
+    match file.try_lock() {
+        // Dropping the file releases the probe's lock.
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,5 +453,32 @@ mod tests {
             None
         );
         assert_eq!(store.node_count(), 1);
+    }
+
+    #[test]
+    fn a_closed_store_opens_again_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        for round in 0..20u64 {
+            let store = Store::open(dir.path()).unwrap();
+            store.report("a", hardware(), None, 1_000 + round).unwrap();
+            drop(store.journal().unwrap());
+            store.close(CLOSE_WITHIN).unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.node("a").unwrap().unwrap().last_seen, 1_019);
+        store.close(CLOSE_WITHIN).unwrap();
+    }
+
+    #[test]
+    fn close_says_when_a_journal_still_holds_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let journal = store.journal().unwrap();
+        let err = store.close(Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(err, StoreError::StillOpen { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
+        assert!(msg.contains("Journal"), "{msg}");
+        drop(journal);
     }
 }

@@ -78,11 +78,13 @@ profile = "h100"
     (file, text)
 }
 
-/// A daemon serving on an ephemeral port until dropped.
+/// A daemon serving on an ephemeral port until stopped (which closes its
+/// store) or dropped.
 struct Daemon {
     url: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    shared: Arc<accordd::shared::Shared>,
 }
 
 impl Daemon {
@@ -90,6 +92,7 @@ impl Daemon {
         let (file, _) = config(dir, "127.0.0.1:0");
         let config = DaemonConfig::load(&file).unwrap();
         let state: Arc<ApiState> = accordd::state(&config).unwrap();
+        let shared = state.shared.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -100,12 +103,18 @@ impl Daemon {
             url,
             stop: Some(stop),
             task,
+            shared,
         }
     }
 
+    /// Stops serving and closes the store: its directory can be opened
+    /// again at once.
     async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         self.task.await.unwrap().unwrap();
+        accordd::close_store(self.shared, accordd::store::CLOSE_WITHIN)
+            .await
+            .unwrap();
     }
 
     async fn send(
@@ -439,7 +448,8 @@ fn the_daemon_refuses_secrets_others_can_read_and_lists_every_problem() {
         .arg(&file)
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    // EX_CONFIG, as `accordd --help` says.
+    assert_eq!(out.status.code(), Some(78));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("2 problem(s)"), "{err}");
     assert!(err.contains("server.listen"), "{err}");
@@ -454,6 +464,7 @@ fn the_daemon_refuses_secrets_others_can_read_and_lists_every_problem() {
         .arg(&file)
         .output()
         .unwrap();
+    assert_eq!(out.status.code(), Some(78));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.contains("accordd.toml:3:1") && err.contains("port"),
@@ -461,36 +472,54 @@ fn the_daemon_refuses_secrets_others_can_read_and_lists_every_problem() {
     );
 }
 
+/// A configuration that is missing is a configuration error (78); a good
+/// one with a store another process holds is not (1).
+#[test]
+fn accordd_exit_codes_tell_a_bad_configuration_from_other_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |file: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
+            .arg("run")
+            .arg("--config")
+            .arg(file)
+            .env("ACCORD_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let out = run(&dir.path().join("missing.toml"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("missing.toml: cannot read"), "{err}");
+    assert!(out.stdout.is_empty());
+
+    let (file, _) = config(dir.path(), "127.0.0.1:0");
+    let store = accordd::store::Store::open(&dir.path().join("store")).unwrap();
+    let out = run(&file);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot open"), "{err}");
+    store.close(accordd::store::CLOSE_WITHIN).unwrap();
+}
+
 #[test]
 fn a_store_from_a_newer_accordd_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    drop(accordd::store::Store::open(dir.path()).unwrap());
+    let within = accordd::store::CLOSE_WITHIN;
+    accordd::store::Store::open(dir.path())
+        .unwrap()
+        .close(within)
+        .unwrap();
     {
-        // sled's flusher thread may hold the file lock a moment after drop.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let db = loop {
-            match sled::open(dir.path()) {
-                Ok(db) => break db,
-                Err(_) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let db = sled::open(dir.path()).unwrap();
         let meta = db.open_tree("meta").unwrap();
         meta.insert("schema", &99u32.to_le_bytes()).unwrap();
         db.flush().unwrap();
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let err = loop {
-        let err = accordd::store::Store::open(dir.path())
-            .unwrap_err()
-            .to_string();
-        if !err.contains("could not acquire lock") || std::time::Instant::now() > deadline {
-            break err;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    // sled lets go of the directory when its last thread is done.
+    accordd::store::wait_released(dir.path(), within).unwrap();
+    let err = accordd::store::Store::open(dir.path())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("schema 99, newer than this accordd"), "{err}");
 }
 

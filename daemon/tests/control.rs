@@ -1,16 +1,26 @@
-//! Control-loop pieces: the batching window (with paused time) and rounds
-//! that hold capacity for a gang while its nodes boot, in observe and act
-//! modes.
+//! The control loop's *decide* driven as a twin: rounds of
+//! `Decider::decide` on hand-made snapshots, with the executor on the
+//! in-memory `SimulatedPower` (the same journal and executor the running
+//! loop uses), through the cases the running loop must get right: a
+//! booting gang holds its nodes, observe mode sends nothing, a failed
+//! power-on is re-planned elsewhere, an unreadable BMC's node is never
+//! powered on, busy and booked nodes are never powered off, bookings
+//! expire, check-capacity powers nothing on. Plus the batching window.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use accord::demand::{Demand, ObjectRef};
 use accord::fleet::Fleet;
-use accord::lifecycle::{Deadlines, Observation, Stage};
-use accordd::control::{round, Batcher, Mode};
-use accordd::execute::{Executor, SimulatedPower};
+use accord::lifecycle::{Deadlines, Stage};
+use accord::plan::Action;
+use accord_api::control::{Mode, WorkloadState};
+use accord_testkit::power::SimulatedPower;
+use accordd::control::decide::{Decider, Decision, Settings, Snapshot};
+use accordd::control::provisioning::{ConditionSeen, ProvisioningClass, ProvisioningSeen};
+use accordd::control::Batcher;
+use accordd::execute::{Executed, Executor};
 use accordd::store::Store;
 
 #[tokio::test(start_paused = true)]
@@ -43,98 +53,446 @@ async fn bursts_become_one_round_within_the_window() {
     sender.abort();
 }
 
-#[tokio::test]
-async fn a_booting_gang_holds_its_nodes_and_observe_sends_nothing() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/scenarios/gang-rack-mixed");
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
-    let fleet = Fleet::from_toml(&read("fleet.toml"), "fleet.toml", &mut |_| {
-        Err("none".into())
-    })
+
+/// Two racks of two dark 8-GPU nodes; idle nodes go dark after 60 s.
+const FLEET: &str = r#"
+[profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+gpu_memory_gib = 80
+cpu = "192"
+memory = "2Ti"
+power_kw = 10.2
+
+[policy]
+idle_power_off_after_s = 60
+
+[[racks]]
+name = "r1"
+
+[[racks]]
+name = "r2"
+
+[[nodes]]
+name = "r1-n1"
+rack = "r1"
+profile = "h100"
+
+[[nodes]]
+name = "r1-n2"
+rack = "r1"
+profile = "h100"
+
+[[nodes]]
+name = "r2-n1"
+rack = "r2"
+profile = "h100"
+
+[[nodes]]
+name = "r2-n2"
+rack = "r2"
+profile = "h100"
+"#;
+
+const NODES: [&str; 4] = ["r1-n1", "r1-n2", "r2-n1", "r2-n2"];
+const T0: u64 = 100_000;
+const BOOKING_S: u64 = 300;
+
+/// A gang of two 8-GPU pods that must share a rack.
+fn gang(ns: &str, name: &str, source: ObjectRef) -> Demand {
+    let mut d = Demand::from_json(
+        &serde_json::json!({
+            "workloads": [{
+                "name": name,
+                "namespace": ns,
+                "topology": {"level": "rack", "mode": "required"},
+                "pod_sets": [{"name": "w", "count": 2,
+                    "pod": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}}}]
+            }]
+        })
+        .to_string(),
+        "demand.json",
+    )
     .unwrap();
-    let demand = accord::demand::Demand::from_json(&read("demand.json"), "demand.json").unwrap();
-    let names: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
-    let power = Arc::new(SimulatedPower::with_nodes(&names));
-    let tmp = tempfile::tempdir().unwrap();
-    let store = Store::open(tmp.path()).unwrap();
-    let ex = Executor::new(store.journal().unwrap(), power.clone());
-    let mut lives = BTreeMap::new();
-    let now = 100_000;
+    d.workloads[0].sources = vec![source];
+    d
+}
 
-    // Observe: the plan is made and explained; no BMC is touched.
-    let r = round(&fleet, &mut lives, &demand, Mode::Observe, &ex, now)
-        .await
-        .unwrap();
-    assert_eq!(
-        r.plan
-            .actions
-            .iter()
-            .filter(|a| matches!(a, accord::plan::Action::PowerOn { .. }))
-            .count(),
-        3
-    );
-    assert!(power.resets().is_empty() && r.executed.is_empty());
+fn podgroup(name: &str) -> ObjectRef {
+    ObjectRef::new("scheduling.k8s.io/v1beta1", "PodGroup", "ml", name)
+}
 
-    // Act: three nodes powered on.
-    let r = round(&fleet, &mut lives, &demand, Mode::Act, &ex, now)
-        .await
-        .unwrap();
-    assert_eq!(r.executed.len(), 3);
-    assert_eq!(power.resets().len(), 3);
-    // Their BMCs show On; agents are not up yet: Booting.
-    for (name, life) in lives.iter_mut() {
-        life.observe(
-            &Observation {
-                bmc_on: Some(true),
-                ..Default::default()
-            },
-            now + 30,
-            &Deadlines::default(),
-        );
-        assert_eq!(life.stage, Stage::Booting, "{name}");
+fn request(name: &str) -> ObjectRef {
+    ObjectRef::new("autoscaling.x-k8s.io/v1", "ProvisioningRequest", "team-b", name)
+}
+
+/// The world the twin's rounds observe, and the executor that acts on it.
+struct Twin {
+    decider: Decider,
+    power: Arc<SimulatedPower>,
+    executor: Executor<SimulatedPower>,
+    /// Kubernetes, agents and demand as a test sets them.
+    world: Snapshot,
+    /// Nodes whose BMC cannot be read.
+    unreadable: BTreeSet<String>,
+    executed: Vec<Executed>,
+    now: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl Twin {
+    fn new(mode: Mode) -> Twin {
+        let fleet = Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+        let power = Arc::new(SimulatedPower::with_nodes(&NODES));
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let executor = Executor::new(store.journal().unwrap(), power.clone());
+        let settings = Settings {
+            mode,
+            deadlines: Deadlines::default(),
+            booking_s: BOOKING_S,
+        };
+        Twin {
+            decider: Decider::new(fleet, settings, T0),
+            power,
+            executor,
+            world: Snapshot::default(),
+            unreadable: BTreeSet::new(),
+            executed: Vec::new(),
+            now: T0,
+            _dir: dir,
+        }
     }
-    // The next round while they boot: nothing more is powered on for the
-    // same pods.
-    let r = round(&fleet, &mut lives, &demand, Mode::Act, &ex, now + 40)
-        .await
-        .unwrap();
-    let more: Vec<_> = r
-        .plan
-        .actions
-        .iter()
-        .filter(|a| matches!(a, accord::plan::Action::PowerOn { .. }))
-        .collect();
-    assert!(more.is_empty(), "{more:?}");
-    assert_eq!(power.resets().len(), 3);
 
-    // One of them never boots: Failed after the deadline, and the next
-    // round re-plans the gang without it (rack r1 no longer holds four
-    // nodes, so it moves to the dark rack r2, all four together).
-    let failed = lives.keys().next().unwrap().clone();
-    lives.get_mut(&failed).unwrap().observe(
-        &Observation {
-            bmc_on: Some(true),
-            ..Default::default()
-        },
-        now + 30 + 901,
-        &Deadlines::default(),
-    );
-    assert_eq!(lives[&failed].stage, Stage::Failed);
-    let r = round(&fleet, &mut lives, &demand, Mode::Act, &ex, now + 1000)
-        .await
-        .unwrap();
-    let replacement: Vec<&str> = r
-        .plan
-        .actions
+    /// Observe (the world, the twin's BMCs, results, open intents) →
+    /// decide → execute the power actions, `after_s` after the last round.
+    async fn round(&mut self, after_s: u64) -> Decision {
+        self.now += after_s;
+        let mut snap = self.world.clone();
+        snap.now = self.now;
+        snap.mono = Duration::from_secs(self.now - T0);
+        snap.bmc = self
+            .power
+            .state
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, _)| !self.unreadable.contains(*n))
+            .map(|(n, on)| (n.clone(), *on))
+            .collect();
+        snap.executed = std::mem::take(&mut self.executed);
+        snap.open_intents = self.executor.journal().open_intents().unwrap();
+        let d = self.decider.decide(&snap);
+        self.executed = self.executor.apply(&d.power, self.now).await.unwrap();
+        d
+    }
+
+    /// The node's agent reports and its Kubernetes Node is Ready.
+    fn comes_up(&mut self, node: &str) {
+        self.world.agents.insert(node.into(), self.now + 1);
+        self.world.kube_ready.insert(node.into(), true);
+    }
+
+    fn stage(&self, node: &str) -> Stage {
+        self.decider.life(node).unwrap().stage
+    }
+
+    fn resets(&self) -> Vec<String> {
+        self.power.resets()
+    }
+}
+
+fn power_ons(d: &Decision) -> Vec<String> {
+    d.power
         .iter()
         .filter_map(|a| match a {
-            accord::plan::Action::PowerOn { node, .. } => Some(node.as_str()),
+            Action::PowerOn { node, .. } => Some(node.clone()),
             _ => None,
         })
-        .collect();
-    assert!(!replacement.is_empty(), "{:?}", r.plan.actions);
-    assert!(!replacement.contains(&failed.as_str()));
+        .collect()
+}
+
+fn power_offs(d: &Decision) -> Vec<String> {
+    d.power
+        .iter()
+        .filter_map(|a| match a {
+            Action::PowerOff { node, .. } => Some(node.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn observe_mode_plans_and_explains_and_sends_nothing() {
+    let mut t = Twin::new(Mode::Observe);
+    t.world.demand = gang("ml", "train", podgroup("train"));
+    let d = t.round(0).await;
+    let planned = d
+        .status
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::PowerOn { .. }))
+        .count();
+    assert_eq!(planned, 2, "{:?}", d.status.actions);
+    assert!(d.power.is_empty());
+    assert!(t.resets().is_empty());
+    assert_eq!(d.status.workloads[0].state, WorkloadState::PoweringOn);
+    // Nothing was sent, so nothing is on its way up.
+    assert!(NODES.iter().all(|n| t.stage(n) == Stage::Off));
+}
+
+#[tokio::test]
+async fn a_booting_gang_holds_its_nodes_until_they_are_ready() {
+    let mut t = Twin::new(Mode::Act);
+    t.world.demand = gang("ml", "train", podgroup("train"));
+    let d = t.round(0).await;
+    let ons = power_ons(&d);
+    assert_eq!(ons.len(), 2, "{:?}", d.power);
+    assert_eq!(t.resets().len(), 2);
+    assert!(d.events.iter().any(|e| e.reason == "PoweringOn"));
+    for n in &ons {
+        assert_eq!(t.stage(n), Stage::PoweringOn);
+    }
+    // Their BMCs show On; the agents are not up: Booting, and the next
+    // rounds power nothing more on for the same pods.
+    for after in [5, 30, 60] {
+        let d = t.round(after).await;
+        assert!(d.power.is_empty(), "{:?}", d.power);
+        for n in &ons {
+            assert_eq!(t.stage(n), Stage::Booting);
+        }
+    }
+    assert_eq!(t.resets().len(), 2);
+    for n in &ons {
+        t.comes_up(n);
+    }
+    let d = t.round(5).await;
+    assert!(d.power.is_empty());
+    for n in &ons {
+        assert_eq!(t.stage(n), Stage::Ready);
+    }
+    assert_eq!(d.metrics.pending_to_ready.len(), 1, "{:?}", d.metrics);
+}
+
+#[tokio::test]
+async fn a_failed_power_on_fails_the_node_and_the_gang_is_replanned_elsewhere() {
+    let mut t = Twin::new(Mode::Act);
+    t.world.demand = gang("ml", "train", podgroup("train"));
+    // The first node the plan picks never powers on.
+    let first = {
+        let mut probe = Twin::new(Mode::Act);
+        probe.world.demand = t.world.demand.clone();
+        power_ons(&probe.round(0).await)[0].clone()
+    };
+    t.power.broken.lock().unwrap().push(first.clone());
+    let d = t.round(0).await;
+    assert!(power_ons(&d).contains(&first));
+    let rack = &first[..2];
+    // The failure comes back with the next round: the node is Failed,
+    // and the gang, which needs one rack, moves to the other one.
+    let d = t.round(1).await;
+    assert_eq!(t.stage(&first), Stage::Failed);
+    assert!(d.metrics.power_results.contains(&(first.clone(), false)));
+    let ons = power_ons(&d);
+    assert_eq!(ons.len(), 2, "{:?}", d.status.actions);
+    assert!(ons.iter().all(|n| !n.starts_with(rack)), "{ons:?}");
+    let reason = d
+        .status
+        .nodes
+        .iter()
+        .find(|n| n.name == first)
+        .and_then(|n| n.reason.clone())
+        .unwrap();
+    assert!(reason.contains("power action failed"), "{reason}");
+}
+
+#[tokio::test]
+async fn a_node_whose_bmc_cannot_be_read_is_never_powered_on() {
+    let mut t = Twin::new(Mode::Act);
+    t.world.demand = gang("ml", "train", podgroup("train"));
+    t.unreadable.extend(["r1-n1".to_owned(), "r2-n1".to_owned()]);
+    // No rack has two readable dark nodes: nothing is powered on, and
+    // the gang cannot be placed.
+    let d = t.round(0).await;
+    assert!(d.power.is_empty(), "{:?}", d.power);
+    assert!(t.resets().is_empty());
+    assert_eq!(d.status.workloads[0].state, WorkloadState::CannotPlace);
+    let r1n1 = d.status.nodes.iter().find(|n| n.name == "r1-n1").unwrap();
+    assert_eq!(r1n1.bmc_on, None);
+    // The event goes to the PodGroup, once.
+    let events: Vec<_> = d.events.iter().filter(|e| e.reason == "CannotPlace").collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].regarding, podgroup("train"));
+    assert!(t.round(5).await.events.iter().all(|e| e.reason != "CannotPlace"));
+    // Once r2-n1 can be read, rack r2 is used.
+    t.unreadable.remove("r2-n1");
+    let d = t.round(5).await;
+    let mut ons = power_ons(&d);
+    ons.sort();
+    assert_eq!(ons, ["r2-n1", "r2-n2"]);
+}
+
+/// Powers a gang's nodes on and up, binds its pods, then lets them go:
+/// the nodes end Idle at `t.now`.
+async fn gang_ran_and_finished(t: &mut Twin, demand: Demand) -> Vec<String> {
+    t.world.demand = demand;
+    let mut ons = power_ons(&t.round(0).await);
+    ons.sort();
+    t.round(5).await;
+    for n in &ons {
+        t.comes_up(n);
+    }
+    t.round(5).await;
+    // Bound: no longer pending; one pod per node.
+    t.world.demand = Demand::default();
+    for n in &ons {
+        t.world.pods_per_node.insert(n.clone(), 1);
+    }
+    t.round(5).await;
+    for n in &ons {
+        assert_eq!(t.stage(n), Stage::InUse);
+    }
+    t.world.pods_per_node.clear();
+    t.round(5).await;
+    for n in &ons {
+        assert_eq!(t.stage(n), Stage::Idle);
+    }
+    ons
+}
+
+#[tokio::test]
+async fn busy_nodes_are_never_powered_off_and_idle_ones_go_dark_after_the_timeout() {
+    let mut t = Twin::new(Mode::Act);
+    let ons = gang_ran_and_finished(&mut t, gang("ml", "train", podgroup("train"))).await;
+    // One node gets a pod again; both are past the idle timeout.
+    t.world.pods_per_node.insert(ons[0].clone(), 1);
+    let d = t.round(120).await;
+    assert_eq!(t.stage(&ons[0]), Stage::InUse);
+    assert_eq!(power_offs(&d), [ons[1].clone()]);
+    assert!(t.resets().contains(&format!("{} off", ons[1])));
+    assert!(!t.resets().contains(&format!("{} off", ons[0])));
+    // And the busy one stays on round after round.
+    for _ in 0..3 {
+        let d = t.round(120).await;
+        assert!(!power_offs(&d).contains(&ons[0]), "{:?}", d.power);
+    }
+    assert_eq!(t.stage(&ons[0]), Stage::InUse);
+    assert_eq!(t.stage(&ons[1]), Stage::Off);
+}
+
+fn provisioning(name: &str, class: ProvisioningClass, conditions: &[(&str, bool)]) -> ProvisioningSeen {
+    ProvisioningSeen {
+        request: request(name),
+        class,
+        conditions: conditions
+            .iter()
+            .map(|(t, s)| ConditionSeen {
+                type_: (*t).into(),
+                status: *s,
+                reason: None,
+                message: None,
+                last_transition: None,
+            })
+            .collect(),
+    }
+}
+
+fn written(d: &Decision) -> Vec<(String, bool, String)> {
+    d.conditions
+        .iter()
+        .map(|c| (c.condition.type_.clone(), c.condition.status, c.condition.reason.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_provisioned_request_books_its_nodes_until_the_booking_expires() {
+    let mut t = Twin::new(Mode::Act);
+    t.world.provisioning = vec![provisioning("job-1-prov", ProvisioningClass::BestEffortAtomic, &[])];
+    t.world.demand = gang("team-b", "job-1-prov", request("job-1-prov"));
+    let d = t.round(0).await;
+    let mut ons = power_ons(&d);
+    ons.sort();
+    assert_eq!(ons.len(), 2);
+    assert_eq!(
+        written(&d),
+        [
+            ("Accepted".into(), true, "Accepted".into()),
+            ("Provisioned".into(), false, "Provisioning".into())
+        ]
+    );
+    t.round(5).await;
+    for n in &ons {
+        t.comes_up(n);
+    }
+    let d = t.round(5).await;
     assert!(
-        replacement.iter().all(|n| n.starts_with("r2-")),
-        "{replacement:?}"
+        written(&d).contains(&("Provisioned".into(), true, "Provisioned".into())),
+        "{:?}",
+        written(&d)
+    );
+    // The request shows Provisioned: it is no longer demand (the
+    // translation drops it), its capacity is booked.
+    t.world.provisioning = vec![provisioning(
+        "job-1-prov",
+        ProvisioningClass::BestEffortAtomic,
+        &[("Accepted", true), ("Provisioned", true)],
+    )];
+    t.world.demand = Demand::default();
+    t.round(5).await;
+    for n in &ons {
+        assert_eq!(t.stage(n), Stage::Idle);
+    }
+    // Idle well past the timeout, but booked: not powered off.
+    for _ in 0..2 {
+        let d = t.round(120).await;
+        assert!(power_offs(&d).is_empty(), "{:?}", d.power);
+        assert!(
+            d.status.actions.iter().any(|a| matches!(a, Action::PowerOff { .. })),
+            "the planner proposes it; the booking holds it"
+        );
+    }
+    assert!(t.resets().iter().all(|r| r.ends_with(" on")), "{:?}", t.resets());
+    // The booking runs out: BookingExpired, and the nodes go dark in
+    // the same round.
+    let d = t.round(BOOKING_S).await;
+    assert_eq!(written(&d), [("BookingExpired".into(), true, "BookingExpired".into())]);
+    let mut offs = power_offs(&d);
+    offs.sort();
+    assert_eq!(offs, ons);
+    t.world.provisioning[0].conditions.push(ConditionSeen {
+        type_: "BookingExpired".into(),
+        status: true,
+        reason: None,
+        message: None,
+        last_transition: None,
+    });
+    let d = t.round(5).await;
+    assert!(written(&d).is_empty() && d.power.is_empty(), "{:?}", d.power);
+    for n in &ons {
+        assert_eq!(t.stage(n), Stage::Off);
+    }
+}
+
+#[tokio::test]
+async fn check_capacity_powers_nothing_on_and_says_whether_it_fits_now() {
+    let mut t = Twin::new(Mode::Act);
+    t.world.provisioning = vec![provisioning("probe", ProvisioningClass::CheckCapacity, &[])];
+    t.world.demand = gang("team-b", "probe", request("probe"));
+    // Every node dark: it does not fit now, and nothing is powered on.
+    let d = t.round(0).await;
+    assert!(d.power.is_empty(), "{:?}", d.power);
+    assert!(t.resets().is_empty());
+    assert!(written(&d).contains(&("Provisioned".into(), false, "CapacityIsNotFound".into())));
+    // Rack r2 comes up outside Accord: now it fits.
+    for n in ["r2-n1", "r2-n2"] {
+        t.power.state.lock().unwrap().insert(n.into(), true);
+        t.comes_up(n);
+    }
+    let d = t.round(5).await;
+    assert!(d.power.is_empty(), "{:?}", d.power);
+    assert!(
+        written(&d).contains(&("Provisioned".into(), true, "CapacityIsFound".into())),
+        "{:?}",
+        written(&d)
     );
 }

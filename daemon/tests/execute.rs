@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use accord::plan::Action as PlanAction;
-use accordd::execute::{Executor, SimulatedPower};
-use accordd::journal::{Action, IntentState};
+use accord_testkit::power::SimulatedPower;
+use accordd::execute::Executor;
+use accordd::journal::{IntentAction as Action, IntentState};
 use accordd::store::Store;
 
 fn on(node: &str, wave: u32) -> PlanAction {
@@ -29,7 +30,12 @@ async fn power_ons_are_journaled_and_never_repeated() {
         .unwrap();
     assert_eq!(done.len(), 3);
     assert!(done[0].result.is_ok() && done[1].result.is_ok());
-    assert!(done[2].result.as_ref().unwrap_err().contains("still Off"));
+    assert!(done[2]
+        .result
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("still Off"));
     // The same plan again (a second round before the pods bind): the
     // machines are on, nothing is sent again.
     ex.apply(&[on("n1", 0), on("n2", 1)], 110).await.unwrap();
@@ -68,7 +74,7 @@ async fn resume_verifies_sent_intents_and_sends_planned_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_sushy_emulator_through_the_inventory() {
-    use accord_redfish::testing::{start_emulator, EmulatorOptions, FakeSystem};
+    use accord_testkit::sushy::{start_emulator, EmulatorOptions, FakeSystem};
     let emu = start_emulator(
         &[
             FakeSystem {

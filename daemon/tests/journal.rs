@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use accordd::journal::{reconcile, Action, IntentState, Resume};
+use accordd::journal::{reconcile, IntentAction as Action, IntentState, Resume};
 use accordd::store::Store;
 
 /// The writer, run in a child process by the test below.

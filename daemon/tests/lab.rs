@@ -9,8 +9,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use accord::lifecycle::Stage;
-use accordd::lab::fixtures::{gang, FLEET};
-use accordd::lab::{Lab, LabOptions, Scenario};
+use accord_api::control::{ControlStatus, WorkloadState};
+use accord_api::text::{render_explain, render_status};
+use accord_lab::fixtures::{gang, FLEET};
+use accord_lab::{Lab, LabOptions, Scenario};
 
 static ONE_LAB_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -44,18 +46,17 @@ async fn start(s: Scenario) -> Lab {
     let lab = Lab::start(
         s,
         LabOptions {
-            accordd: env!("CARGO_BIN_EXE_accordd").into(),
             daemon_log: Some(log),
-            narrate: false,
+            ..LabOptions::new(env!("CARGO_BIN_EXE_accordd"))
         },
     )
     .await
     .expect("lab starts");
     lab.start_daemon().expect("accordd starts");
     // accordd's first round: it is watching and planning.
-    lab.wait_status(Duration::from_secs(60), |_| true)
+    lab.wait_status("accordd's first round", Duration::from_secs(60), |_| true)
         .await
-        .expect("accordd runs its first round");
+        .unwrap();
     lab
 }
 
@@ -97,7 +98,7 @@ async fn bound(lab: &Lab, name: &str, within: Duration) -> f64 {
             "{name} not bound within {within:?}; status: {}",
             lab.status()
                 .await
-                .map(|s| accordd::status::render_status(&s))
+                .map(|s| render_status(&s))
                 .unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -105,14 +106,18 @@ async fn bound(lab: &Lab, name: &str, within: Duration) -> f64 {
 }
 
 /// Waits until accordd's status shows `workload` in `state`.
-async fn workload_in(lab: &Lab, workload: &str, state: &str) -> accordd::controller::ControlStatus {
-    lab.wait_status(Duration::from_secs(30), |s| {
-        s.workloads
-            .iter()
-            .any(|w| w.workload == workload && w.state == state)
-    })
+async fn workload_in(lab: &Lab, workload: &str, state: WorkloadState) -> ControlStatus {
+    lab.wait_status(
+        &format!("{workload} {state} in accordd's status"),
+        Duration::from_secs(30),
+        |s| {
+            s.workloads
+                .iter()
+                .any(|w| w.workload == workload && w.state == state)
+        },
+    )
     .await
-    .unwrap_or_else(|e| panic!("{workload} never {state}: {e}"))
+    .unwrap()
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {
@@ -150,7 +155,7 @@ async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
         .unwrap();
     // accordd's lifecycle for them: in use.
     let st = lab
-        .wait_status(Duration::from_secs(20), |s| {
+        .wait_status("4 nodes InUse", Duration::from_secs(20), |s| {
             s.nodes.iter().filter(|n| n.stage == Stage::InUse).count() == 4
         })
         .await
@@ -169,9 +174,10 @@ async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
 async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
     let lab = start_gang(QUICK, FLEET, "huge", 5).await;
-    let st = workload_in(&lab, "ml/huge", "cannot_place").await;
-    // A few more rounds: still nothing.
+    workload_in(&lab, "ml/huge", WorkloadState::CannotPlace).await;
+    // A few more rounds (tick 1 s): still nothing.
     tokio::time::sleep(Duration::from_secs(4)).await;
+    let st = lab.status().await.unwrap();
     assert!(st.actions.is_empty(), "{:?}", st.actions);
     assert!(
         lab.proxy.log().iter().all(|l| l.method == "GET"),
@@ -179,8 +185,7 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
     );
     assert_eq!(lab.emulator.count("POST "), 0);
     assert!(lab.nodes_powered_on().is_empty());
-    let st = lab.status().await.unwrap();
-    let text = accordd::status::render_explain(&st, "ml/huge").unwrap();
+    let text = render_explain(&st, "ml/huge").unwrap();
     assert!(text.contains("cannot place it"), "{text}");
     assert!(text.contains("one rack"), "{text}");
     assert!(text.contains("nothing will be powered on"), "{text}");
@@ -188,11 +193,23 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
     assert!(text.contains("scheduler (ml/huge-"), "{text}");
     assert!(text.contains("agree: it fits nowhere"), "{text}");
     // A Warning event on the PodGroup says so (kubectl describe).
+    let on_group = |e: &serde_json::Value| {
+        e["regarding"]["kind"] == "PodGroup" && e["regarding"]["name"] == "huge"
+    };
+    lab.wait_lab(
+        "a CannotPlace event on PodGroup ml/huge",
+        Duration::from_secs(20),
+        |lab| {
+            lab.api
+                .list("events.k8s.io/v1", "Event")
+                .iter()
+                .any(|e| on_group(e) && e["reason"] == "CannotPlace")
+        },
+    )
+    .await
+    .unwrap();
     let events = lab.api.list("events.k8s.io/v1", "Event");
-    let on_group: Vec<_> = events
-        .iter()
-        .filter(|e| e["regarding"]["kind"] == "PodGroup" && e["regarding"]["name"] == "huge")
-        .collect();
+    let on_group: Vec<_> = events.iter().filter(|e| on_group(e)).collect();
     // (Once per reason: a round that saw the gang half-marked by the
     // scheduler may have said it differently first.)
     assert!(!on_group.is_empty() && on_group.len() <= 2, "{events:?}");
@@ -204,7 +221,7 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
         "{last}"
     );
     // A pod name finds its gang.
-    let by_pod = accordd::status::render_explain(&st, "ml/huge-3").unwrap();
+    let by_pod = render_explain(&st, "ml/huge-3").unwrap();
     assert!(by_pod.contains("belongs to workload ml/huge"), "{by_pod}");
 
     // The same through accordctl, against the running accordd.
@@ -257,7 +274,7 @@ async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
     let lab_settings = format!("{QUICK}\nbroken = [\"r1-n1\"]\npower_on_timeout_s = 18");
     let lab = start_gang(&lab_settings, &fleet, "train", 4).await;
     let st = lab
-        .wait_status(Duration::from_secs(60), |s| {
+        .wait_status("r1-n1 Failed", Duration::from_secs(60), |s| {
             s.nodes
                 .iter()
                 .any(|n| n.name == "r1-n1" && n.stage == Stage::Failed)
@@ -307,19 +324,25 @@ async fn idle_nodes_are_powered_off_after_the_idle_time() {
     let node = powered.iter().next().unwrap().clone();
     // The job ends after 2 s; 4 s idle later the node is powered off
     // (gracefully) and the emulator shows it Off.
-    let end = tokio::time::Instant::now() + Duration::from_secs(60);
-    while lab.nodes_on().contains(&node) {
-        assert!(tokio::time::Instant::now() < end, "{node} still on");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    lab.wait_lab(
+        &format!("the lab's machine {node} to go off"),
+        Duration::from_secs(60),
+        |lab| !lab.nodes_on().contains(&node),
+    )
+    .await
+    .unwrap();
     // accordd sees it Off, and its power-off intent is closed (the
     // executor's own verification may land a poll after the BMC poller's).
-    lab.wait_status(Duration::from_secs(20), |s| {
-        s.open_intents.is_empty()
-            && s.nodes
-                .iter()
-                .any(|n| n.name == node && n.stage == Stage::Off)
-    })
+    lab.wait_status(
+        &format!("{node} Off and no intent open"),
+        Duration::from_secs(20),
+        |s| {
+            s.open_intents.is_empty()
+                && s.nodes
+                    .iter()
+                    .any(|n| n.name == node && n.stage == Stage::Off)
+        },
+    )
     .await
     .unwrap();
     let offs: Vec<String> = lab
@@ -340,7 +363,10 @@ async fn kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts() {
     // are planned, sent or in flight, and none is verified.
     let end = tokio::time::Instant::now() + Duration::from_secs(30);
     while lab.proxy.log().iter().all(|l| !l.power_on) {
-        assert!(tokio::time::Instant::now() < end, "no Reset sent");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no power-on Reset reached the BMC proxy within 30 s"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     lab.kill_daemon();
@@ -362,7 +388,8 @@ async fn observe_mode_sends_nothing_to_the_bmcs() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
     let settings = format!("{QUICK}\nmode = \"observe\"");
     let lab = start_gang(&settings, FLEET, "train", 4).await;
-    let st = workload_in(&lab, "ml/train", "powering_on").await;
+    let st = workload_in(&lab, "ml/train", WorkloadState::PoweringOn).await;
+    // A few more rounds (tick 1 s): still nothing sent.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let w = st
         .workloads
@@ -370,7 +397,7 @@ async fn observe_mode_sends_nothing_to_the_bmcs() {
         .find(|w| w.workload == "ml/train")
         .unwrap();
     assert_eq!(w.powering_on.iter().cloned().collect::<BTreeSet<_>>(), r2());
-    let text = accordd::status::render_explain(&st, "ml/train").unwrap();
+    let text = render_explain(&st, "ml/train").unwrap();
     assert!(text.contains("would power on"), "{text}");
     // Not a single request, not even a read, reached a BMC.
     assert!(lab.proxy.log().is_empty(), "{:?}", lab.proxy.log());
@@ -521,16 +548,14 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
         });
         lab.api.apply(pod);
     }
-    let end = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let bound = nodes_of(&lab, "team-b/job-1-");
-        if bound.len() == 2 {
-            assert_eq!(bound, powered);
-            break;
-        }
-        assert!(tokio::time::Instant::now() < end, "{bound:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    lab.wait_lab(
+        "both team-b/job-1 pods bound",
+        Duration::from_secs(30),
+        |lab| nodes_of(lab, "team-b/job-1-").len() == 2,
+    )
+    .await
+    .unwrap();
+    assert_eq!(nodes_of(&lab, "team-b/job-1-"), powered);
     // Nothing else was powered on for either request.
     assert_eq!(lab.nodes_powered_on(), powered);
 }
@@ -543,15 +568,30 @@ async fn a_gang_that_goes_away_releases_its_booting_nodes() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
     let fleet = FLEET.replace("idle_power_off_after_s = 600", "idle_power_off_after_s = 3");
     let lab = start_gang(QUICK, &fleet, "train", 4).await;
-    lab.wait_status(Duration::from_secs(30), |s| {
-        s.nodes
-            .iter()
-            .filter(|n| matches!(n.stage, Stage::PoweringOn | Stage::Booting | Stage::AgentUp))
-            .count()
-            == 4
-    })
+    // Every r2 node on its way up. (Not "all four PoweringOn, Booting or
+    // AgentUp at once": the emulator lands each power-on 1–11 s after its
+    // Reset, so one node may be Ready before another is even on. None has
+    // the gang's pods: it binds only when all four are Ready.)
+    let up = [
+        Stage::PoweringOn,
+        Stage::Booting,
+        Stage::AgentUp,
+        Stage::Ready,
+    ];
+    lab.wait_status(
+        "r2's four nodes powering on for the gang",
+        Duration::from_secs(30),
+        |s| {
+            r2().iter().all(|name| {
+                s.nodes
+                    .iter()
+                    .any(|n| &n.name == name && up.contains(&n.stage))
+            })
+        },
+    )
     .await
     .unwrap();
+    assert_eq!(lab.submission_times("train").1, None, "bound already");
     // The job is cancelled while its nodes boot.
     for i in 0..4 {
         lab.api.delete("v1", "Pod", "ml", &format!("train-{i}"));
@@ -560,14 +600,25 @@ async fn a_gang_that_goes_away_releases_its_booting_nodes() {
         .delete("scheduling.k8s.io/v1beta1", "PodGroup", "ml", "train");
     // They come up, find nothing to do, and go dark again.
     let st = lab
-        .wait_status(Duration::from_secs(120), |s| {
-            s.nodes.iter().all(|n| n.stage == Stage::Off) && s.open_intents.is_empty()
-        })
+        .wait_status(
+            "every node Off in accordd's view, no intent open",
+            Duration::from_secs(120),
+            |s| s.nodes.iter().all(|n| n.stage == Stage::Off) && s.open_intents.is_empty(),
+        )
         .await
         .unwrap();
-    assert!(st.workloads.is_empty());
+    assert!(st.workloads.is_empty(), "{:?}", st.workloads);
+    // The lab's machines read the emulator on their own (every 500 ms, all
+    // nodes, on an emulator accordd is also polling): they see the last
+    // Off up to a poll after accordd's executor and BMC poller did.
+    lab.wait_lab(
+        "the lab's machines to see every BMC Off",
+        Duration::from_secs(10),
+        |lab| lab.nodes_on().is_empty(),
+    )
+    .await
+    .unwrap();
     assert_eq!(lab.nodes_powered_on(), r2(), "nothing else was powered on");
-    assert!(lab.nodes_on().is_empty());
     for n in r2() {
         let actions = lab
             .emulator

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use accord_redfish::testing::{start_emulator, start_static, EmulatorOptions, FakeSystem};
+use accord_testkit::sushy::{start_emulator, start_static, EmulatorOptions, FakeSystem};
 
 const USER: &str = "admin";
 const PASSWORD: &str = "pw-for-tests";
@@ -36,7 +36,7 @@ fn text(o: &Output) -> String {
 }
 
 /// sushy-emulator with these systems (id, powered on) behind basic auth.
-fn emulator_with_auth(systems: &[(&str, bool)]) -> accord_redfish::testing::Peer {
+fn emulator_with_auth(systems: &[(&str, bool)]) -> accord_testkit::sushy::Peer {
     let systems: Vec<FakeSystem> = systems
         .iter()
         .map(|(id, on)| FakeSystem {

@@ -3,7 +3,6 @@
 //! the planner's demand the way kube-scheduler sees them.
 
 pub mod cluster;
-pub mod fake_api;
 pub mod manifests;
 pub mod translate;
 pub mod watch;

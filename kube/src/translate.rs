@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use accord::demand::{sources_text, ObjectRef};
 use accord::demand::{
     AllocationMode, BoundPod, Claim, Constraint, Demand, DeviceClass, DeviceRequest, ExactRequest,
     NodeSelectorRequirement, NodeSelectorTerm, PodSet, PodSpec, SelectorOperator, TaintEffect,
@@ -73,7 +74,7 @@ impl Options {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct CannotPlan {
     pub workload: String,
-    pub sources: Vec<String>,
+    pub sources: Vec<ObjectRef>,
     pub reason: String,
 }
 
@@ -120,7 +121,7 @@ struct Unit<'a> {
     spec: &'a core::PodSpec,
     count: u32,
     created: u64,
-    source: String,
+    source: ObjectRef,
 }
 
 #[derive(Default)]
@@ -130,7 +131,7 @@ struct Group<'a> {
     owner_min: Option<u32>,
     owner_priority: Option<i32>,
     errors: Vec<String>,
-    sources: Vec<String>,
+    sources: Vec<ObjectRef>,
 }
 
 struct Index<'a> {
@@ -273,7 +274,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                     },
                     count,
                     created: created(&j.metadata),
-                    source: format!("Job {ns}/{name}"),
+                    source: ObjectRef::new("batch/v1", "Job", &ns, &name),
                 });
             }
             Object::Deployment(d) => {
@@ -290,7 +291,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                     spec: pod,
                     count: spec.replicas.unwrap_or(1).max(0) as u32,
                     created: created(&d.metadata),
-                    source: format!("Deployment {ns}/{name}"),
+                    source: ObjectRef::new("apps/v1", "Deployment", &ns, &name),
                 });
             }
             Object::JobSet(js) => {
@@ -317,7 +318,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                         spec: pod,
                         count,
                         created: created(&js.metadata),
-                        source: format!("JobSet {ns}/{name}"),
+                        source: ObjectRef::new("jobset.x-k8s.io/v1alpha2", "JobSet", &ns, &name),
                     });
                 }
             }
@@ -449,7 +450,7 @@ fn pod_unit<'a>(
         spec,
         count: 1,
         created: created(&p.metadata),
-        source: format!("Pod {ns}/{name}"),
+        source: ObjectRef::new("v1", "Pod", &ns, &name),
     });
 }
 
@@ -483,10 +484,7 @@ fn provisioning_request<'a>(
         return;
     }
     let (ns, name) = (ns_of(&pr.metadata), name_of(&pr.metadata));
-    let source = format!(
-        "ProvisioningRequest {ns}/{name} (class {})",
-        pr.spec.provisioning_class_name
-    );
+    let source = ObjectRef::new("autoscaling.x-k8s.io/v1", "ProvisioningRequest", &ns, &name);
     let g = groups
         .entry(GroupKey::Owner(
             "ProvisioningRequest",
@@ -552,14 +550,25 @@ fn workload(
     index: &Index,
 ) -> Result<Workload, CannotPlan> {
     let (ns, name) = key.name();
-    let mut sources: Vec<String> = match key {
+    let mut sources: Vec<ObjectRef> = match key {
         GroupKey::SchedPodGroup(ns, g) => {
-            vec![format!("PodGroup {ns}/{g} (scheduling.k8s.io/v1beta1)")]
+            vec![ObjectRef::new(
+                "scheduling.k8s.io/v1beta1",
+                "PodGroup",
+                ns,
+                g,
+            )]
         }
         GroupKey::Cosched(ns, g) => {
-            vec![format!("PodGroup {ns}/{g} (scheduling.x-k8s.io/v1alpha1)")]
+            vec![ObjectRef::new(
+                "scheduling.x-k8s.io/v1alpha1",
+                "PodGroup",
+                ns,
+                g,
+            )]
         }
-        GroupKey::Kueue(ns, g) => vec![format!("Kueue pod group {ns}/{g}")],
+        // A Kueue pod group is a label on its pods, not an object.
+        GroupKey::Kueue(ns, g) => vec![ObjectRef::new("", "KueuePodGroup", ns, g)],
         _ => Vec::new(),
     };
     sources.extend(group.sources.iter().cloned());
@@ -722,7 +731,7 @@ fn workload(
         },
         topology,
         reservation: None,
-        source: Some(sources.join(", ")),
+        sources,
         pod_sets,
     })
 }
@@ -1067,7 +1076,12 @@ fn device_class(c: &dra::DeviceClass, cannot: &mut Vec<CannotPlan>) -> DeviceCla
         Err(e) => {
             cannot.push(CannotPlan {
                 workload: format!("DeviceClass {name}"),
-                sources: vec![format!("DeviceClass {name}")],
+                sources: vec![ObjectRef::new(
+                    "resource.k8s.io/v1",
+                    "DeviceClass",
+                    "",
+                    &name,
+                )],
                 reason: e,
             });
             Vec::new()
@@ -1099,8 +1113,8 @@ impl Translation {
                 w.min(),
                 w.priority
             ));
-            if let Some(s) = &w.source {
-                out.push_str(&format!("  from: {s}\n"));
+            if !w.sources.is_empty() {
+                out.push_str(&format!("  from: {}\n", sources_text(&w.sources)));
             }
             if let Some(t) = &w.topology {
                 out.push_str(&format!(
@@ -1198,7 +1212,7 @@ impl Translation {
         for c in &self.cannot_plan {
             out.push_str(&format!("\ncannot plan {}: {}\n", c.workload, c.reason));
             if !c.sources.is_empty() {
-                out.push_str(&format!("  from: {}\n", c.sources.join(", ")));
+                out.push_str(&format!("  from: {}\n", sources_text(&c.sources)));
             }
         }
         if !self.unsupported.is_empty() {

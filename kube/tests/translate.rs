@@ -121,11 +121,9 @@ fn kueue_groups_jobs_and_topology() {
     let t = run(&["kueue/pods-kueue/kueue-pod-group.yaml"]);
     let w = workload(&t, "default/sample-group");
     assert_eq!((w.pod_count(), w.min()), (2, 2));
-    assert!(w
-        .source
-        .as_deref()
-        .unwrap()
-        .starts_with("Kueue pod group default/sample-group"));
+    assert_eq!(w.sources[0].kind, "KueuePodGroup");
+    assert_eq!(w.sources[0].key(), "default/sample-group");
+    assert!(w.sources[0].api_version.is_empty(), "a label, not an object");
 
     // A Kueue-managed Job is admitted whole: a gang of its parallelism.
     let t = run(&["kueue/tas/sample-job-unconstrained.yaml"]);
@@ -174,10 +172,10 @@ fn kueue_groups_jobs_and_topology() {
     let js = workload(&t, "default/jobset-tas-required");
     assert_eq!(js.topology.as_ref().unwrap().level, "rack");
     assert!(js
-        .source
-        .as_deref()
-        .unwrap()
-        .contains("JobSet default/jobset-tas-required"));
+        .sources
+        .iter()
+        .any(|s| s.to_string() == "JobSet default/jobset-tas-required"
+            && s.api_version == "jobset.x-k8s.io/v1alpha2"));
 }
 
 #[test]
@@ -230,11 +228,15 @@ fn coscheduling_and_provisioning_requests() {
     let t = run(&["written/provisioning-request.yaml"]);
     let w = workload(&t, "team-b/job-1-prov");
     assert_eq!((w.pod_count(), w.min()), (6, 6));
-    assert!(w
-        .source
-        .as_deref()
-        .unwrap()
-        .contains("best-effort-atomic-scale-up"));
+    assert_eq!(
+        w.sources[0],
+        accord::demand::ObjectRef::new(
+            "autoscaling.x-k8s.io/v1",
+            "ProvisioningRequest",
+            "team-b",
+            "job-1-prov"
+        )
+    );
     assert_eq!(w.pod_sets[0].pod.requests["nvidia.com/gpu"], "8");
 }
 

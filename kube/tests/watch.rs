@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use accord::fleet::{Fleet, TopologyConfig};
-use accord_kube::fake_api::FakeApi;
 use accord_kube::watch::DemandWatch;
 use accord_kube::write::{self, ProvisioningCondition};
 use accord_kube::{Options, Translation};
+use accord_testkit::fake_api::FakeApi;
 use serde_json::{json, Value};
 
 fn options() -> Options {
@@ -218,7 +218,7 @@ async fn bad_objects_never_stop_the_watchers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_the_cluster_lacks_is_said_once_and_the_rest_works() {
-    let resources: Vec<_> = accord_kube::fake_api::default_resources()
+    let resources: Vec<_> = accord_testkit::fake_api::default_resources()
         .into_iter()
         .filter(|r| r.plural != "jobsets")
         .collect();

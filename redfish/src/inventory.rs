@@ -18,12 +18,8 @@ use crate::error::Secret;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
-    #[error("{file}: cannot read")]
-    Read {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file cannot be read, is not TOML of the right shape (file,
+    /// line, column, key) or is invalid (every problem).
     #[error(transparent)]
     File(#[from] accord::config_file::ConfigFileError),
     #[error("node {node}: no BMC in the inventory")]
@@ -233,10 +229,8 @@ pub struct ResolvedBmc {
 
 impl Inventory {
     pub fn load(file: &Path) -> Result<Inventory, InventoryError> {
-        let text = std::fs::read_to_string(file).map_err(|source| InventoryError::Read {
-            file: file.to_owned(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(file)
+            .map_err(|source| accord::config_file::ConfigFileError::read(file, source))?;
         let base_dir = file.parent().map(Path::to_owned).unwrap_or_default();
         let mut inv: Inventory = accord::config_file::parse(&text, &file.display().to_string())?;
         inv.base_dir = base_dir;

@@ -16,7 +16,6 @@ pub mod inventory;
 pub mod model;
 pub mod ops;
 pub mod probe;
-pub mod testing;
 
 pub use client::{Bmc, BmcSettings, BmcTarget, Credentials, HttpPool, TlsMode};
 pub use error::{RedfishError, Secret};

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_redfish::testing::{start_emulator, EmulatorOptions};
 use accord_redfish::{Bmc, HttpPool, PowerState, RedfishError};
+use accord_testkit::sushy::{start_emulator, EmulatorOptions};
 use support::{fake, start_proxy, target, Faults};
 
 const USER: &str = "admin";
@@ -150,7 +150,7 @@ async fn graceful_then_force() {
     // Power-off disabled in the emulator: both are refused (400); Accord
     // tries graceful, then forced, and reports the BMC's message.
     let stuck = start_emulator(
-        &[accord_redfish::testing::FakeSystem {
+        &[accord_testkit::sushy::FakeSystem {
             id: "n1".into(),
             power_on: true,
         }],

@@ -8,8 +8,8 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use accord_redfish::testing::{start_emulator, EmulatorOptions};
 use accord_redfish::{Bmc, HttpPool, PowerState, RedfishError, TlsMode};
+use accord_testkit::sushy::{start_emulator, EmulatorOptions};
 use support::{fake, start_proxy, target, Faults};
 
 fn fixture(p: &str) -> std::path::PathBuf {
@@ -181,7 +181,7 @@ async fn an_untrusted_certificate_is_refused_unless_trusted_or_insecure() {
     // (sushy-static's HTTPS ends bodies without close_notify, which rustls
     // rightly refuses).
     let peer = start_emulator(
-        &[accord_redfish::testing::FakeSystem {
+        &[accord_testkit::sushy::FakeSystem {
             id: "n1".into(),
             power_on: true,
         }],
@@ -219,7 +219,7 @@ async fn an_untrusted_certificate_is_refused_unless_trusted_or_insecure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_listening_is_a_connect_error_after_the_retries() {
-    let port = accord_redfish::testing::free_port();
+    let port = accord_testkit::sushy::free_port();
     let pool = HttpPool::new(8);
     let bmc = Bmc::new(
         target("n1", &format!("http://127.0.0.1:{port}"), None, None),

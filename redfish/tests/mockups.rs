@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use accord_redfish::model::ResetTypesFrom;
 use accord_redfish::probe::probe;
-use accord_redfish::testing::start_static;
 use accord_redfish::{Bmc, HttpPool, PowerState, RedfishError};
+use accord_testkit::sushy::start_static;
 use serde_json::json;
 use support::target;
 

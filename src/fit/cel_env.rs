@@ -15,18 +15,7 @@ use std::sync::Arc;
 use cel::extractors::This;
 use cel::{Context, Program, Value};
 
-use crate::device::{AttrValue, Device};
-
-/// Attribute names that differ between otherwise identical devices.
-const NODE_SPECIFIC: &[&str] = &[
-    "uuid",
-    "UUID",
-    "pciBusID",
-    "pcieRoot",
-    "numaNode",
-    "clique",
-    "interface",
-];
+use crate::device::{AttrValue, Device, NODE_SPECIFIC};
 
 struct Expr {
     text: String,
@@ -79,39 +68,6 @@ impl std::fmt::Debug for CelEngine {
             .field("cached", &self.cache.len())
             .finish()
     }
-}
-
-/// FNV-1a: stable across runs and platforms, unlike `DefaultHasher`.
-fn fnv(h: &mut u64, bytes: &[u8]) {
-    for b in bytes {
-        *h ^= u64::from(*b);
-        *h = h.wrapping_mul(0x100_0000_01b3);
-    }
-    *h ^= 0xff;
-    *h = h.wrapping_mul(0x100_0000_01b3);
-}
-
-/// Identity of a device for selector purposes, ignoring node-specific
-/// attributes.
-pub fn fingerprint(device: &Device) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325;
-    fnv(&mut h, device.driver.as_bytes());
-    for (k, v) in &device.attributes {
-        if NODE_SPECIFIC.iter().any(|n| k.contains(n)) {
-            continue;
-        }
-        fnv(&mut h, k.as_bytes());
-        match v {
-            AttrValue::Bool(b) => fnv(&mut h, &[u8::from(*b)]),
-            AttrValue::Int(i) => fnv(&mut h, &i.to_le_bytes()),
-            AttrValue::String(s) => fnv(&mut h, s.as_bytes()),
-        }
-    }
-    for (k, v) in &device.capacity {
-        fnv(&mut h, k.as_bytes());
-        fnv(&mut h, &v.to_le_bytes());
-    }
-    h
 }
 
 /// Milli-units to base units, rounding up.
@@ -198,7 +154,7 @@ impl CelEngine {
     }
 
     /// Whether `device` satisfies expression `id`. `unique` identifies the
-    /// device in the fleet, `print` is its [`fingerprint`]. An expression
+    /// device in the fleet, `print` is its [`fingerprint`](crate::device::fingerprint). An expression
     /// that cannot be compiled or evaluated is an `Err` with the reason:
     /// never a silent match.
     /// Which of `devices` (at most 64) pass every expression in `exprs`, as

@@ -17,7 +17,7 @@ use crate::fleet::Node;
 use crate::quantity::{self, Milli};
 
 pub use cel_env::check as check_selector;
-pub use cel_env::fingerprint;
+pub use crate::device::fingerprint;
 pub use cel_env::CelEngine;
 pub(crate) use cel_env::FnvMap;
 pub use devices::{

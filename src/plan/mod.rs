@@ -113,9 +113,9 @@ pub struct WorkloadPlacement {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unsatisfied {
     pub workload: String,
-    /// The object it came from (`PodGroup ml/train-a`), for events.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
+    /// The objects it came from (its workload's sources), for events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<crate::demand::ObjectRef>,
     pub reason: String,
 }
 
@@ -674,7 +674,7 @@ impl<'f> Planner<'f> {
                 Ok(p) => placements.push(p),
                 Err(reason) => unsatisfied.push(Unsatisfied {
                     workload: w.key(),
-                    source: w.source.clone(),
+                    sources: w.sources.clone(),
                     reason,
                 }),
             }
@@ -1787,7 +1787,7 @@ pub fn render(plan: &Plan) -> String {
     }
     let _ = writeln!(s, "Unsatisfied ({})", plan.unsatisfied.len());
     for u in &plan.unsatisfied {
-        match &u.source {
+        match u.sources.first() {
             Some(src) => writeln!(s, "  {} ({src}): {}", u.workload, u.reason),
             None => writeln!(s, "  {}: {}", u.workload, u.reason),
         }

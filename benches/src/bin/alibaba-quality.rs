@@ -135,7 +135,7 @@ fn workload(k: usize, p: &TracePod) -> Workload {
         created: k as u64,
         topology: None,
         reservation: None,
-        source: None,
+        sources: Vec::new(),
         pod_sets: vec![PodSet {
             name: "p".into(),
             count: 1,

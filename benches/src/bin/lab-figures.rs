@@ -8,15 +8,17 @@
 //! figure is mostly the emulator's 1–11 s power-on delay).
 //! Goal (issue 7): pending → Reset under 1.5 s including the batch window.
 //!
-//! accordd runs as a child process: this binary with `--accordd CONFIG`
-//! runs `accordd::serve`, the code the `accordd` binary's thin main runs.
+//! accordd runs as a child process: this binary with `--accordd run
+//! --config FILE` runs `accordd::serve`, the code the `accordd` binary's
+//! thin main runs (and `--accordd check-config FILE` checks the file), so
+//! the figures are of a release build.
 //!
 //! `cargo run --release -p accord-benches --bin lab-figures [RUNS]`
 
 use std::path::Path;
 use std::time::Duration;
 
-use accordd::lab::{Lab, LabOptions, Scenario};
+use accord_lab::{Lab, LabOptions, Scenario};
 
 /// The lab settings and production control settings; the fleet and gang
 /// are the end-to-end tests' (three racks; the gang fits only r2).
@@ -33,7 +35,7 @@ transition_poll_ms = 1000
 "#;
 
 fn scenario_text() -> String {
-    use accordd::lab::fixtures::{gang, FLEET};
+    use accord_lab::fixtures::{gang, FLEET};
     format!(
         "{SETTINGS}\n{FLEET}\n[[submit]]\nname = \"gang\"\nrun_ms = 600000\nmanifests = \'\'\'\n{}\'\'\'\n",
         gang("gang", 4)
@@ -50,14 +52,15 @@ async fn one_run() -> anyhow::Result<(f64, f64)> {
     let lab = Lab::start(
         scenario,
         LabOptions {
-            accordd: std::env::current_exe()?,
+            accordd_prefix: vec!["--accordd".into()],
             daemon_log: Some(std::env::temp_dir().join("accord-lab-figures.log")),
-            narrate: false,
+            ..LabOptions::new(std::env::current_exe()?)
         },
     )
     .await?;
-    lab.start_daemon_with(&["--accordd"])?;
-    lab.wait_status(Duration::from_secs(60), |_| true).await?;
+    lab.start_daemon()?;
+    lab.wait_status("accordd's first round", Duration::from_secs(60), |_| true)
+        .await?;
     // A quiet moment: no batch window open when the gang arrives.
     tokio::time::sleep(Duration::from_secs(2)).await;
     lab.release("gang")?;
@@ -82,9 +85,13 @@ async fn one_run() -> anyhow::Result<(f64, f64)> {
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--accordd") {
-        // The daemon side: what `accordd run --config FILE` runs.
+        // The daemon side: what `accordd check-config FILE` and `accordd
+        // run --config FILE` run.
         let file = args.last().expect("run --config FILE");
         let config = accordd::config::DaemonConfig::load(Path::new(file))?;
+        if args.get(2).map(String::as_str) == Some("check-config") {
+            return Ok(());
+        }
         let runtime = tokio::runtime::Runtime::new()?;
         return runtime.block_on(accordd::serve(config, async {
             let _ = tokio::signal::ctrl_c().await;

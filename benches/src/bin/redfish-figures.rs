@@ -19,8 +19,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accord_redfish::testing::{start_emulator, EmulatorOptions, FakeSystem, Peer};
 use accord_redfish::{Bmc, BmcSettings, BmcTarget, HttpPool, TlsMode};
+use accord_testkit::sushy::{start_emulator, EmulatorOptions, FakeSystem, Peer};
 use tokio::sync::Semaphore;
 
 const POLL: Duration = Duration::from_secs(2);

@@ -16,7 +16,18 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "accordctl",
     version,
-    about = "Administer an Accord fleet through accordd"
+    about = "Administer an Accord fleet through accordd",
+    after_help = "\
+Exit status:
+  0  success
+  1  failure (for power and bios: any node failed; the output says which)
+  2  the command line is wrong
+
+Output: results on stdout (with --json, JSON only); messages and logs on stderr.
+
+Environment:
+  ACCORD_LOG  log filter (default `warn`)
+  NO_COLOR    set and not empty: no colour in logs (colour only on a terminal)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -272,40 +283,28 @@ struct DaemonArgs {
 }
 
 impl DaemonArgs {
-    fn call(&self, method: reqwest::Method, path: &str) -> anyhow::Result<serde_json::Value> {
+    /// Runs `f` with a client for accordd on a small runtime.
+    fn with<T, F: std::future::Future<Output = Result<T, accord_api::ClientError>>>(
+        &self,
+        f: impl FnOnce(accord_api::Client) -> F,
+    ) -> anyhow::Result<T> {
         let token = read(&self.token_file)?.trim().to_owned();
-        let url = format!("{}{path}", self.url.trim_end_matches('/'));
+        let ca_pem = match &self.ca_file {
+            Some(ca) => Some((ca.display().to_string(), read(ca)?.into_bytes())),
+            None => None,
+        };
+        let client = accord_api::Client::new(
+            &self.url,
+            &token,
+            accord_api::client::ClientOptions {
+                ca_pem,
+                ..Default::default()
+            },
+        )?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        runtime.block_on(async {
-            let mut client = reqwest::Client::builder();
-            if let Some(ca) = &self.ca_file {
-                let cert = reqwest::Certificate::from_pem(read(ca)?.as_bytes())
-                    .with_context(|| format!("{}: not a PEM certificate", ca.display()))?;
-                client = client.add_root_certificate(cert);
-            }
-            let resp = client
-                .build()?
-                .request(method, &url)
-                .bearer_auth(token)
-                .send()
-                .await
-                .with_context(|| format!("cannot reach accordd at {url}"))?;
-            let status = resp.status();
-            let text = resp.text().await.unwrap_or_default();
-            if !status.is_success() {
-                let reason = serde_json::from_str::<serde_json::Value>(&text)
-                    .ok()
-                    .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-                    .unwrap_or(text);
-                anyhow::bail!("{url}: {status}: {reason}");
-            }
-            if text.is_empty() {
-                return Ok(serde_json::Value::Null);
-            }
-            serde_json::from_str(&text).with_context(|| format!("{url}: answer is not JSON"))
-        })
+        Ok(runtime.block_on(f(client))?)
     }
 }
 
@@ -320,7 +319,7 @@ fn age(now: u64, then: u64) -> String {
     }
 }
 
-fn nodes_table(nodes: &[accordd::api::NodeView], now: u64) -> String {
+fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
     let mut rows =
         vec![["NAME", "RACK", "POWER", "GPUS", "MIG", "LAST SEEN", "STATE"].map(str::to_owned)];
     for n in nodes {
@@ -396,9 +395,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             now,
         }) => {
             let (Some(fleet), Some(demand)) = (fleet, demand) else {
-                let v = daemon.call(reqwest::Method::GET, "/v1/status")?;
-                let s: accordd::controller::ControlStatus =
-                    serde_json::from_value(v).context("accordd's status")?;
+                let s = daemon.with(|c| async move { c.status().await })?;
                 let plan = s.plan();
                 if json {
                     println!("{}", serde_json::to_string_pretty(&plan)?);
@@ -407,7 +404,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         "accordd round {} ({:?} mode){}",
                         s.round,
                         s.mode,
-                        if s.mode == accordd::control::Mode::Observe {
+                        if s.mode == accord_api::control::Mode::Observe {
                             ": nothing of this is sent"
                         } else {
                             ""
@@ -460,21 +457,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Status { daemon, json }) => {
-            let v = daemon.call(reqwest::Method::GET, "/v1/status")?;
+            let s = daemon.with(|c| async move { c.status().await })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
-                let s: accordd::controller::ControlStatus =
-                    serde_json::from_value(v).context("accordd's status")?;
-                print!("{}", accordd::status::render_status(&s));
+                print!("{}", accord_api::text::render_status(&s));
             }
             Ok(())
         }
         Some(Command::Explain { name, daemon }) => {
-            let v = daemon.call(reqwest::Method::GET, "/v1/status")?;
-            let s: accordd::controller::ControlStatus =
-                serde_json::from_value(v).context("accordd's status")?;
-            match accordd::status::render_explain(&s, &name) {
+            let s = daemon.with(|c| async move { c.status().await })?;
+            match accord_api::text::render_explain(&s, &name) {
                 Some(text) => {
                     print!("{text}");
                     Ok(())
@@ -485,12 +478,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Some(Command::Nodes { daemon, json }) => {
-            let v = daemon.call(reqwest::Method::GET, "/v1/nodes")?;
+            let nodes = daemon.with(|c| async move { c.nodes().await })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", serde_json::to_string_pretty(&nodes)?);
             } else {
-                let nodes: Vec<accordd::api::NodeView> =
-                    serde_json::from_value(v).context("accordd's node list")?;
                 print!("{}", nodes_table(&nodes, accordd::api::unix_now()));
             }
             Ok(())
@@ -502,22 +493,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
         }) => {
             if let ("replace", Some(target)) = (name.as_str(), &target) {
-                daemon.call(
-                    reqwest::Method::POST,
-                    &format!("/v1/nodes/{target}/replace"),
-                )?;
+                daemon.with(|c| async move { c.allow_replacement(target).await })?;
                 println!("{target}: its next report may come from a new machine");
                 return Ok(());
             }
             if target.is_some() {
                 anyhow::bail!("`node NAME` takes one name; did you mean `node replace NAME`?");
             }
-            let v = daemon.call(reqwest::Method::GET, &format!("/v1/nodes/{name}"))?;
+            let node = daemon.with(|c| {
+                let name = name.clone();
+                async move { c.node(&name).await }
+            })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", serde_json::to_string_pretty(&node)?);
             } else {
-                let node: accordd::api::NodeView =
-                    serde_json::from_value(v).context("accordd's node")?;
                 print!(
                     "{}",
                     nodes_table(std::slice::from_ref(&node), accordd::api::unix_now())
@@ -728,7 +717,9 @@ fn bmc_cmd(command: BmcCommand) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    accord_api::logging::init_logging("warn");
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("accordctl: error: {e:#}");

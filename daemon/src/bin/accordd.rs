@@ -2,6 +2,7 @@
 //! (agents report to its HTTP API; a sled store remembers across restarts);
 //! planning, Kubernetes and Redfish arrive in later releases.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,11 +13,26 @@ use clap::{Parser, Subcommand};
 // malloc (`heartbeat-figures`). accordctl plans with mimalloc; revisit when
 // the planner runs inside accordd (mimalloc plans about 15 % faster).
 
+/// sysexits.h EX_CONFIG: the configuration file is missing, unreadable,
+/// not TOML of the right shape, or invalid.
+const EX_CONFIG: u8 = 78;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "accordd",
     version,
-    about = "Accord's fleet daemon: keeps the hardware model, plans and powers GPU nodes"
+    about = "Accord's fleet daemon: keeps the hardware model, plans and powers GPU nodes",
+    after_help = "\
+Exit status:
+  0   success; `run` stops on SIGTERM or SIGINT: it stops serving, lets the
+      control loop and requests in flight finish, flushes and closes the store
+  1   any other failure (the store cannot be opened, the port cannot be bound, ...)
+  78  configuration error (EX_CONFIG): the file given to `run` or `check-config`
+      is missing, unreadable, not valid TOML or fails validation
+
+Environment:
+  ACCORD_LOG  log filter (default `info`); logs go to stderr, never stdout
+  NO_COLOR    set and not empty: no colour in logs (colour only on a terminal)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -32,28 +48,18 @@ enum Command {
     },
     /// Check a configuration file and report every problem.
     CheckConfig { file: PathBuf },
-    /// The local lab: one machine playing a datacenter (emulated BMCs, a
-    /// fake Kubernetes API, agents replaying recorded hardware, a stand-in
-    /// scheduler) with accordd running against it unmodified.
-    #[cfg(feature = "lab")]
+    /// The local lab, with this accordd running against it (`accordd lab
+    /// --help` for its options).
+    ///
+    /// One machine playing a datacenter: emulated BMCs, a fake Kubernetes
+    /// API, agents replaying recorded hardware, a stand-in scheduler. Runs
+    /// the `accord-lab` program (next to accordd, or on PATH) with the
+    /// arguments.
+    #[command(disable_help_flag = true)]
     Lab {
-        /// Scenario file (docs/lab.md); default: the embedded one.
-        #[arg(long, value_name = "FILE")]
-        scenario: Option<PathBuf>,
-        /// Stop when the scenario is done and every node is idle or off,
-        /// and print a summary.
-        #[arg(long)]
-        until_idle: bool,
-        /// Print the summary as JSON (and no narration).
-        #[arg(long)]
-        json: bool,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
-}
-
-fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ACCORD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
 }
 
 fn main() -> ExitCode {
@@ -67,79 +73,81 @@ fn main() -> ExitCode {
             .map(|_| println!("{}: ok", file.display()))
             .map_err(Into::into),
         Some(Command::Run { config }) => run(&config),
-        #[cfg(feature = "lab")]
-        Some(Command::Lab {
-            scenario,
-            until_idle,
-            json,
-        }) => lab(scenario.as_deref(), until_idle, json),
+        Some(Command::Lab { args }) => lab(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("accordd: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<accordd::config::ConfigError>().is_some() {
+                ExitCode::from(EX_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
 
 fn run(file: &std::path::Path) -> anyhow::Result<()> {
-    init_tracing("info");
+    accord_api::logging::init_logging("info");
     let config = accordd::config::DaemonConfig::load(file)?;
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(accordd::serve(config, async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-    }))
+    runtime.block_on(async {
+        // Installed before anything is served: a signal that comes early
+        // still stops the daemon gracefully.
+        let stop = stop_signal()?;
+        accordd::serve(config, stop).await
+    })
 }
 
-#[cfg(feature = "lab")]
-fn lab(scenario: Option<&std::path::Path>, until_idle: bool, json: bool) -> anyhow::Result<()> {
-    use accordd::lab::{Lab, LabOptions, Scenario};
-    // The lab's own lines, and the agents' warnings only (ten agents
-    // saying "hardware reported" is noise).
-    init_tracing("info,accord_agent=warn");
-    let scenario = match scenario {
-        Some(f) => Scenario::load(f)?,
-        None => Scenario::default_scenario(),
-    };
-    let until_off = scenario.lab.until_off;
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
-        let lab = Lab::start(
-            scenario,
-            LabOptions {
-                accordd: std::env::current_exe()?,
-                daemon_log: None,
-                narrate: !json,
-            },
-        )
-        .await?;
-        lab.start_daemon()?;
-        if !json {
-            tracing::info!(
-                target: "lab",
-                "watch it: ACCORD_URL={} ACCORD_ADMIN_TOKEN_FILE={} accordctl status | explain WORKLOAD",
-                lab.daemon_url,
-                lab.dir.path().join("admin-token").display()
-            );
-        }
-        let summary = if until_idle {
-            lab.run_until_idle(until_off).await?
-        } else {
-            let _ = tokio::signal::ctrl_c().await;
-            lab.summary(lab.status().await.as_ref())
+/// Resolves at the first SIGTERM (systemd's stop) or SIGINT (Ctrl-C).
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
         };
-        let status = lab.status().await;
-        lab.kill_daemon();
-        if json {
-            println!("{}", serde_json::to_string_pretty(&summary)?);
-        } else {
-            if let Some(s) = &status {
-                println!("\n$ accordctl status\n{}", accordd::status::render_status(s));
-            }
-            println!("lab summary\n{}", summary.render());
-        }
-        Ok(())
+        tracing::info!(signal = name, "shutting down");
     })
+}
+
+/// `accordd lab ARGS`: runs `accord-lab ARGS` in this process's place
+/// (git and cargo style external subcommand: accordd does not link the
+/// lab, whose in-process agents link hwloc). The program is `$ACCORD_LAB`,
+/// else `accord-lab` next to this accordd, else on PATH; it runs this
+/// accordd (`ACCORDD`) unless told otherwise.
+fn lab(args: Vec<OsString>) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().ok();
+    let program = std::env::var_os("ACCORD_LAB")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            exe.as_ref()
+                .map(|e| e.with_file_name("accord-lab"))
+                .filter(|p| p.is_file())
+        })
+        .or_else(|| {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|d| d.join("accord-lab"))
+                .find(|p| p.is_file())
+        })
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "the lab is its own program, accord-lab, and it is not next to this accordd \
+                 nor on PATH: build it with `cargo build -p accord-lab` (scripts/run does)"
+            )
+        })?;
+    let mut cmd = std::process::Command::new(&program);
+    cmd.arg0("accordd lab").args(&args);
+    if std::env::var_os("ACCORDD").is_none() {
+        if let Some(exe) = &exe {
+            cmd.env("ACCORDD", exe);
+        }
+    }
+    let e = cmd.exec();
+    Err(anyhow::anyhow!("{}: cannot run: {e}", program.display()))
 }

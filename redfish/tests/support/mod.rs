@@ -319,9 +319,9 @@ pub fn target(
     }
 }
 
-pub fn fake(ids: &[&str]) -> Vec<accord_redfish::testing::FakeSystem> {
+pub fn fake(ids: &[&str]) -> Vec<accord_testkit::sushy::FakeSystem> {
     ids.iter()
-        .map(|id| accord_redfish::testing::FakeSystem {
+        .map(|id| accord_testkit::sushy::FakeSystem {
             id: (*id).to_owned(),
             power_on: false,
         })

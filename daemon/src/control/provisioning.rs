@@ -1,6 +1,7 @@
 //! ProvisioningRequest conditions, as cluster-autoscaler's provisioning
 //! classes define them and Kueue's ProvisioningRequest admission check
-//! reads them (pure: what Accord planned in, the conditions to write out).
+//! reads them (pure: what Accord planned in, the conditions to write out;
+//! *observe* turns the Kubernetes object into [`ProvisioningSeen`]).
 //!
 //! - `check-capacity.autoscaling.x-k8s.io`: Provisioned=True when the pods
 //!   fit on nodes that are up now (nothing is powered on for it), else
@@ -15,16 +16,71 @@
 //!   at once (Failed=True).
 //! - A class Accord does not serve is left alone (another provisioner's).
 
-use accord_kube::manifests::ProvisioningRequest;
-use accord_kube::translate::{ACCORD_STRICT, BEST_EFFORT_ATOMIC, CHECK_CAPACITY};
-use accord_kube::write::ProvisioningCondition;
+use accord::demand::ObjectRef;
+use accord_api::control::{WorkloadState, WorkloadStatus};
 
-use crate::controller::WorkloadStatus;
+/// The classes Accord serves (`spec.provisioningClassName`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProvisioningClass {
+    /// `check-capacity.autoscaling.x-k8s.io`
+    CheckCapacity,
+    /// `best-effort-atomic-scale-up.autoscaling.x-k8s.io`
+    BestEffortAtomic,
+    /// `strict-atomic.accord.dev`
+    AccordStrict,
+    /// Another provisioner's: left alone.
+    Other(String),
+}
+
+/// One condition a request shows now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionSeen {
+    pub type_: String,
+    pub status: bool,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// Unix seconds of `lastTransitionTime`, when it parses.
+    pub last_transition: Option<u64>,
+}
+
+/// A ProvisioningRequest as the round sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvisioningSeen {
+    pub request: ObjectRef,
+    pub class: ProvisioningClass,
+    pub conditions: Vec<ConditionSeen>,
+}
+
+impl ProvisioningSeen {
+    /// The condition `type_` is True.
+    pub fn is(&self, type_: &str) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status)
+    }
+
+    /// When it became Provisioned, if it is.
+    pub fn provisioned_at(&self) -> Option<u64> {
+        self.conditions
+            .iter()
+            .find(|c| c.type_ == "Provisioned" && c.status)
+            .and_then(|c| c.last_transition)
+    }
+}
+
+/// A condition to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    pub type_: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
 
 /// What the round knows about one request.
 #[derive(Debug)]
 pub struct Seen<'a> {
-    pub pr: &'a ProvisioningRequest,
+    pub pr: &'a ProvisioningSeen,
     /// Its pending workload in this round's plan.
     pub workload: Option<&'a WorkloadStatus>,
     /// Why it cannot be planned at all (bad template, ...).
@@ -37,8 +93,8 @@ pub struct Seen<'a> {
     pub booking_expired: bool,
 }
 
-fn cond(type_: &str, status: bool, reason: &str, message: String) -> ProvisioningCondition {
-    ProvisioningCondition {
+fn cond(type_: &str, status: bool, reason: &str, message: String) -> Condition {
+    Condition {
         type_: type_.to_owned(),
         status,
         reason: reason.to_owned(),
@@ -47,9 +103,8 @@ fn cond(type_: &str, status: bool, reason: &str, message: String) -> Provisionin
 }
 
 /// The conditions that differ from what the request shows now.
-pub fn conditions(s: &Seen) -> Vec<ProvisioningCondition> {
-    let class = s.pr.spec.provisioning_class_name.as_str();
-    if !matches!(class, CHECK_CAPACITY | BEST_EFFORT_ATOMIC | ACCORD_STRICT) {
+pub fn conditions(s: &Seen) -> Vec<Condition> {
+    if let ProvisioningClass::Other(_) = s.pr.class {
         return Vec::new();
     }
     let mut want = Vec::new();
@@ -75,8 +130,8 @@ pub fn conditions(s: &Seen) -> Vec<ProvisioningCondition> {
             "Accepted",
             "accordd plans capacity for it".into(),
         ));
-        match (class, w.state.as_str()) {
-            (CHECK_CAPACITY, _) => {
+        match (&s.pr.class, w.state) {
+            (ProvisioningClass::CheckCapacity, _) => {
                 if s.fits_now == Some(true) {
                     want.push(cond(
                         "Provisioned",
@@ -94,13 +149,13 @@ pub fn conditions(s: &Seen) -> Vec<ProvisioningCondition> {
                     ));
                 }
             }
-            (ACCORD_STRICT, "cannot_place") => want.push(cond(
+            (ProvisioningClass::AccordStrict, WorkloadState::CannotPlace) => want.push(cond(
                 "Failed",
                 true,
                 "CapacityIsNotFound",
                 w.reason.clone().unwrap_or_default(),
             )),
-            (_, "cannot_place") => want.push(cond(
+            (_, WorkloadState::CannotPlace) => want.push(cond(
                 "Provisioned",
                 false,
                 "CapacityIsNotFound",
@@ -125,9 +180,9 @@ pub fn conditions(s: &Seen) -> Vec<ProvisioningCondition> {
         }
     }
     want.retain(|c| {
-        !s.pr.status.conditions.iter().any(|have| {
+        !s.pr.conditions.iter().any(|have| {
             have.type_ == c.type_
-                && (have.status == "True") == c.status
+                && have.status == c.status
                 && have.reason.as_deref() == Some(c.reason.as_str())
                 && have.message.as_deref() == Some(c.message.as_str())
         })
@@ -139,35 +194,53 @@ pub fn conditions(s: &Seen) -> Vec<ProvisioningCondition> {
 mod tests {
     use super::*;
 
-    fn pr(class: &str, conditions: serde_json::Value) -> ProvisioningRequest {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"namespace": "team-b", "name": "job-1-prov"},
-            "spec": {"provisioningClassName": class, "podSets": []},
-            "status": {"conditions": conditions},
-        }))
-        .unwrap()
+    const BEST_EFFORT_ATOMIC: ProvisioningClass = ProvisioningClass::BestEffortAtomic;
+    const ACCORD_STRICT: ProvisioningClass = ProvisioningClass::AccordStrict;
+    const CHECK_CAPACITY: ProvisioningClass = ProvisioningClass::CheckCapacity;
+
+    /// `conditions`: (type, status, reason, message).
+    fn pr(class: ProvisioningClass, conditions: &[(&str, bool, &str, &str)]) -> ProvisioningSeen {
+        ProvisioningSeen {
+            request: ObjectRef::new(
+                "autoscaling.x-k8s.io/v1",
+                "ProvisioningRequest",
+                "team-b",
+                "job-1-prov",
+            ),
+            class,
+            conditions: conditions
+                .iter()
+                .map(|(t, s, r, m)| ConditionSeen {
+                    type_: (*t).into(),
+                    status: *s,
+                    reason: Some((*r).into()),
+                    message: (!m.is_empty()).then(|| (*m).into()),
+                    last_transition: None,
+                })
+                .collect(),
+        }
     }
 
-    fn workload(state: &str) -> WorkloadStatus {
+    fn workload(state: WorkloadState) -> WorkloadStatus {
         WorkloadStatus {
             workload: "team-b/job-1-prov".into(),
-            source: None,
+            sources: Vec::new(),
             pods: 2,
             min: 2,
-            state: state.into(),
+            state,
             nodes: vec!["n1".into(), "n2".into()],
-            powering_on: if state == "powering_on" {
+            powering_on: if state == WorkloadState::PoweringOn {
                 vec!["n2".into()]
             } else {
                 vec![]
             },
             domain: None,
-            reason: (state == "cannot_place").then(|| "no room".into()),
+            reason: (state == WorkloadState::CannotPlace).then(|| "no room".into()),
             pending_s: 0.0,
         }
     }
 
-    fn seen<'a>(pr: &'a ProvisioningRequest, w: Option<&'a WorkloadStatus>) -> Seen<'a> {
+    fn seen<'a>(pr: &'a ProvisioningSeen, w: Option<&'a WorkloadStatus>) -> Seen<'a> {
         Seen {
             pr,
             workload: w,
@@ -178,7 +251,7 @@ mod tests {
         }
     }
 
-    fn kinds(c: &[ProvisioningCondition]) -> Vec<(String, bool, String)> {
+    fn kinds(c: &[Condition]) -> Vec<(String, bool, String)> {
         c.iter()
             .map(|c| (c.type_.clone(), c.status, c.reason.clone()))
             .collect()
@@ -186,8 +259,8 @@ mod tests {
 
     #[test]
     fn atomic_goes_accepted_provisioning_provisioned_then_expires() {
-        let p = pr(BEST_EFFORT_ATOMIC, serde_json::json!([]));
-        let w = workload("powering_on");
+        let p = pr(BEST_EFFORT_ATOMIC, &[]);
+        let w = workload(WorkloadState::PoweringOn);
         let c = conditions(&seen(&p, Some(&w)));
         assert_eq!(
             kinds(&c),
@@ -197,7 +270,7 @@ mod tests {
             ]
         );
         assert_eq!(c[1].message, "powering on n2");
-        let w = workload("placed");
+        let w = workload(WorkloadState::Placed);
         let mut s = seen(&p, Some(&w));
         s.nodes_up = true;
         assert_eq!(
@@ -207,7 +280,7 @@ mod tests {
         // Provisioned: nothing more until the booking runs out.
         let p = pr(
             BEST_EFFORT_ATOMIC,
-            serde_json::json!([{"type": "Provisioned", "status": "True", "reason": "Provisioned"}]),
+            &[("Provisioned", true, "Provisioned", "")],
         );
         assert!(conditions(&seen(&p, None)).is_empty());
         let mut s = seen(&p, None);
@@ -220,13 +293,13 @@ mod tests {
 
     #[test]
     fn what_cannot_be_placed_waits_or_fails_by_class() {
-        let w = workload("cannot_place");
-        let best = pr(BEST_EFFORT_ATOMIC, serde_json::json!([]));
+        let w = workload(WorkloadState::CannotPlace);
+        let best = pr(BEST_EFFORT_ATOMIC, &[]);
         assert_eq!(
             kinds(&conditions(&seen(&best, Some(&w))))[1],
             ("Provisioned".into(), false, "CapacityIsNotFound".into())
         );
-        let strict = pr(ACCORD_STRICT, serde_json::json!([]));
+        let strict = pr(ACCORD_STRICT, &[]);
         assert_eq!(
             kinds(&conditions(&seen(&strict, Some(&w))))[1],
             ("Failed".into(), true, "CapacityIsNotFound".into())
@@ -241,8 +314,8 @@ mod tests {
 
     #[test]
     fn check_capacity_never_waits_for_power_ons() {
-        let p = pr(CHECK_CAPACITY, serde_json::json!([]));
-        let w = workload("powering_on");
+        let p = pr(CHECK_CAPACITY, &[]);
+        let w = workload(WorkloadState::PoweringOn);
         let mut s = seen(&p, Some(&w));
         s.fits_now = Some(false);
         assert_eq!(
@@ -260,14 +333,14 @@ mod tests {
     fn unchanged_conditions_are_not_written_and_other_classes_are_left_alone() {
         let p = pr(
             BEST_EFFORT_ATOMIC,
-            serde_json::json!([
-                {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "accordd plans capacity for it"},
-                {"type": "Provisioned", "status": "False", "reason": "Provisioning", "message": "powering on n2"}
-            ]),
+            &[
+                ("Accepted", true, "Accepted", "accordd plans capacity for it"),
+                ("Provisioned", false, "Provisioning", "powering on n2"),
+            ],
         );
-        let w = workload("powering_on");
+        let w = workload(WorkloadState::PoweringOn);
         assert!(conditions(&seen(&p, Some(&w))).is_empty());
-        let other = pr("queued-provisioning.gke.io", serde_json::json!([]));
+        let other = pr(ProvisioningClass::Other("queued-provisioning.gke.io".into()), &[]);
         assert!(conditions(&seen(&other, Some(&w))).is_empty());
     }
 }

@@ -9,6 +9,8 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 use tracing::info;
 
+use accord_api::control::WorkloadState;
+
 use super::{binder, fetch_status, workload_keys, Ctx};
 
 /// The Kubernetes Node a lab machine registers: the fleet's labels (what
@@ -422,21 +424,21 @@ fn finish(ctx: &Ctx, i: usize, name: &str) {
 pub(super) async fn watch_status(ctx: Ctx) {
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let Some(st) = fetch_status(&ctx.http, &ctx.daemon_url).await else {
+        let Some(st) = fetch_status(&ctx.admin).await else {
             continue;
         };
         let mut r = ctx.record.lock().expect("lock");
         for i in 0..r.subs.len() {
             let keys = workload_keys(&r.subs[i]);
             for w in st.workloads.iter().filter(|w| keys.contains(&w.workload)) {
-                if w.state == "cannot_place" {
+                if w.state == WorkloadState::CannotPlace {
                     r.subs[i].cannot_place = w.reason.clone();
                 }
-                if w.state != "placed"
+                if w.state != WorkloadState::Placed
                     && r.explained.insert(format!("{}:{}", w.workload, w.state))
                     && ctx.narrate
                 {
-                    if let Some(text) = crate::status::render_explain(&st, &w.workload) {
+                    if let Some(text) = accord_api::text::render_explain(&st, &w.workload) {
                         info!(target: "lab", "accordctl explain {}\n{}", w.workload, text.trim_end());
                     }
                 }

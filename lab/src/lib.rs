@@ -1,6 +1,7 @@
 //! The local lab: one machine playing a datacenter, with `accordd` running
 //! against it unmodified (a child process, its own config file, the same
-//! format as production).
+//! format as production, HTTP to everything). The `accord-lab` binary
+//! ([`cli`]) is what `accordd lab` runs.
 //!
 //! - BMCs: `sushy-emulator --fake`, one system per fleet node, reached
 //!   through [`proxy::BmcProxy`] (which logs what accordd sends and plays
@@ -19,7 +20,7 @@
 //! per node power cycles, totals (powered on, powered on but never used,
 //! GPU-hours powered vs used, Resets sent).
 
-/// A `lab:` line, when the lab narrates (`accordd lab` without --json).
+/// A `lab:` line, when the lab narrates (`accord-lab` without --json).
 macro_rules! say {
     ($lab:expr, $($arg:tt)*) => {
         if $lab.narrate {
@@ -29,6 +30,7 @@ macro_rules! say {
 }
 
 pub mod binder;
+pub mod cli;
 pub mod fixtures;
 pub mod proxy;
 pub mod scenario;
@@ -42,21 +44,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use accord::fleet::Fleet;
-use accord_kube::fake_api::FakeApi;
+use accord_testkit::fake_api::FakeApi;
 use anyhow::Context;
 use serde_json::Value;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::controller::ControlStatus;
+use accord_api::control::{ControlStatus, Mode, WorkloadState};
 pub use scenario::Scenario;
 pub use summary::{NodeSummary, Summary, WorkloadSummary};
 
 /// Recorded hardware every lab agent replays: one HGX baseboard of a real
 /// DGX-2 (hwloc export) with a recorded 8 x H100 NVML view.
-const HWLOC_XML: &str =
-    include_str!("../../../tests/fixtures/hwloc/derived/dgx2-board0-no-nvml.xml");
-const NVML_SNAPSHOT: &str = include_str!("../../../tests/fixtures/nvml/h100-8gpu-mig.json");
+const HWLOC_XML: &str = include_str!("../../tests/fixtures/hwloc/derived/dgx2-board0-no-nvml.xml");
+const NVML_SNAPSHOT: &str = include_str!("../../tests/fixtures/nvml/h100-8gpu-mig.json");
 
 const ADMIN_TOKEN: &str = "lab-admin-token";
 const AGENT_TOKEN: &str = "lab-agent-token";
@@ -65,10 +66,27 @@ const AGENT_TOKEN: &str = "lab-agent-token";
 pub struct LabOptions {
     /// The accordd binary to run.
     pub accordd: PathBuf,
-    /// accordd's output: a file, or `None` for this process's stderr.
+    /// Arguments before accordd's own (`run --config FILE`,
+    /// `check-config FILE`): a bench binary that plays accordd.
+    pub accordd_prefix: Vec<String>,
+    /// accordd's output (stdout and stderr): a file, or `None` for this
+    /// process's stderr. Never this process's stdout, which is the
+    /// summary's (`--json`).
     pub daemon_log: Option<PathBuf>,
     /// Say what happens (`lab:` log lines, explanations).
     pub narrate: bool,
+}
+
+impl LabOptions {
+    /// Runs `accordd`, its output on this process's stderr, no narration.
+    pub fn new(accordd: impl Into<PathBuf>) -> LabOptions {
+        LabOptions {
+            accordd: accordd.into(),
+            accordd_prefix: Vec::new(),
+            daemon_log: None,
+            narrate: false,
+        }
+    }
 }
 
 /// What the lab keeps of one submission.
@@ -111,7 +129,7 @@ pub struct Lab {
     pub scenario: Scenario,
     pub fleet: Fleet,
     pub api: Arc<FakeApi>,
-    pub emulator: accord_redfish::testing::Peer,
+    pub emulator: accord_testkit::sushy::Peer,
     pub proxy: proxy::BmcProxy,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
@@ -121,7 +139,8 @@ pub struct Lab {
     record: Arc<Mutex<Record>>,
     started: Instant,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    http: reqwest::Client,
+    /// accordd's API, as the admin.
+    admin: accord_api::Client,
 }
 
 impl std::fmt::Debug for Lab {
@@ -158,7 +177,10 @@ struct Ctx {
     scenario: Arc<Scenario>,
     emulator_url: String,
     daemon_url: String,
+    /// accordd's API, as the admin.
+    admin: accord_api::Client,
     dir: PathBuf,
+    /// The lab's own reads of the emulator.
     http: reqwest::Client,
     narrate: bool,
     started: Instant,
@@ -176,15 +198,15 @@ impl Lab {
             .prefix("accord-lab")
             .tempdir()
             .context("cannot make the lab directory")?;
-        let systems: Vec<accord_redfish::testing::FakeSystem> = fleet
+        let systems: Vec<accord_testkit::sushy::FakeSystem> = fleet
             .nodes
             .iter()
-            .map(|n| accord_redfish::testing::FakeSystem {
+            .map(|n| accord_testkit::sushy::FakeSystem {
                 id: n.name.clone(),
                 power_on: n.power == accord::fleet::PowerState::On,
             })
             .collect();
-        let emulator = accord_redfish::testing::start_emulator(&systems, &Default::default())
+        let emulator = accord_testkit::sushy::start_emulator(&systems, &Default::default())
             .map_err(|e| anyhow::anyhow!("sushy-emulator: {e}"))?;
         let proxy = proxy::BmcProxy::start(
             &emulator.url(),
@@ -192,7 +214,7 @@ impl Lab {
         )
         .await?;
         let api = Arc::new(FakeApi::start().await);
-        let port = accord_redfish::testing::free_port();
+        let port = accord_testkit::sushy::free_port();
         let daemon_url = format!("http://127.0.0.1:{port}");
         let d = dir.path();
         std::fs::write(d.join("topology.xml"), HWLOC_XML)?;
@@ -214,8 +236,8 @@ impl Lab {
         control.insert(
             "mode".into(),
             toml::Value::from(match scenario.lab.mode {
-                crate::control::Mode::Act => "act",
-                crate::control::Mode::Observe => "observe",
+                Mode::Act => "act",
+                Mode::Observe => "observe",
             }),
         );
         let mut config = toml::Table::new();
@@ -259,13 +281,12 @@ impl Lab {
         std::fs::write(
             &config_path,
             format!(
-                "# Written by `accordd lab`: accordd's configuration for this lab.\n{}",
+                "# Written by the lab (`accordd lab`): accordd's configuration for this lab.\n{}",
                 toml::to_string(&config)?
             ),
         )?;
         // Fail here, with accordd's own words, rather than in the child.
-        crate::config::DaemonConfig::load(&config_path)
-            .with_context(|| format!("the lab's accordd.toml ({})", config_path.display()))?;
+        check_config(&options, &config_path)?;
 
         let mut record = Record::default();
         for n in &fleet.nodes {
@@ -284,6 +305,14 @@ impl Lab {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()?;
+        let admin = accord_api::Client::new(
+            &daemon_url,
+            ADMIN_TOKEN,
+            accord_api::client::ClientOptions {
+                timeout: Duration::from_secs(10),
+                ..Default::default()
+            },
+        )?;
         let scenario = Arc::new(scenario);
         let fleet = Arc::new(fleet);
         let ctx = Ctx {
@@ -293,8 +322,9 @@ impl Lab {
             scenario: scenario.clone(),
             emulator_url: emulator.url(),
             daemon_url: daemon_url.clone(),
+            admin: admin.clone(),
             dir: d.to_owned(),
-            http: http.clone(),
+            http,
             narrate: options.narrate,
             started,
         };
@@ -319,7 +349,7 @@ impl Lab {
             record,
             started,
             tasks,
-            http,
+            admin,
         })
     }
 
@@ -344,16 +374,11 @@ impl Lab {
         (r.subs[i].submitted, r.subs[i].bound)
     }
 
-    /// Starts `accordd run --config` on the lab's configuration.
+    /// Starts `accordd run --config` on the lab's configuration; its
+    /// output goes to [`LabOptions::daemon_log`] or this process's stderr.
     pub fn start_daemon(&self) -> anyhow::Result<()> {
-        self.start_daemon_with(&[])
-    }
-
-    /// The same, with `prefix` arguments before `run` (a bench binary
-    /// that plays accordd).
-    pub fn start_daemon_with(&self, prefix: &[&str]) -> anyhow::Result<()> {
         let mut cmd = Command::new(&self.options.accordd);
-        cmd.args(prefix)
+        cmd.args(&self.options.accordd_prefix)
             .arg("run")
             .arg("--config")
             .arg(&self.config)
@@ -361,13 +386,8 @@ impl Lab {
         if std::env::var_os("ACCORD_LOG").is_none() {
             cmd.env("ACCORD_LOG", "info,accordd::api=warn");
         }
-        if let Some(log) = &self.options.daemon_log {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)?;
-            cmd.stdout(f.try_clone()?).stderr(f);
-        }
+        let (out, err) = daemon_output(self.options.daemon_log.as_deref())?;
+        cmd.stdout(out).stderr(err);
         let child = cmd
             .spawn()
             .with_context(|| format!("{}: cannot start", self.options.accordd.display()))?;
@@ -395,7 +415,7 @@ impl Lab {
 
     /// accordd's last control round (`GET /v1/status`).
     pub async fn status(&self) -> Option<ControlStatus> {
-        fetch_status(&self.http, &self.daemon_url).await
+        fetch_status(&self.admin).await
     }
 
     /// Resets accordd sent for `node`, as the emulator logged them (a
@@ -423,7 +443,7 @@ impl Lab {
                     && keys.iter().all(|k| {
                         st.workloads
                             .iter()
-                            .any(|w| &w.workload == k && w.state == "cannot_place")
+                            .any(|w| &w.workload == k && w.state == WorkloadState::CannotPlace)
                     })
             })
         })
@@ -463,23 +483,57 @@ impl Lab {
         }
     }
 
-    /// Waits until `what` holds for accordd's status, up to `timeout`.
+    /// Waits until `cond` holds for accordd's status, up to `timeout`;
+    /// the error names `what` was waited for, with accordd's last status
+    /// (or that accordd exited).
     pub async fn wait_status(
         &self,
+        what: &str,
         timeout: Duration,
-        what: impl Fn(&ControlStatus) -> bool,
+        cond: impl Fn(&ControlStatus) -> bool,
     ) -> anyhow::Result<ControlStatus> {
         let end = Instant::now() + timeout;
         loop {
-            if let Some(s) = self.status().await {
-                if what(&s) {
-                    return Ok(s);
+            let status = self.status().await;
+            if let Some(s) = &status {
+                if cond(s) {
+                    return Ok(status.expect("checked"));
                 }
             }
+            if let Some(code) = self.daemon_exited() {
+                anyhow::bail!("waiting for {what}: accordd exited ({code})");
+            }
             if Instant::now() > end {
-                anyhow::bail!("accordd's status did not get there within {timeout:?}");
+                anyhow::bail!(
+                    "waited {timeout:?} for {what}; accordd's last status:\n{}",
+                    status
+                        .as_ref()
+                        .map(accord_api::text::render_status)
+                        .unwrap_or_else(|| "(none)".into())
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until `cond` holds for the lab itself (its machines, the
+    /// fake API, the proxy's log), up to `timeout`; the error names `what`
+    /// was waited for.
+    pub async fn wait_lab(
+        &self,
+        what: &str,
+        timeout: Duration,
+        cond: impl Fn(&Lab) -> bool,
+    ) -> anyhow::Result<()> {
+        let end = Instant::now() + timeout;
+        loop {
+            if cond(self) {
+                return Ok(());
+            }
+            if Instant::now() > end {
+                anyhow::bail!("waited {timeout:?} for {what}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -630,6 +684,54 @@ impl Lab {
     }
 }
 
+/// Where accordd's stdout and stderr go: the log file, else this
+/// process's stderr (never its stdout: `--json` prints the summary there).
+fn daemon_output(log: Option<&Path>) -> anyhow::Result<(Stdio, Stdio)> {
+    use std::os::fd::AsFd;
+    Ok(match log {
+        Some(log) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .with_context(|| format!("{}: cannot open", log.display()))?;
+            (f.try_clone()?.into(), f.into())
+        }
+        None => {
+            let err = std::io::stderr().as_fd().try_clone_to_owned()?;
+            (err.try_clone()?.into(), err.into())
+        }
+    })
+}
+
+/// `accordd check-config FILE`: the lab's accordd.toml, checked by the
+/// accordd it will run (its own words on a problem).
+fn check_config(options: &LabOptions, config: &Path) -> anyhow::Result<()> {
+    let out = Command::new(&options.accordd)
+        .args(&options.accordd_prefix)
+        .arg("check-config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| {
+            format!(
+                "{}: cannot run (the accordd binary the lab runs; build it with \
+                 `cargo build -p accord-daemon`, or name it with --accordd or ACCORDD)",
+                options.accordd.display()
+            )
+        })?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "the lab's accordd.toml ({}): {} check-config: {}{}",
+            config.display(),
+            options.accordd.display(),
+            String::from_utf8_lossy(&out.stderr).trim(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+    }
+    Ok(())
+}
+
 fn reset_path(node: &str) -> String {
     format!("/redfish/v1/Systems/{node}/Actions/ComputerSystem.Reset")
 }
@@ -653,15 +755,7 @@ fn workload_keys(s: &SubState) -> BTreeSet<String> {
     keys
 }
 
-async fn fetch_status(http: &reqwest::Client, url: &str) -> Option<ControlStatus> {
-    let r = http
-        .get(format!("{url}/v1/status"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .ok()?;
-    if !r.status().is_success() {
-        return None;
-    }
-    r.json().await.ok()
+/// accordd's last round; `None` while it is not up (or has no round yet).
+async fn fetch_status(admin: &accord_api::Client) -> Option<ControlStatus> {
+    admin.status().await.ok()
 }

@@ -34,7 +34,7 @@ pub struct Scenario {
 #[serde(deny_unknown_fields, default)]
 pub struct LabSettings {
     /// `act` (accordd powers nodes) or `observe` (it only plans).
-    pub mode: crate::control::Mode,
+    pub mode: accord_api::control::Mode,
     /// BMC On → the node's agent starts (firmware, POST, OS boot).
     pub boot_delay_ms: u64,
     /// Agent up → the Kubernetes Node registers Ready (kubelet, drivers).
@@ -54,7 +54,7 @@ pub struct LabSettings {
 impl Default for LabSettings {
     fn default() -> Self {
         LabSettings {
-            mode: crate::control::Mode::Act,
+            mode: accord_api::control::Mode::Act,
             boot_delay_ms: 4000,
             kubelet_delay_ms: 1000,
             heartbeat_ms: 2000,
@@ -73,7 +73,7 @@ pub struct Submission {
     /// Shown in the summary.
     pub name: String,
     /// Milliseconds after the lab starts; unset: when a test releases it
-    /// ([`crate::lab::Lab::release`]).
+    /// ([`crate::Lab::release`]).
     #[serde(default)]
     pub at_ms: Option<u64>,
     /// The pods finish (and are deleted) this long after the last binds.

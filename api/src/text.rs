@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::controller::{describe, ControlStatus, WorkloadStatus};
+use crate::control::{describe, ControlStatus, Mode, WorkloadState, WorkloadStatus};
 
 /// The fleet summary: nodes by stage, per node, pending workloads, actions.
 pub fn render_status(s: &ControlStatus) -> String {
@@ -59,13 +59,13 @@ pub fn render_status(s: &ControlStatus) -> String {
             ));
         }
     }
-    for (w, reason) in &s.cannot_plan {
-        out.push_str(&format!("cannot plan {w}: {reason}\n"));
+    for c in &s.cannot_plan {
+        out.push_str(&format!("cannot plan {}: {}\n", c.workload, c.reason));
     }
     if !s.actions.is_empty() {
         out.push_str(&format!(
             "\n{} ({}):\n",
-            if s.mode == crate::control::Mode::Act {
+            if s.mode == Mode::Act {
                 "actions this round"
             } else {
                 "would do (observe mode)"
@@ -90,10 +90,10 @@ pub fn render_status(s: &ControlStatus) -> String {
 }
 
 fn detail(w: &WorkloadStatus) -> String {
-    match w.state.as_str() {
-        "cannot_place" => w.reason.clone().unwrap_or_default(),
-        "powering_on" => format!("powering on {}", w.powering_on.join(", ")),
-        _ => format!("fits on {}", w.nodes.join(", ")),
+    match w.state {
+        WorkloadState::CannotPlace => w.reason.clone().unwrap_or_default(),
+        WorkloadState::PoweringOn => format!("powering on {}", w.powering_on.join(", ")),
+        WorkloadState::Placed => format!("fits on {}", w.nodes.join(", ")),
     }
 }
 
@@ -124,7 +124,11 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
     };
     let mut out = String::new();
     let w = s.workloads.iter().find(|x| x.workload == workload);
-    let cannot = s.cannot_plan.iter().find(|(k, _)| *k == workload);
+    let cannot = s
+        .cannot_plan
+        .iter()
+        .find(|c| c.workload == workload)
+        .map(|c| &c.reason);
     if let Some(p) = &pod {
         out.push_str(&format!("pod {p} belongs to workload {workload}\n"));
     }
@@ -135,7 +139,7 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
         .map(|(p, _)| p)
         .collect();
     match (w, cannot) {
-        (_, Some((_, reason))) => {
+        (_, Some(reason)) => {
             out.push_str(&format!(
                 "{workload}: Accord cannot plan it: {reason}\nnothing will be powered on for it\n"
             ));
@@ -146,20 +150,21 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
                 w.workload,
                 w.pods,
                 w.min,
-                w.source
-                    .as_deref()
-                    .map(|s| format!(" ({s})"))
-                    .unwrap_or_default(),
+                if w.sources.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", accord::demand::sources_text(&w.sources))
+                },
                 w.pending_s
             ));
-            match w.state.as_str() {
-                "cannot_place" => out.push_str(&format!(
+            match w.state {
+                WorkloadState::CannotPlace => out.push_str(&format!(
                     "Accord: cannot place it: {}\nAccord: nothing will be powered on for it\n",
                     w.reason.as_deref().unwrap_or("")
                 )),
-                "powering_on" => out.push_str(&format!(
+                WorkloadState::PoweringOn => out.push_str(&format!(
                     "Accord: {} {} for it{}; its pods go to {}\n",
-                    if s.mode == crate::control::Mode::Act {
+                    if s.mode == Mode::Act {
                         "powering on"
                     } else {
                         "would power on (observe mode: nothing is sent)"
@@ -171,7 +176,7 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
                         .unwrap_or_default(),
                     w.nodes.join(", ")
                 )),
-                _ => out.push_str(&format!(
+                WorkloadState::Placed => out.push_str(&format!(
                     "Accord: it fits on nodes that are up or coming up: {}{}\n",
                     w.nodes.join(", "),
                     w.domain
@@ -208,13 +213,13 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
             .map(|n| n.name.as_str())
             .collect();
         if let Some(w) = w {
-            let verdict = match w.state.as_str() {
-                "placed" if !w.nodes.is_empty() && w.nodes.iter().all(|n| up.contains(n.as_str())) => {
+            let verdict = match w.state {
+                WorkloadState::Placed if !w.nodes.is_empty() && w.nodes.iter().all(|n| up.contains(n.as_str())) => {
                     "DISAGREE: Accord finds room on Ready nodes the scheduler refused; check taints, selectors and device plugins on those nodes"
                 }
-                "placed" => "agree: it does not fit yet; Accord's nodes are still coming up",
-                "powering_on" => "agree: it does not fit on nodes that are up; Accord powers nodes on for it",
-                _ => "agree: it fits nowhere",
+                WorkloadState::Placed => "agree: it does not fit yet; Accord's nodes are still coming up",
+                WorkloadState::PoweringOn => "agree: it does not fit on nodes that are up; Accord powers nodes on for it",
+                WorkloadState::CannotPlace => "agree: it fits nowhere",
             };
             out.push_str(&format!("{verdict}\n"));
         }

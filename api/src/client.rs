@@ -1,0 +1,238 @@
+//! The one typed HTTP client for accordd's `/v1` API: the agent's reports
+//! and heartbeats, accordctl's and the lab's status and node views. Async
+//! (reqwest); the caller brings the runtime.
+
+use std::time::Duration;
+
+use accord::hardware::NodeHardware;
+use serde::de::DeserializeOwned;
+
+use crate::agent::{AgentReply, Heartbeat, Report};
+use crate::control::ControlStatus;
+use crate::nodes::NodeView;
+
+/// Why a call to accordd did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{ca}: not a PEM certificate")]
+    Certificate {
+        ca: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("cannot build the HTTP client")]
+    Build(#[source] reqwest::Error),
+    #[error("accordd unreachable at {url}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// accordd answered with an error status; `reason` is its JSON
+    /// `error` field (or the body).
+    #[error("{url}: accordd answered {status}: {reason}")]
+    Refused {
+        url: String,
+        status: reqwest::StatusCode,
+        reason: String,
+    },
+    #[error("{url}: the answer is not what this client expects")]
+    Decode {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status accordd answered with, if it answered.
+    pub fn status(&self) -> Option<reqwest::StatusCode> {
+        match self {
+            ClientError::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A client for one accordd, with one bearer token (an agent's or the
+/// admin's).
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a client is built from.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// A PEM CA certificate to trust (for an `https` URL), and where it
+    /// came from (for errors).
+    pub ca_pem: Option<(String, Vec<u8>)>,
+    /// Per request.
+    pub timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            ca_pem: None,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Client {
+    pub fn new(base: &str, token: &str, options: ClientOptions) -> Result<Client, ClientError> {
+        let mut http = reqwest::Client::builder().timeout(options.timeout);
+        if let Some((ca, pem)) = &options.ca_pem {
+            let cert = reqwest::Certificate::from_pem(pem).map_err(|source| {
+                ClientError::Certificate {
+                    ca: ca.clone(),
+                    source,
+                }
+            })?;
+            http = http.add_root_certificate(cert);
+        }
+        Ok(Client {
+            http: http.build().map_err(ClientError::Build)?,
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Option<T>, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .http
+            .request(method, &url)
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        let resp = req.send().await.map_err(|source| ClientError::Unreachable {
+            url: url.clone(),
+            source,
+        })?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                url: url.clone(),
+                source,
+            })?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            let reason = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+                .unwrap_or_else(|| text.into_owned());
+            return Err(ClientError::Refused {
+                url,
+                status,
+                reason,
+            });
+        }
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| ClientError::Decode { url, source })
+    }
+
+    async fn expect<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T, ClientError> {
+        let url = format!("{}{path}", self.base);
+        match self.call(method, path, body).await? {
+            Some(v) => Ok(v),
+            None => Err(ClientError::Decode {
+                url,
+                source: serde::de::Error::custom("empty answer"),
+            }),
+        }
+    }
+
+    /// `GET /v1/health` (no token needed): accordd's version.
+    pub async fn health(&self) -> Result<serde_json::Value, ClientError> {
+        self.expect(reqwest::Method::GET, "/v1/health", None).await
+    }
+
+    /// An agent's hardware report.
+    pub async fn report(
+        &self,
+        node: &str,
+        hardware: &NodeHardware,
+        agent_version: &str,
+    ) -> Result<AgentReply, ClientError> {
+        let body = serde_json::to_vec(&Report {
+            agent_version: Some(agent_version.to_owned()),
+            hardware: hardware.clone(),
+        })
+        .expect("reports serialize");
+        self.expect(
+            reqwest::Method::POST,
+            &format!("/v1/nodes/{node}/report"),
+            Some(body),
+        )
+        .await
+    }
+
+    /// An agent's sign of life.
+    pub async fn heartbeat(&self, node: &str, beat: &Heartbeat) -> Result<AgentReply, ClientError> {
+        let body = serde_json::to_vec(beat).expect("heartbeats serialize");
+        self.expect(
+            reqwest::Method::POST,
+            &format!("/v1/nodes/{node}/heartbeat"),
+            Some(body),
+        )
+        .await
+    }
+
+    /// The control loop's last round.
+    pub async fn status(&self) -> Result<ControlStatus, ClientError> {
+        self.expect(reqwest::Method::GET, "/v1/status", None).await
+    }
+
+    pub async fn nodes(&self) -> Result<Vec<NodeView>, ClientError> {
+        self.expect(reqwest::Method::GET, "/v1/nodes", None).await
+    }
+
+    pub async fn node(&self, name: &str) -> Result<NodeView, ClientError> {
+        self.expect(reqwest::Method::GET, &format!("/v1/nodes/{name}"), None)
+            .await
+    }
+
+    /// Lets the node's next report carry a new machine identity.
+    pub async fn allow_replacement(&self, name: &str) -> Result<(), ClientError> {
+        self.call::<serde_json::Value>(
+            reqwest::Method::POST,
+            &format!("/v1/nodes/{name}/replace"),
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+}

@@ -1,0 +1,196 @@
+//! The control loop's last round as `GET /v1/status` serves it, and the
+//! power intents it shows in flight.
+
+use std::collections::BTreeMap;
+
+use accord::demand::ObjectRef;
+use accord::lifecycle::Stage;
+use accord::plan::{Action, Plan, Unsatisfied, WorkloadPlacement};
+use serde::{Deserialize, Serialize};
+
+/// `observe`: plan, explain, log, expose; act on nothing (where admins
+/// start). `act`: execute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Observe,
+    Act,
+}
+
+/// One node as the last round saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
+    pub stage: Stage,
+    pub since: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub pods: u32,
+    pub gpus: u32,
+    /// The BMC's last power reading (`None`: not read, or observe mode).
+    #[serde(default)]
+    pub bmc_on: Option<bool>,
+}
+
+/// What Accord makes of a pending workload this round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkloadState {
+    /// Fits on nodes that are up or coming up.
+    Placed,
+    /// This round's plan powers nodes on for it.
+    PoweringOn,
+    /// Fits nowhere Accord can make room; `reason` says why.
+    CannotPlace,
+}
+
+impl WorkloadState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadState::Placed => "placed",
+            WorkloadState::PoweringOn => "powering_on",
+            WorkloadState::CannotPlace => "cannot_place",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkloadState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A pending workload and what Accord makes of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadStatus {
+    /// `namespace/name`.
+    pub workload: String,
+    /// The objects it came from, the defining one first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<ObjectRef>,
+    pub pods: u32,
+    pub min: u32,
+    pub state: WorkloadState,
+    /// The nodes the plan puts its pods on.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// Nodes powered on for it this round.
+    #[serde(default)]
+    pub powering_on: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Seconds since Accord first saw it pending.
+    pub pending_s: f64,
+}
+
+/// An object that cannot be planned at all, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CannotPlan {
+    pub workload: String,
+    pub reason: String,
+}
+
+/// What `GET /v1/status` answers: the last round.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ControlStatus {
+    pub mode: Mode,
+    pub round: u64,
+    /// Unix seconds of the round.
+    pub at: u64,
+    pub planner_ms: f64,
+    pub nodes: Vec<NodeStatus>,
+    pub workloads: Vec<WorkloadStatus>,
+    /// Objects that cannot be planned at all, with the reason.
+    pub cannot_plan: Vec<CannotPlan>,
+    /// The round's plan (in observe mode: what Accord would do).
+    pub actions: Vec<Action>,
+    #[serde(default)]
+    pub placements: Vec<WorkloadPlacement>,
+    #[serde(default)]
+    pub unsatisfied: Vec<Unsatisfied>,
+    /// Pending pod (`ns/name`) → its workload.
+    pub pods: BTreeMap<String, String>,
+    /// Pending pod → the scheduler's word on it (its PodScheduled
+    /// condition message).
+    pub scheduler: BTreeMap<String, String>,
+    /// Power actions in flight (journal intents not yet done).
+    pub open_intents: Vec<Intent>,
+    /// Recent lifecycle changes, newest last.
+    pub recent: Vec<String>,
+}
+
+impl ControlStatus {
+    /// The round's plan, as `accordctl plan` shows it.
+    pub fn plan(&self) -> Plan {
+        Plan {
+            actions: self.actions.clone(),
+            placements: self.placements.clone(),
+            unsatisfied: self.unsatisfied.clone(),
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// What a power intent asks of a BMC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum IntentAction {
+    PowerOn,
+    PowerOff { force: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum IntentState {
+    /// Written; the BMC has not been called.
+    Planned,
+    /// The BMC is being (or was) called: a crash here must not resend at
+    /// once (the BMC may have accepted it).
+    Sent { at: u64 },
+    Done { at: u64 },
+    Failed { at: u64, reason: String },
+}
+
+/// One power action in the intent journal (the journal's record, as
+/// `accordctl status` shows those in flight).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    pub id: u64,
+    pub node: String,
+    pub action: IntentAction,
+    pub created: u64,
+    /// The workloads it serves (`ns/name`), for explanations.
+    pub for_workloads: Vec<String>,
+    pub state: IntentState,
+}
+
+impl Intent {
+    pub fn is_open(&self) -> bool {
+        matches!(self.state, IntentState::Planned | IntentState::Sent { .. })
+    }
+}
+
+/// One line for an action, for logs and `accordctl explain`.
+pub fn describe(a: &Action) -> String {
+    match a {
+        Action::PowerOn {
+            node,
+            wave,
+            for_workloads,
+        } => format!(
+            "power on {node} (wave {wave}) for {}",
+            for_workloads.join(", ")
+        ),
+        Action::PowerOff { node, reason } => format!("power off {node}: {reason}"),
+        Action::ApplyBiosProfile { node, profile } => {
+            format!("apply BIOS profile {profile} to {node} before boot")
+        }
+        Action::ReconfigureMig {
+            node, gpu, layout, ..
+        } => format!("repartition GPU {gpu} of {node} as {}", layout.join(" ")),
+    }
+}

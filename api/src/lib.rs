@@ -1,0 +1,15 @@
+//! What travels between Accord's programs, in one place: the agent's
+//! report and heartbeat and accordd's answer (`agent`), the admin view of
+//! a node (`nodes`), the control loop's last round (`control`) and its text
+//! (`text`), and the typed HTTP client (`client`) the agent, accordctl and
+//! the lab use. accordd serves these types; nothing here does I/O except
+//! the client.
+
+pub mod agent;
+pub mod client;
+pub mod control;
+pub mod logging;
+pub mod nodes;
+pub mod text;
+
+pub use client::{Client, ClientError};

@@ -1,0 +1,725 @@
+//! *Decide*: one round of the control loop as a synchronous function of a
+//! [`Snapshot`]. It steps every node's lifecycle, plans on the fleet as
+//! the lifecycles show it, chooses which power actions to run and which to
+//! skip (a node with pods, one not Idle, one booked), keeps bookings,
+//! works out ProvisioningRequest conditions and the events to write, and
+//! builds the status to publish and the metrics to record. It reads no
+//! clock for its decisions, does no I/O and imports nothing async: the
+//! running loop (`run`) and the twin tests drive the same code.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use accord::demand::{Demand, ObjectRef};
+use accord::fleet::{Fleet, PowerState};
+use accord::lifecycle::{Deadlines, NodeLife, Observation, Stage, Transition};
+use accord::plan::{Action, Plan};
+use accord_api::control::{
+    describe, CannotPlan, ControlStatus, Intent, IntentAction, Mode, NodeStatus, WorkloadState,
+    WorkloadStatus,
+};
+use tracing::{info, warn};
+
+use super::provisioning::{self, Condition, ProvisioningClass, ProvisioningSeen};
+use crate::execute::Executed;
+
+/// Everything one round knows about the world, gathered by *observe*.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Unix seconds (lifecycles, bookings, intents).
+    pub now: u64,
+    /// A monotonic clock (time since the loop started), for how long
+    /// workloads wait.
+    pub mono: Duration,
+    /// Pending demand, as the translation makes it of the cluster.
+    pub demand: Demand,
+    /// Objects that cannot be planned at all.
+    pub cannot_plan: Vec<CannotPlanSeen>,
+    /// Kubernetes Node → Ready and schedulable.
+    pub kube_ready: BTreeMap<String, bool>,
+    /// Pods bound per node.
+    pub pods_per_node: BTreeMap<String, u32>,
+    /// Pending pod (`ns/name`) → its workload.
+    pub pod_workload: BTreeMap<String, String>,
+    /// Pending pod → the scheduler's PodScheduled message.
+    pub scheduler: BTreeMap<String, String>,
+    pub provisioning: Vec<ProvisioningSeen>,
+    /// Agents heard from recently: node → Unix seconds of the last word.
+    pub agents: BTreeMap<String, u64>,
+    /// BMC power readings (act mode); a node missing here could not be read.
+    pub bmc: BTreeMap<String, bool>,
+    /// Power actions finished since the last round.
+    pub executed: Vec<Executed>,
+    /// Power intents still open in the journal.
+    pub open_intents: Vec<Intent>,
+}
+
+/// An object the translation cannot plan, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CannotPlanSeen {
+    pub workload: String,
+    pub sources: Vec<ObjectRef>,
+    pub reason: String,
+}
+
+/// A Kubernetes event to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub regarding: ObjectRef,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+    pub warning: bool,
+}
+
+/// A ProvisioningRequest condition to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionWrite {
+    pub request: ObjectRef,
+    pub condition: Condition,
+}
+
+/// What the round measured, recorded once by *effect*.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundMetrics {
+    pub planner_seconds: f64,
+    /// Lower-case stage name → nodes.
+    pub nodes_by_stage: BTreeMap<String, u32>,
+    /// Reason class → unsatisfied workloads.
+    pub pending_by_reason: BTreeMap<&'static str, u32>,
+    /// Finished power actions: (node, succeeded).
+    pub power_results: Vec<(String, bool)>,
+    pub pending_to_power_on: Vec<f64>,
+    pub pending_to_ready: Vec<f64>,
+    pub pending_to_bound: Vec<f64>,
+}
+
+/// What *effect* carries out, in this order: power actions, then
+/// Kubernetes writes, then metrics.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// Power actions to execute now (empty in observe mode): the plan's
+    /// power-ons and the power-offs that passed every check.
+    pub power: Vec<Action>,
+    pub events: Vec<Event>,
+    pub conditions: Vec<ConditionWrite>,
+    pub status: ControlStatus,
+    pub metrics: RoundMetrics,
+    /// Nodes on their way up or down: their BMCs are read often.
+    pub transitional: BTreeSet<String>,
+}
+
+/// How the decider is set up (from `[control]`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub mode: Mode,
+    pub deadlines: Deadlines,
+    /// How long a Provisioned request's nodes are held.
+    pub booking_s: u64,
+}
+
+/// The loop's memory between rounds: lifecycles, bookings, what was said.
+#[derive(Debug)]
+pub struct Decider {
+    fleet: Fleet,
+    settings: Settings,
+    lives: BTreeMap<String, NodeLife>,
+    /// Workload → when it was first seen pending (monotonic).
+    pending_since: BTreeMap<String, Duration>,
+    /// Workload → nodes powered on for it, until they are Ready.
+    waiting_ready: BTreeMap<String, BTreeSet<String>>,
+    /// Provisioned request (`ns/name`) → its nodes and when the booking ends.
+    booked: BTreeMap<String, (BTreeSet<String>, u64)>,
+    round: u64,
+    recent: Vec<String>,
+    /// Keys of things already said (events and warnings are not repeated).
+    said: BTreeSet<String>,
+}
+
+impl Decider {
+    /// Every node of `fleet` starts Off at `now`.
+    pub fn new(fleet: Fleet, settings: Settings, now: u64) -> Decider {
+        let lives = fleet
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), NodeLife::new(Stage::Off, now)))
+            .collect();
+        Decider {
+            fleet,
+            settings,
+            lives,
+            pending_since: BTreeMap::new(),
+            waiting_ready: BTreeMap::new(),
+            booked: BTreeMap::new(),
+            round: 0,
+            recent: Vec::new(),
+            said: BTreeSet::new(),
+        }
+    }
+
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.settings.mode
+    }
+
+    /// A node's lifecycle.
+    pub fn life(&self, node: &str) -> Option<&NodeLife> {
+        self.lives.get(node)
+    }
+
+    /// Intents found open at start: their nodes are on their way (the
+    /// executor reconciles them before the first round).
+    pub fn resume_intents(&mut self, open: &[Intent], now: u64) {
+        for i in open {
+            if let Some(life) = self.lives.get_mut(&i.node) {
+                let t = match i.action {
+                    IntentAction::PowerOn => life.power_on_requested(now),
+                    IntentAction::PowerOff { .. } => life.power_off_requested(now),
+                };
+                self.note(&i.node.clone(), &t);
+            }
+        }
+    }
+
+    /// One round.
+    pub fn decide(&mut self, snap: &Snapshot) -> Decision {
+        let now = snap.now;
+        self.round += 1;
+        let mut events = Vec::new();
+        let mut metrics = RoundMetrics::default();
+        self.absorb(&snap.executed, now, &mut metrics);
+        self.step_lifecycles(snap, &mut events);
+
+        // Plan on the fleet as the lifecycles show it.
+        let seen = self.fleet_as_seen(snap);
+        // check-capacity requests never power anything on: they are
+        // planned apart, on the nodes that are up.
+        let check_capacity: BTreeSet<String> = snap
+            .provisioning
+            .iter()
+            .filter(|p| p.class == ProvisioningClass::CheckCapacity)
+            .map(|p| p.request.key())
+            .collect();
+        let mut demand = snap.demand.clone();
+        let (cc_workloads, rest): (Vec<_>, Vec<_>) = demand
+            .workloads
+            .drain(..)
+            .partition(|w| check_capacity.contains(&w.key()));
+        demand.workloads = rest;
+        let started = std::time::Instant::now();
+        let plan = accord::plan::plan(&seen, &demand, &seen.policy, now);
+        metrics.planner_seconds = started.elapsed().as_secs_f64();
+        let mut workloads = self.workload_status(&plan, &demand, snap.mono);
+        if !cc_workloads.is_empty() {
+            let mut up_only = seen.clone();
+            for n in &mut up_only.nodes {
+                if !n.is_up() {
+                    n.failed = Some("check-capacity: only nodes that are up".into());
+                }
+            }
+            let cc = Demand {
+                workloads: cc_workloads,
+                ..snap.demand.clone()
+            };
+            let cc_plan = accord::plan::plan(&up_only, &cc, &up_only.policy, now);
+            workloads.extend(self.workload_status(&cc_plan, &cc, snap.mono));
+        }
+
+        let power = self.choose_power(&plan, snap);
+        self.track_latency(&plan, &workloads, snap.mono, &mut metrics);
+        let conditions = self.provision(snap, &workloads);
+
+        if self.settings.mode == Mode::Act {
+            for a in &power {
+                let node = a.node().to_owned();
+                let life = self.lives.get_mut(&node).expect("a fleet node");
+                let t = match a {
+                    Action::PowerOn { for_workloads, .. } => {
+                        info!(node = %node, workloads = %for_workloads.join(","), "powering on");
+                        events.push(Event {
+                            regarding: node_ref(&node),
+                            reason: "PoweringOn",
+                            action: "PowerOn",
+                            note: format!(
+                                "powering on node {node} for {}",
+                                for_workloads.join(", ")
+                            ),
+                            warning: false,
+                        });
+                        life.power_on_requested(now)
+                    }
+                    _ => {
+                        info!(node = %node, "powering off (idle)");
+                        life.power_off_requested(now)
+                    }
+                };
+                self.note(&node, &t);
+            }
+        } else {
+            for a in &plan.actions {
+                self.say_once(
+                    format!("observe {a:?}"),
+                    format!("observe mode: would {}", describe(a)),
+                );
+            }
+        }
+        self.cannot_place_events(&workloads, &mut events);
+
+        for life in self.lives.values() {
+            *metrics
+                .nodes_by_stage
+                .entry(stage_name(life.stage))
+                .or_default() += 1;
+        }
+        for u in &plan.unsatisfied {
+            *metrics
+                .pending_by_reason
+                .entry(crate::metrics::reason_class(&u.reason))
+                .or_default() += 1;
+        }
+        let transitional = self
+            .lives
+            .iter()
+            .filter(|(_, l)| {
+                matches!(
+                    l.stage,
+                    Stage::PoweringOn | Stage::Booting | Stage::PoweringOff
+                )
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        let status = self.status(snap, &plan, workloads, metrics.planner_seconds);
+        Decision {
+            power: if self.settings.mode == Mode::Act {
+                power
+            } else {
+                Vec::new()
+            },
+            events,
+            conditions,
+            status,
+            metrics,
+            transitional,
+        }
+    }
+
+    /// Power results: a failed power action fails its node at once (this
+    /// round plans around it).
+    fn absorb(&mut self, done: &[Executed], now: u64, metrics: &mut RoundMetrics) {
+        for e in done {
+            metrics.power_results.push((e.node.clone(), e.result.is_ok()));
+            if let Err(err) = &e.result {
+                let reason = accord::config_file::error_chain(err);
+                warn!(node = %e.node, intent = e.intent, error = %reason, "power action failed; the node is marked Failed and its demand re-planned");
+                if let Some(life) = self.lives.get_mut(&e.node) {
+                    let t = life.fail(now, format!("power action failed: {reason}"));
+                    self.note(&e.node, &t);
+                }
+            }
+        }
+    }
+
+    fn step_lifecycles(&mut self, snap: &Snapshot, events: &mut Vec<Event>) {
+        let observe_mode = self.settings.mode == Mode::Observe;
+        let names: Vec<String> = self.lives.keys().cloned().collect();
+        for name in &names {
+            let since = self.lives[name].since;
+            let kube_ready = snap.kube_ready.get(name).copied().unwrap_or(false);
+            let heard = snap.agents.get(name);
+            // The agent counts once it is heard from after the node's
+            // current stage began (a report from before a power-off does
+            // not); observe mode has no power-on to date it from.
+            let agent_up = heard.is_some_and(|at| *at >= since) || (observe_mode && heard.is_some());
+            let bmc_on = if observe_mode {
+                // Observe mode reads no BMC: power is inferred.
+                Some(kube_ready || heard.is_some())
+            } else {
+                snap.bmc.get(name).copied()
+            };
+            let o = Observation {
+                bmc_on,
+                agent_up,
+                kube_ready,
+                pods: snap.pods_per_node.get(name).copied().unwrap_or(0),
+            };
+            let t = self
+                .lives
+                .get_mut(name)
+                .expect("listed")
+                .observe(&o, snap.now, &self.settings.deadlines);
+            self.note(name, &t);
+            if t.iter().any(|t| t.to == Stage::Failed) {
+                events.push(Event {
+                    regarding: node_ref(name),
+                    reason: "NodeFailed",
+                    action: "Fail",
+                    note: self.lives[name].reason.clone().unwrap_or_default(),
+                    warning: true,
+                });
+            }
+        }
+    }
+
+    /// The fleet as the lifecycles show it: booting nodes are committed
+    /// (powering on), failed ones never used, idle ones carry
+    /// `idle_since`; in act mode a node whose BMC cannot be read is not
+    /// powered on (nor counted as dark capacity) until it can be.
+    fn fleet_as_seen(&self, snap: &Snapshot) -> Fleet {
+        let mut f = self.fleet.clone();
+        for n in &mut f.nodes {
+            let Some(life) = self.lives.get(&n.name) else {
+                continue;
+            };
+            let (power, failed) = life.planner_power();
+            n.power = power;
+            if failed {
+                n.failed = Some(life.reason.clone().unwrap_or_else(|| "failed".to_owned()));
+            }
+            n.idle_since = (life.stage == Stage::Idle).then_some(life.since);
+            if self.settings.mode == Mode::Act
+                && !snap.bmc.contains_key(&n.name)
+                && n.power == PowerState::Off
+                && n.failed.is_none()
+            {
+                n.failed = Some("BMC power state unreadable".into());
+            }
+        }
+        f
+    }
+
+    /// The plan's power-ons, and its power-offs that pass every check:
+    /// never a node with pods, never one that is not Idle now, never one
+    /// booked for a ProvisioningRequest. BIOS and MIG actions are said
+    /// once (the loop does not carry them out yet).
+    fn choose_power(&mut self, plan: &Plan, snap: &Snapshot) -> Vec<Action> {
+        let mut ons = Vec::new();
+        let mut offs = Vec::new();
+        for a in &plan.actions {
+            match a {
+                Action::PowerOn { .. } => ons.push(a.clone()),
+                Action::PowerOff { node, reason } => {
+                    let pods = snap.pods_per_node.get(node).copied().unwrap_or(0);
+                    let idle = self.lives.get(node).is_some_and(|l| l.stage == Stage::Idle);
+                    if self.is_booked(node, snap.now) {
+                        info!(node = %node, "planned power-off skipped: node booked for a ProvisioningRequest");
+                    } else if pods > 0 || !idle {
+                        info!(node = %node, reason = %reason, pods, "planned power-off skipped: node not idle");
+                    } else {
+                        offs.push(a.clone());
+                    }
+                }
+                Action::ApplyBiosProfile { node, profile } => {
+                    self.say_once(
+                        format!("bios {node} {profile}"),
+                        format!("node {node}: BIOS profile {profile} is staged before boot with `accordctl bios apply`; the loop does not stage it yet"),
+                    );
+                }
+                Action::ReconfigureMig {
+                    node, gpu, layout, ..
+                } => {
+                    self.say_once(
+                        format!("mig {node} {gpu}"),
+                        format!("node {node}: MIG repartition of GPU {gpu} to {layout:?} planned; repartitioning through the agent is not done by the loop yet"),
+                    );
+                }
+            }
+        }
+        ons.extend(offs);
+        ons
+    }
+
+    fn is_booked(&self, node: &str, now: u64) -> bool {
+        self.booked
+            .values()
+            .any(|(nodes, until)| *until > now && nodes.contains(node))
+    }
+
+    fn workload_status(&self, plan: &Plan, demand: &Demand, mono: Duration) -> Vec<WorkloadStatus> {
+        let mut powering: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (node, w) in power_ons_for(plan) {
+            powering.entry(w).or_default().push(node.to_owned());
+        }
+        demand
+            .workloads
+            .iter()
+            .map(|w| {
+                let key = w.key();
+                let placed = plan.placements.iter().find(|p| p.workload == key);
+                let unsat = plan.unsatisfied.iter().find(|u| u.workload == key);
+                let mut nodes: Vec<String> = placed
+                    .map(|p| p.pods.iter().map(|p| p.node.clone()).collect())
+                    .unwrap_or_default();
+                nodes.sort();
+                nodes.dedup();
+                let powering_on = powering.get(key.as_str()).cloned().unwrap_or_default();
+                let state = match (placed, unsat) {
+                    (_, Some(_)) => WorkloadState::CannotPlace,
+                    (Some(_), None) if !powering_on.is_empty() => WorkloadState::PoweringOn,
+                    _ => WorkloadState::Placed,
+                };
+                WorkloadStatus {
+                    sources: w.sources.clone(),
+                    pods: w.pod_count(),
+                    min: w.min(),
+                    state,
+                    nodes,
+                    powering_on,
+                    domain: placed.and_then(|p| p.domain.clone()),
+                    reason: unsat.map(|u| u.reason.clone()),
+                    pending_s: self
+                        .pending_since
+                        .get(&key)
+                        .map(|t| mono.saturating_sub(*t).as_secs_f64())
+                        .unwrap_or(0.0),
+                    workload: key,
+                }
+            })
+            .collect()
+    }
+
+    /// pending → power-on issued, → nodes Ready, → pods bound.
+    fn track_latency(
+        &mut self,
+        plan: &Plan,
+        workloads: &[WorkloadStatus],
+        mono: Duration,
+        metrics: &mut RoundMetrics,
+    ) {
+        let pending: BTreeSet<&str> = workloads.iter().map(|w| w.workload.as_str()).collect();
+        // Bound: gone from the pending demand.
+        let gone: Vec<String> = self
+            .pending_since
+            .keys()
+            .filter(|k| !pending.contains(k.as_str()))
+            .cloned()
+            .collect();
+        for k in gone {
+            let since = self.pending_since.remove(&k).expect("listed");
+            let s = mono.saturating_sub(since).as_secs_f64();
+            metrics.pending_to_bound.push(s);
+            info!(workload = %k, seconds = format!("{s:.1}"), "workload no longer pending (pods bound)");
+        }
+        for w in workloads {
+            self.pending_since.entry(w.workload.clone()).or_insert(mono);
+        }
+        if self.settings.mode == Mode::Act {
+            for (node, w) in power_ons_for(plan) {
+                if !self.waiting_ready.contains_key(w) {
+                    if let Some(since) = self.pending_since.get(w) {
+                        metrics
+                            .pending_to_power_on
+                            .push(mono.saturating_sub(*since).as_secs_f64());
+                    }
+                }
+                self.waiting_ready
+                    .entry(w.to_owned())
+                    .or_default()
+                    .insert(node.to_owned());
+            }
+        }
+        let lives = &self.lives;
+        let ready: Vec<String> = self
+            .waiting_ready
+            .iter()
+            .filter(|(_, nodes)| nodes.iter().all(|n| lives.get(n).is_some_and(is_up)))
+            .map(|(w, _)| w.clone())
+            .collect();
+        for w in ready {
+            self.waiting_ready.remove(&w);
+            if let Some(since) = self.pending_since.get(&w) {
+                metrics
+                    .pending_to_ready
+                    .push(mono.saturating_sub(*since).as_secs_f64());
+            }
+        }
+    }
+
+    /// ProvisioningRequest conditions that changed; books the capacity of
+    /// those it marks Provisioned and lets old bookings go. A booking is
+    /// taken when the condition is decided; should the write fail, the
+    /// next round decides it again and renews the booking.
+    fn provision(&mut self, snap: &Snapshot, workloads: &[WorkloadStatus]) -> Vec<ConditionWrite> {
+        let present: BTreeSet<String> = snap.provisioning.iter().map(|p| p.request.key()).collect();
+        self.booked.retain(|k, _| present.contains(k));
+        let mut out = Vec::new();
+        for pr in &snap.provisioning {
+            let key = pr.request.key();
+            let w = workloads.iter().find(|w| w.workload == key);
+            let nodes_up = w.is_some_and(|w| {
+                !w.nodes.is_empty()
+                    && w.nodes
+                        .iter()
+                        .all(|n| self.lives.get(n).is_some_and(is_up))
+            });
+            let booking_expired = match self.booked.get(&key) {
+                Some((_, until)) => *until <= snap.now,
+                // After a restart the bookings are gone: a request
+                // Provisioned longer ago than the booking time expires.
+                None => pr
+                    .provisioned_at()
+                    .is_some_and(|at| snap.now.saturating_sub(at) > self.settings.booking_s),
+            };
+            let seen = provisioning::Seen {
+                pr,
+                workload: w,
+                cannot_plan: snap
+                    .cannot_plan
+                    .iter()
+                    .find(|c| c.workload == key)
+                    .map(|c| c.reason.as_str()),
+                nodes_up,
+                fits_now: w.map(|w| w.state == WorkloadState::Placed && w.reason.is_none()),
+                booking_expired,
+            };
+            for c in provisioning::conditions(&seen) {
+                info!(request = %key, condition = %c.type_, status = c.status, reason = %c.reason, message = %c.message, "ProvisioningRequest condition");
+                if c.type_ == "Provisioned" && c.status {
+                    let nodes = w
+                        .map(|w| w.nodes.iter().cloned().collect())
+                        .unwrap_or_default();
+                    self.booked
+                        .insert(key.clone(), (nodes, snap.now + self.settings.booking_s));
+                }
+                if c.type_ == "BookingExpired" {
+                    self.booked.remove(&key);
+                }
+                out.push(ConditionWrite {
+                    request: pr.request.clone(),
+                    condition: c,
+                });
+            }
+        }
+        out
+    }
+
+    /// A workload that cannot be placed: said once per reason, and a
+    /// Warning event on the object it came from (`kubectl describe`).
+    fn cannot_place_events(&mut self, workloads: &[WorkloadStatus], events: &mut Vec<Event>) {
+        for w in workloads {
+            if w.state != WorkloadState::CannotPlace {
+                continue;
+            }
+            let reason = w.reason.clone().unwrap_or_default();
+            let first = self.say_once(
+                format!("cannot {} {reason}", w.workload),
+                format!("workload {}: cannot place: {reason}", w.workload),
+            );
+            // Only an object the API server serves can carry an event.
+            let target = w.sources.iter().find(|s| !s.api_version.is_empty());
+            if let (true, Some(regarding)) = (first, target) {
+                events.push(Event {
+                    regarding: regarding.clone(),
+                    reason: "CannotPlace",
+                    action: "Plan",
+                    note: format!(
+                        "Accord cannot place it: {reason}; nothing is powered on for it"
+                    ),
+                    warning: true,
+                });
+            }
+        }
+    }
+
+    fn status(
+        &self,
+        snap: &Snapshot,
+        plan: &Plan,
+        workloads: Vec<WorkloadStatus>,
+        planner_seconds: f64,
+    ) -> ControlStatus {
+        ControlStatus {
+            mode: self.settings.mode,
+            round: self.round,
+            at: snap.now,
+            planner_ms: planner_seconds * 1000.0,
+            nodes: self
+                .fleet
+                .nodes
+                .iter()
+                .map(|n| {
+                    let life = &self.lives[&n.name];
+                    NodeStatus {
+                        name: n.name.clone(),
+                        rack: n.rack.clone(),
+                        stage: life.stage,
+                        since: life.since,
+                        reason: life.reason.clone(),
+                        pods: snap.pods_per_node.get(&n.name).copied().unwrap_or(0),
+                        gpus: n.gpus.len() as u32,
+                        bmc_on: snap.bmc.get(&n.name).copied(),
+                    }
+                })
+                .collect(),
+            workloads,
+            cannot_plan: snap
+                .cannot_plan
+                .iter()
+                .map(|c| CannotPlan {
+                    workload: c.workload.clone(),
+                    reason: c.reason.clone(),
+                })
+                .collect(),
+            actions: plan.actions.clone(),
+            placements: plan.placements.clone(),
+            unsatisfied: plan.unsatisfied.clone(),
+            pods: snap.pod_workload.clone(),
+            scheduler: snap.scheduler.clone(),
+            open_intents: snap.open_intents.clone(),
+            recent: self.recent.clone(),
+        }
+    }
+
+    fn note(&mut self, node: &str, transitions: &[Transition]) {
+        for t in transitions {
+            let line = format!("{node}: {:?} → {:?} ({})", t.from, t.to, t.reason);
+            if t.to == Stage::Failed {
+                warn!(node, from = ?t.from, reason = %t.reason, "node failed");
+            } else {
+                info!(node, from = ?t.from, to = ?t.to, reason = %t.reason, "node stage");
+            }
+            self.recent.push(line);
+        }
+        let excess = self.recent.len().saturating_sub(50);
+        self.recent.drain(..excess);
+    }
+
+    /// Logs `line` the first time `key` is seen; true then.
+    fn say_once(&mut self, key: String, line: String) -> bool {
+        let first = self.said.insert(key);
+        if first {
+            info!("{line}");
+        }
+        first
+    }
+}
+
+fn is_up(l: &NodeLife) -> bool {
+    matches!(l.stage, Stage::Ready | Stage::InUse | Stage::Idle)
+}
+
+fn stage_name(s: Stage) -> String {
+    format!("{s:?}").to_lowercase()
+}
+
+/// Events about a node go to its Kubernetes Node.
+fn node_ref(node: &str) -> ObjectRef {
+    ObjectRef::new("v1", "Node", "default", node)
+}
+
+/// (node, workload) for every power-on in the plan.
+fn power_ons_for(plan: &Plan) -> impl Iterator<Item = (&str, &str)> {
+    plan.actions.iter().flat_map(|a| match a {
+        Action::PowerOn {
+            node,
+            for_workloads,
+            ..
+        } => for_workloads
+            .iter()
+            .map(|w| (node.as_str(), w.as_str()))
+            .collect::<Vec<_>>(),
+        _ => Vec::new(),
+    })
+}

@@ -1,0 +1,25 @@
+//! The control loop, as observe → decide → effect:
+//!
+//! - [`observe`] gathers one [`decide::Snapshot`]: the Kubernetes stores
+//!   (translated to demand), agents' liveness from the store, BMC power
+//!   readings, finished power actions, open intents, the clock;
+//! - [`decide`] is synchronous and pure of I/O: lifecycles, the plan,
+//!   which power actions run, bookings, ProvisioningRequest conditions,
+//!   events, the status and the metrics;
+//! - [`run`] owns the loop: wake-ups and batching, then *effect*: power
+//!   actions start first (in the background, through the journal), then
+//!   Kubernetes writes, then metrics are recorded once.
+//!
+//! [`bmc`] polls BMC power in the background; [`provisioning`] is the
+//! pure ProvisioningRequest condition logic `decide` uses.
+
+pub mod batch;
+pub mod bmc;
+pub mod decide;
+pub mod observe;
+pub mod provisioning;
+pub mod run;
+
+pub use accord_api::control::Mode;
+pub use batch::Batcher;
+pub use run::Controller;

@@ -1,0 +1,176 @@
+//! *Observe*: one [`Snapshot`] of the world for a round. The Kubernetes
+//! stores are copied once and translated as the live watcher does (only
+//! pods the scheduler marked Unschedulable are pending); agents count by
+//! liveness only (no hardware decoded per round); BMC readings, finished
+//! power actions and open intents come from the loop.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accord::demand::ObjectRef;
+use accord_kube::manifests::{Object, ProvisioningRequest};
+use accord_kube::translate::{Options, ACCORD_STRICT, BEST_EFFORT_ATOMIC, CHECK_CAPACITY};
+use accord_kube::watch::DemandWatch;
+use tracing::warn;
+
+use super::decide::{CannotPlanSeen, Snapshot};
+use super::provisioning::{ConditionSeen, ProvisioningClass, ProvisioningSeen};
+use crate::execute::Executed;
+use crate::journal::Intent;
+use crate::shared::Shared;
+
+/// What observe reads from.
+pub struct Observer {
+    pub watch: DemandWatch,
+    pub options: Options,
+    pub shared: Arc<Shared>,
+    pub stale_after_s: u64,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    pub fn snapshot(
+        &self,
+        mono: Duration,
+        bmc: &BTreeMap<String, bool>,
+        executed: Vec<Executed>,
+        open_intents: Vec<Intent>,
+    ) -> Snapshot {
+        let now = (self.shared.now)();
+        let mut snap = kube_snapshot(&self.watch, &self.options);
+        snap.now = now;
+        snap.mono = mono;
+        snap.agents = match self.shared.store.last_seen() {
+            Ok(seen) => seen
+                .into_iter()
+                .filter(|(_, at)| !crate::store::stale(*at, now, self.stale_after_s))
+                .collect(),
+            Err(e) => {
+                warn!(error = %accord::config_file::error_chain(&e), "cannot read agents from the store");
+                BTreeMap::new()
+            }
+        };
+        snap.bmc = bmc.clone();
+        snap.executed = executed;
+        snap.open_intents = open_intents;
+        snap
+    }
+}
+
+/// The Kubernetes part of a snapshot.
+fn kube_snapshot(watch: &DemandWatch, options: &Options) -> Snapshot {
+    let manifests = watch.manifests();
+    let mut options = options.clone();
+    options.pending_without_status = false;
+    let translation = accord_kube::translate::translate(&manifests, &options);
+    let mut pods_per_node: BTreeMap<String, u32> = BTreeMap::new();
+    for b in &translation.demand.bound {
+        *pods_per_node.entry(b.node.clone()).or_default() += 1;
+    }
+    let kube_ready = watch
+        .nodes()
+        .into_iter()
+        .map(|n| (n.name, n.ready && !n.unschedulable))
+        .collect();
+    // Pending pod → its workload, from the sources the translation names
+    // for each workload: the grouping is the translation's.
+    let mut pod_workload = BTreeMap::new();
+    let sourced = translation
+        .demand
+        .workloads
+        .iter()
+        .map(|w| (w.key(), &w.sources))
+        .chain(
+            translation
+                .cannot_plan
+                .iter()
+                .map(|c| (c.workload.clone(), &c.sources)),
+        );
+    for (workload, sources) in sourced {
+        for pod in sources.iter().filter(|s| s.kind == "Pod") {
+            pod_workload.insert(pod.key(), workload.clone());
+        }
+    }
+    let mut scheduler = BTreeMap::new();
+    let mut provisioning = Vec::new();
+    for o in &manifests.objects {
+        if let Object::ProvisioningRequest(pr) = o {
+            provisioning.push(provisioning_seen(pr));
+            continue;
+        }
+        let Object::Pod(p) = o else {
+            continue;
+        };
+        if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+            continue;
+        }
+        let ns = p.metadata.namespace.clone().unwrap_or_default();
+        let name = p.metadata.name.clone().unwrap_or_default();
+        if let Some(c) = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+        {
+            let reason = c.reason.clone().unwrap_or_default();
+            let msg = c.message.clone().unwrap_or_default();
+            scheduler.insert(format!("{ns}/{name}"), format!("{reason}: {msg}"));
+        }
+    }
+    Snapshot {
+        cannot_plan: translation
+            .cannot_plan
+            .into_iter()
+            .map(|c| CannotPlanSeen {
+                workload: c.workload,
+                sources: c.sources,
+                reason: c.reason,
+            })
+            .collect(),
+        demand: translation.demand,
+        kube_ready,
+        pods_per_node,
+        pod_workload,
+        scheduler,
+        provisioning,
+        ..Snapshot::default()
+    }
+}
+
+/// A ProvisioningRequest as plain data for *decide*.
+pub fn provisioning_seen(pr: &ProvisioningRequest) -> ProvisioningSeen {
+    let ns = pr.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pr.metadata.name.as_deref().unwrap_or("");
+    let class = match pr.spec.provisioning_class_name.as_str() {
+        CHECK_CAPACITY => ProvisioningClass::CheckCapacity,
+        BEST_EFFORT_ATOMIC => ProvisioningClass::BestEffortAtomic,
+        ACCORD_STRICT => ProvisioningClass::AccordStrict,
+        other => ProvisioningClass::Other(other.to_owned()),
+    };
+    ProvisioningSeen {
+        request: ObjectRef::new("autoscaling.x-k8s.io/v1", "ProvisioningRequest", ns, name),
+        class,
+        conditions: pr
+            .status
+            .conditions
+            .iter()
+            .map(|c| ConditionSeen {
+                type_: c.type_.clone(),
+                status: c.status == "True",
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_transition: c
+                    .last_transition_time
+                    .as_deref()
+                    .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                    .map(|t| t.as_second().max(0) as u64),
+            })
+            .collect(),
+    }
+}

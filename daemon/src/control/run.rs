@@ -1,0 +1,385 @@
+//! The running loop: what wakes it, the batching window, start-up
+//! (journal reconciled, watchers listed, every BMC read once), and each
+//! round's observe → decide → effect. *Effect* starts the power actions
+//! first (in the background, so a slow BMC or API server never holds up a
+//! Reset or the next round), then writes to Kubernetes, then records the
+//! metrics once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use accord_kube::translate::Options;
+use accord_kube::watch::DemandWatch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::bmc::{BmcPoller, Readings};
+use super::decide::{Decider, Decision, Settings};
+use super::observe::Observer;
+use super::{Batcher, Mode};
+use crate::config::{ControlConfig, DaemonConfig};
+use crate::execute::{Executed, Executor, RedfishPower};
+use crate::shared::Shared;
+
+/// Why the loop woke; results travel with the wake-up.
+#[derive(Debug)]
+pub enum Wake {
+    Kubernetes,
+    Agent,
+    /// BMC readings that changed (all of them on the poller's first pass).
+    Bmc { readings: Readings, first_pass: bool },
+    /// Power actions finished (or failed) in the background.
+    Executed(Vec<Executed>),
+}
+
+/// How long in-flight power actions may finish at shutdown; past it they
+/// are left to the journal (a sent intent is verified at the next start).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The loop and what it owns between rounds.
+pub struct Controller {
+    config: ControlConfig,
+    observer: Observer,
+    decider: Decider,
+    kube: kube::Client,
+    executor: Option<Arc<Executor<RedfishPower>>>,
+    power: Option<Arc<RedfishPower>>,
+    /// BMC readings (a node missing: not read, or unreadable).
+    bmc: BTreeMap<String, bool>,
+    /// Power results for the next round.
+    executed: Vec<Executed>,
+    /// Power actions in flight.
+    in_flight: JoinSet<()>,
+    /// Warnings about Kubernetes writes already said.
+    said: BTreeSet<String>,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("mode", &self.config.mode)
+            .field("decider", &self.decider)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Kubernetes client the configuration names.
+pub async fn kube_client(config: &DaemonConfig) -> anyhow::Result<kube::Client> {
+    use anyhow::Context;
+    let cfg = match &config.kubernetes.url {
+        Some(url) => kube::Config::new(url.parse().context("kubernetes.url")?),
+        None => kube::Config::infer()
+            .await
+            .context("kubernetes: no in-cluster service account and no kubeconfig")?,
+    };
+    kube::Client::try_from(cfg).context("kubernetes: cannot build a client")
+}
+
+impl Controller {
+    /// Builds the loop from a validated configuration (the fleet and, in
+    /// act mode, the inventory are read here, before anything runs).
+    pub async fn new(config: &DaemonConfig, shared: Arc<Shared>) -> anyhow::Result<Controller> {
+        let control = config.control.clone().expect("called with [control]");
+        let fleet = crate::load_fleet(&config.fleet.as_ref().expect("validated").file)?;
+        let kube = kube_client(config).await?;
+        let (executor, power) = match (control.mode, &config.redfish) {
+            (Mode::Act, Some(r)) => {
+                let inventory = accord_redfish::Inventory::load(&r.inventory)?;
+                let power = Arc::new(RedfishPower::new(&inventory)?);
+                let journal = shared.store.journal()?;
+                (
+                    Some(Arc::new(Executor::new(journal, power.clone()))),
+                    Some(power),
+                )
+            }
+            _ => (None, None),
+        };
+        let observer = Observer {
+            watch: DemandWatch::start(kube.clone()),
+            options: Options::for_topology(&fleet.topology),
+            stale_after_s: config.agents.stale_after_s,
+            shared: shared.clone(),
+        };
+        let decider = Decider::new(
+            fleet,
+            Settings {
+                mode: control.mode,
+                deadlines: control.deadlines,
+                booking_s: control.provisioning_booking_s,
+            },
+            (shared.now)(),
+        );
+        Ok(Controller {
+            config: control,
+            observer,
+            decider,
+            kube,
+            executor,
+            power,
+            bmc: BTreeMap::new(),
+            executed: Vec::new(),
+            in_flight: JoinSet::new(),
+            said: BTreeSet::new(),
+            started: Instant::now(),
+        })
+    }
+
+    /// Runs until `shutdown` resolves; then lets in-flight power actions
+    /// finish (up to a grace period: what is left is in the journal).
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        let (tx, mut rx) = mpsc::channel::<Wake>(4096);
+        let mut tasks = vec![self.spawn_kube_forwarder(tx.clone())];
+        tasks.push(self.spawn_agent_forwarder(tx.clone()));
+        let (transitional_tx, transitional_rx) = watch::channel(BTreeSet::new());
+        let polling = self.power.clone().map(|power| {
+            BmcPoller {
+                power,
+                nodes: self
+                    .decider
+                    .fleet()
+                    .nodes
+                    .iter()
+                    .map(|n| n.name.clone())
+                    .collect(),
+                transitional: transitional_rx,
+                every: Duration::from_millis(self.config.bmc_poll_ms),
+                often: Duration::from_millis(self.config.transition_poll_ms),
+            }
+            .spawn(tx.clone())
+        });
+        let mut bmc_read = polling.is_none();
+        tasks.extend(polling);
+        tokio::pin!(shutdown);
+        info!(mode = ?self.config.mode, nodes = self.decider.fleet().nodes.len(), "control loop starting");
+        // Reconcile the journal with the BMCs before anything new is
+        // planned: an intent sent before a crash is verified, not resent.
+        if let Some(ex) = self.executor.clone() {
+            self.resume(&ex).await;
+        }
+        let listed = tokio::select! {
+            _ = self.observer.watch.ready() => true,
+            _ = &mut shutdown => false,
+        };
+        if !listed {
+            return self.stop(tasks).await;
+        }
+        // Nor before every BMC has been read once: a node that is on but
+        // not yet read would look dark, and the first round could power
+        // on others instead of using it.
+        while !bmc_read {
+            tokio::select! {
+                w = rx.recv() => match w {
+                    Some(w) => bmc_read |= self.take(w),
+                    None => return self.stop(tasks).await,
+                },
+                _ = &mut shutdown => return self.stop(tasks).await,
+            }
+        }
+        let batcher = Batcher {
+            idle: Duration::from_millis(self.config.batch_idle_ms),
+            max: Duration::from_millis(self.config.batch_max_ms),
+        };
+        // The first round runs at once. Then a round per batch of
+        // wake-ups, and at least one each tick_ms (deadlines, idle
+        // timers). The tick is not a change: it only ends a wait.
+        let tick = Duration::from_millis(self.config.tick_ms);
+        loop {
+            let decision = self.round();
+            let _ = transitional_tx.send(decision.transitional.clone());
+            self.effect(decision, &tx).await;
+            let next_tick = Instant::now() + tick;
+            tokio::select! {
+                b = batcher.next_until(&mut rx, Some(next_tick)) => match b {
+                    Some(batch) => for w in batch {
+                        self.take(w);
+                    },
+                    None => break,
+                },
+                _ = &mut shutdown => break,
+            }
+        }
+        self.stop(tasks).await;
+    }
+
+    async fn stop(mut self, tasks: Vec<tokio::task::JoinHandle<()>>) {
+        for t in tasks {
+            t.abort();
+        }
+        if !self.in_flight.is_empty() {
+            info!(
+                actions = self.in_flight.len(),
+                grace_s = SHUTDOWN_GRACE.as_secs(),
+                "waiting for power actions in flight"
+            );
+            let finish = async { while self.in_flight.join_next().await.is_some() {} };
+            if tokio::time::timeout(SHUTDOWN_GRACE, finish).await.is_err() {
+                warn!("power actions still in flight at shutdown; their intents stay open in the journal and are verified at the next start");
+                self.in_flight.abort_all();
+            }
+        }
+        info!("control loop stopped");
+    }
+
+    /// Folds a wake-up into the loop's state; true for the BMC poller's
+    /// first pass.
+    fn take(&mut self, w: Wake) -> bool {
+        match w {
+            Wake::Kubernetes | Wake::Agent => false,
+            Wake::Bmc {
+                readings,
+                first_pass,
+            } => {
+                for (node, on) in readings {
+                    match on {
+                        Some(on) => self.bmc.insert(node, on),
+                        None => self.bmc.remove(&node),
+                    };
+                }
+                first_pass
+            }
+            Wake::Executed(done) => {
+                self.executed.extend(done);
+                false
+            }
+        }
+    }
+
+    async fn resume(&mut self, ex: &Arc<Executor<RedfishPower>>) {
+        let open = match ex.journal().open_intents() {
+            Ok(o) => o,
+            Err(e) => {
+                warn!(error = %accord::config_file::error_chain(&e), "cannot read the intent journal");
+                return;
+            }
+        };
+        if open.is_empty() {
+            return;
+        }
+        let now = (self.observer.shared.now)();
+        info!(
+            intents = open.len(),
+            "reconciling open intents with the BMCs before planning"
+        );
+        self.decider.resume_intents(&open, now);
+        match ex.resume(now).await {
+            Ok(done) => self.executed.extend(done),
+            Err(e) => {
+                warn!(error = %accord::config_file::error_chain(&e), "journal reconcile failed")
+            }
+        }
+    }
+
+    /// Observe, then decide.
+    fn round(&mut self) -> Decision {
+        let open_intents = self
+            .executor
+            .as_ref()
+            .and_then(|ex| ex.journal().open_intents().ok())
+            .unwrap_or_default();
+        let snapshot = self.observer.snapshot(
+            self.started.elapsed(),
+            &self.bmc,
+            std::mem::take(&mut self.executed),
+            open_intents,
+        );
+        self.decider.decide(&snapshot)
+    }
+
+    /// Power first, then the status, then Kubernetes, then metrics.
+    async fn effect(&mut self, d: Decision, tx: &mpsc::Sender<Wake>) {
+        if let (Some(ex), false) = (self.executor.clone(), d.power.is_empty()) {
+            let tx = tx.clone();
+            let now = d.status.at;
+            let actions = d.power.clone();
+            self.in_flight.spawn(async move {
+                match ex.apply(&actions, now).await {
+                    Ok(done) => {
+                        let _ = tx.send(Wake::Executed(done)).await;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %accord::config_file::error_chain(&e), "intent journal write failed; nothing sent");
+                    }
+                }
+            });
+        }
+        // Reap what finished (their results came as wake-ups).
+        while self.in_flight.try_join_next().is_some() {}
+        let shared = self.observer.shared.clone();
+        *shared.control.write().expect("lock") = Some(d.status);
+        for e in d.events {
+            let regarding = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(e.regarding.api_version.clone()),
+                kind: Some(e.regarding.kind.clone()),
+                namespace: Some(e.regarding.namespace.clone()),
+                name: Some(e.regarding.name.clone()),
+                ..Default::default()
+            };
+            if let Err(err) = accord_kube::write::record_event(
+                &self.kube, regarding, e.reason, e.action, &e.note, e.warning,
+            )
+            .await
+            {
+                self.warn_once(
+                    format!("event {err}"),
+                    format!("cannot record a Kubernetes event: {err}"),
+                );
+            }
+        }
+        for w in d.conditions {
+            let c = accord_kube::write::ProvisioningCondition {
+                type_: w.condition.type_,
+                status: w.condition.status,
+                reason: w.condition.reason,
+                message: w.condition.message,
+            };
+            if let Err(err) = accord_kube::write::set_provisioning_condition(
+                &self.kube,
+                &w.request.namespace,
+                &w.request.name,
+                &c,
+            )
+            .await
+            {
+                let key = w.request.key();
+                self.warn_once(
+                    format!("pr {key} {err}"),
+                    format!("ProvisioningRequest {key}: cannot set {}: {err}", c.type_),
+                );
+            }
+        }
+        shared.metrics.record_round(&d.metrics);
+    }
+
+    fn warn_once(&mut self, key: String, line: String) {
+        if self.said.insert(key) {
+            warn!("{line}");
+        }
+    }
+
+    fn spawn_kube_forwarder(&self, tx: mpsc::Sender<Wake>) -> tokio::task::JoinHandle<()> {
+        let mut changes = self.observer.watch.changes();
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                if tx.send(Wake::Kubernetes).await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    fn spawn_agent_forwarder(&self, tx: mpsc::Sender<Wake>) -> tokio::task::JoinHandle<()> {
+        let shared = self.observer.shared.clone();
+        tokio::spawn(async move {
+            loop {
+                shared.agent_reported.notified().await;
+                if tx.send(Wake::Agent).await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,67 @@
+//! The store's error type, apart from the store itself so that the
+//! journal (which keeps its records in the same sled database) can use it
+//! without importing the store. Re-exported as `crate::store::StoreError`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {path}: cannot open")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: sled::Error,
+    },
+    #[error(
+        "store {path} was written by schema {found}, newer than this accordd ({supported}); \
+         run the newer accordd or restore a backup"
+    )]
+    Newer {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    #[error("store {path}: schema record is corrupt")]
+    CorruptSchema { path: PathBuf },
+    #[error("store: {what}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: sled::Error,
+    },
+    #[error("store: node {node}: record is corrupt")]
+    Corrupt {
+        node: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "node {node}: machine identity {reported} contradicts the stored {stored}; \
+         if the machine was replaced, run `accordctl node replace {node}`"
+    )]
+    IdentityMismatch {
+        node: String,
+        stored: String,
+        reported: String,
+    },
+    /// [`crate::store::Store::close`] waited for the database's file lock
+    /// to be released, and it was not.
+    #[error(
+        "store {path}: still locked {waited:?} after close: a Journal or Executor of this \
+         store is still alive, or sled's background threads are still writing"
+    )]
+    StillOpen { path: PathBuf, waited: Duration },
+    /// The lock probe itself failed (not a lock held by someone else).
+    #[error("store {path}: cannot check whether the store is released")]
+    Probe {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Wraps a sled error with what the store was doing.
+pub(crate) fn io(what: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
+    move |source| StoreError::Io { what, source }
+}

@@ -1,0 +1,148 @@
+//! The `accord-lab` command, which `accordd lab` runs: starts the lab on a
+//! scenario, runs the accordd binary against it, and prints `accordctl
+//! status` and the summary (or only the summary as JSON).
+//!
+//! stdout carries the result only (with `--json`, nothing but the JSON):
+//! the lab's narration and logs, the agents' and accordd's own output all
+//! go to stderr.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::{Lab, LabOptions, Scenario};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "accord-lab",
+    version,
+    about = "The local lab: one machine playing a datacenter (emulated BMCs, a fake \
+             Kubernetes API, agents replaying recorded hardware, a stand-in scheduler) \
+             with accordd running against it unmodified"
+)]
+pub struct Cli {
+    /// Scenario file (docs/lab.md); default: the embedded one.
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
+    /// Stop when the scenario is done and every node is idle or off,
+    /// and print a summary.
+    #[arg(long)]
+    pub until_idle: bool,
+    /// Print the summary as JSON on stdout (and no narration). Logs go to
+    /// stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// The accordd binary to run. Default: $ACCORDD, else `accordd` next to
+    /// this program, else on PATH.
+    #[arg(long, value_name = "PATH")]
+    pub accordd: Option<PathBuf>,
+}
+
+/// `accord-lab`'s main: parses the command line, runs the lab.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("accord-lab: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs on stderr: `ACCORD_LOG` sets the filter (default: the lab's own
+/// lines, and only the agents' warnings: ten agents saying "hardware
+/// reported" is noise); colour only on a terminal, and not with `NO_COLOR`.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ACCORD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,accord_agent=warn"));
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .init();
+}
+
+/// The first file named `name` in a `PATH` directory.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The accordd to run: `flag` (`--accordd`), else `$ACCORDD`, else
+/// `accordd` next to this program, else on `PATH`.
+pub fn find_accordd(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(p.to_owned());
+    }
+    if let Some(p) = std::env::var_os("ACCORDD").filter(|v| !v.is_empty()) {
+        return Ok(p.into());
+    }
+    let exe = std::env::current_exe().ok();
+    if let Some(p) = exe.as_ref().map(|e| e.with_file_name("accordd")) {
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    on_path("accordd").ok_or_else(|| {
+        anyhow::anyhow!(
+            "accordd not found: not given (--accordd PATH or ACCORDD), not next to {}, \
+             not on PATH; build it with `cargo build -p accord-daemon`",
+            exe.as_deref()
+                .map_or("this program".into(), |e| e.display().to_string())
+        )
+    })
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let accordd = find_accordd(cli.accordd.as_deref())?;
+    let scenario = match &cli.scenario {
+        Some(f) => Scenario::load(f)?,
+        None => Scenario::default_scenario(),
+    };
+    let until_off = scenario.lab.until_off;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let lab = Lab::start(
+            scenario,
+            LabOptions {
+                narrate: !cli.json,
+                ..LabOptions::new(accordd)
+            },
+        )
+        .await?;
+        lab.start_daemon()?;
+        if !cli.json {
+            tracing::info!(
+                target: "lab",
+                "watch it: ACCORD_URL={} ACCORD_ADMIN_TOKEN_FILE={} accordctl status | explain WORKLOAD",
+                lab.daemon_url,
+                lab.dir.path().join("admin-token").display()
+            );
+        }
+        let summary = if cli.until_idle {
+            lab.run_until_idle(until_off).await?
+        } else {
+            let _ = tokio::signal::ctrl_c().await;
+            lab.summary(lab.status().await.as_ref())
+        };
+        let status = lab.status().await;
+        lab.kill_daemon();
+        if cli.json {
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        } else {
+            if let Some(s) = &status {
+                println!("\n$ accordctl status\n{}", accord_api::text::render_status(s));
+            }
+            println!("lab summary\n{}", summary.render());
+        }
+        Ok(())
+    })
+}
