@@ -167,7 +167,14 @@ mod tests {
         // A syntax error has a position and no key.
         let err = parse::<File>("[server\n", "a.toml").unwrap_err();
         assert!(
-            matches!(&err, ConfigFileError::Parse { line: 1, key: None, .. }),
+            matches!(
+                &err,
+                ConfigFileError::Parse {
+                    line: 1,
+                    key: None,
+                    ..
+                }
+            ),
             "{err}"
         );
     }

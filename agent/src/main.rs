@@ -152,7 +152,9 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line: the whole error chain.
             eprintln!("accord-agent: error: {e:#}");
-            if e.downcast_ref::<accord_agent::run::AgentConfigError>().is_some() {
+            if e.downcast_ref::<accord_agent::run::AgentConfigError>()
+                .is_some()
+            {
                 ExitCode::from(EX_CONFIG)
             } else {
                 ExitCode::FAILURE

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use accord::hardware::NodeHardware;
+use accord_api::ClientError;
 use serde::Deserialize;
 use tracing::{info, warn};
 
@@ -194,67 +195,28 @@ impl AgentConfig {
     }
 }
 
-/// Why a call to the daemon did not succeed.
-#[derive(Debug, thiserror::Error)]
-enum CallError {
-    #[error("accordd unreachable")]
-    Unreachable(#[source] reqwest::Error),
-    #[error("accordd answered {status}: {reason}")]
-    Refused {
-        status: reqwest::StatusCode,
-        reason: String,
-    },
-}
-
+/// accordd, as this node's agent talks to it (accord-api's typed client).
 struct Client {
-    http: reqwest::Client,
-    base: String,
-    token: String,
+    api: accord_api::Client,
     node: String,
 }
 
 impl Client {
-    async fn post(&self, what: &str, body: Vec<u8>) -> Result<serde_json::Value, CallError> {
-        let resp = self
-            .http
-            .post(format!("{}/v1/nodes/{}/{what}", self.base, self.node))
-            .bearer_auth(&self.token)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(CallError::Unreachable)?;
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-        if status.is_success() {
-            Ok(value)
-        } else {
-            Err(CallError::Refused {
-                status,
-                reason: value["error"].as_str().unwrap_or(&text).to_owned(),
-            })
-        }
+    async fn report(&self, hw: &NodeHardware) -> Result<u64, ClientError> {
+        let reply = self
+            .api
+            .report(&self.node, hw, env!("CARGO_PKG_VERSION"))
+            .await?;
+        Ok(reply.generation)
     }
 
-    async fn report(&self, hw: &NodeHardware) -> Result<u64, CallError> {
-        let body = serde_json::to_vec(&serde_json::json!({
-            "agent_version": env!("CARGO_PKG_VERSION"),
-            "hardware": hw,
-        }))
-        .expect("models serialize");
-        let v = self.post("report", body).await?;
-        Ok(v["generation"].as_u64().unwrap_or(0))
-    }
-
-    async fn heartbeat(&self, uptime_s: u64, gpu_health: &str) -> Result<(), CallError> {
-        let body = serde_json::to_vec(&serde_json::json!({
-            "agent_version": env!("CARGO_PKG_VERSION"),
-            "uptime_s": uptime_s,
-            "gpu_health": gpu_health,
-        }))
-        .expect("heartbeats serialize");
-        self.post("heartbeat", body).await.map(|_| ())
+    async fn heartbeat(&self, uptime_s: u64, gpu_health: &str) -> Result<(), ClientError> {
+        let beat = accord_api::agent::Heartbeat {
+            agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            uptime_s: Some(uptime_s),
+            gpu_health: Some(gpu_health.to_owned()),
+        };
+        self.api.heartbeat(&self.node, &beat).await.map(drop)
     }
 }
 
@@ -312,17 +274,23 @@ pub async fn run(
         .to_owned();
     let started = std::time::Instant::now();
     let mut current = discover(&config).await;
-    let mut http = reqwest::Client::builder().timeout(Duration::from_secs(30));
-    if let Some(ca) = &config.daemon.ca_file {
-        let pem = std::fs::read(ca).with_context(|| format!("daemon.ca_file: {}", ca.display()))?;
-        let cert = reqwest::Certificate::from_pem(&pem)
-            .with_context(|| format!("daemon.ca_file: {}: not a PEM certificate", ca.display()))?;
-        http = http.add_root_certificate(cert);
-    }
+    let ca_pem = match &config.daemon.ca_file {
+        Some(ca) => Some((
+            ca.display().to_string(),
+            std::fs::read(ca).with_context(|| format!("daemon.ca_file: {}", ca.display()))?,
+        )),
+        None => None,
+    };
     let client = Client {
-        http: http.build()?,
-        base: config.daemon.url.trim_end_matches('/').to_owned(),
-        token,
+        api: accord_api::Client::new(
+            &config.daemon.url,
+            &token,
+            accord_api::client::ClientOptions {
+                ca_pem,
+                timeout: Duration::from_secs(30),
+            },
+        )
+        .context("daemon.ca_file")?,
         node: node_name(&config, current.as_ref()),
     };
     let seed = std::process::id() as u64 ^ (started.elapsed().as_nanos() as u64).rotate_left(17);
@@ -341,7 +309,7 @@ pub async fn run(
     }
     let mut outage = false;
     tokio::pin!(shutdown);
-    info!(node = %client.node, daemon = %client.base, "agent running");
+    info!(node = %client.node, daemon = %client.api.base(), "agent running");
     loop {
         // Report when the model differs from what the daemon acknowledged.
         if let Some(hw) = current.as_ref().filter(|hw| reported.as_ref() != Some(*hw)) {
@@ -354,7 +322,7 @@ pub async fn run(
                 }
                 Err(e) => {
                     let wait = backoff.next_wait();
-                    if !outage || matches!(e, CallError::Refused { .. }) {
+                    if !outage || e.status().is_some() {
                         warn!(error = %accord::config_file::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "report failed");
                     }
                     outage = true;
@@ -378,7 +346,7 @@ pub async fn run(
                     }
                     // The daemon does not know this node (a new store):
                     // report again.
-                    Err(CallError::Refused { status, .. }) if status == reqwest::StatusCode::NOT_FOUND => {
+                    Err(e) if e.status() == Some(reqwest::StatusCode::NOT_FOUND) => {
                         reported = None;
                     }
                     Err(e) => {

@@ -94,12 +94,11 @@ impl Client {
     pub fn new(base: &str, token: &str, options: ClientOptions) -> Result<Client, ClientError> {
         let mut http = reqwest::Client::builder().timeout(options.timeout);
         if let Some((ca, pem)) = &options.ca_pem {
-            let cert = reqwest::Certificate::from_pem(pem).map_err(|source| {
-                ClientError::Certificate {
+            let cert =
+                reqwest::Certificate::from_pem(pem).map_err(|source| ClientError::Certificate {
                     ca: ca.clone(),
                     source,
-                }
-            })?;
+                })?;
             http = http.add_root_certificate(cert);
         }
         Ok(Client {
@@ -120,17 +119,17 @@ impl Client {
         body: Option<Vec<u8>>,
     ) -> Result<Option<T>, ClientError> {
         let url = format!("{}{path}", self.base);
-        let mut req = self
-            .http
-            .request(method, &url)
-            .bearer_auth(&self.token);
+        let mut req = self.http.request(method, &url).bearer_auth(&self.token);
         if let Some(body) = body {
             req = req.header("content-type", "application/json").body(body);
         }
-        let resp = req.send().await.map_err(|source| ClientError::Unreachable {
-            url: url.clone(),
-            source,
-        })?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                url: url.clone(),
+                source,
+            })?;
         let status = resp.status();
         let bytes = resp
             .bytes()

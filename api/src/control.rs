@@ -150,9 +150,16 @@ pub enum IntentState {
     Planned,
     /// The BMC is being (or was) called: a crash here must not resend at
     /// once (the BMC may have accepted it).
-    Sent { at: u64 },
-    Done { at: u64 },
-    Failed { at: u64, reason: String },
+    Sent {
+        at: u64,
+    },
+    Done {
+        at: u64,
+    },
+    Failed {
+        at: u64,
+        reason: String,
+    },
 }
 
 /// One power action in the intent journal (the journal's record, as

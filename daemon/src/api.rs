@@ -191,10 +191,12 @@ async fn report(
     let store_side = st.clone();
     let reply = blocking(move || {
         let st = store_side;
-        let (outcome, record) =
-            st.shared
-                .store
-                .report(&node, report.hardware, report.agent_version, (st.shared.now)())?;
+        let (outcome, record) = st.shared.store.report(
+            &node,
+            report.hardware,
+            report.agent_version,
+            (st.shared.now)(),
+        )?;
         tracing::info!(node = %node, generation = record.generation, ?outcome, "report stored");
         Ok(AgentReply {
             node,

@@ -45,8 +45,7 @@ pub trait PowerControl: Send + Sync {
         force: bool,
     ) -> impl Future<Output = Result<(), PowerError>> + Send;
     /// Waits for a change already asked for (resends only if nothing moves).
-    fn verify(&self, node: &str, on: bool)
-        -> impl Future<Output = Result<(), PowerError>> + Send;
+    fn verify(&self, node: &str, on: bool) -> impl Future<Output = Result<(), PowerError>> + Send;
 }
 
 /// The Redfish implementation: one `Bmc` per node from the inventory.

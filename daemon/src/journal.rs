@@ -179,7 +179,10 @@ mod tests {
         assert_eq!(reconcile(&sent, None), Resume::Unknown);
         let planned = intent(IntentAction::PowerOn, IntentState::Planned);
         assert_eq!(reconcile(&planned, Some(false)), Resume::Send);
-        let off = intent(IntentAction::PowerOff { force: false }, IntentState::Planned);
+        let off = intent(
+            IntentAction::PowerOff { force: false },
+            IntentState::Planned,
+        );
         assert_eq!(reconcile(&off, Some(false)), Resume::Reached);
         assert_eq!(reconcile(&off, Some(true)), Resume::Send);
     }

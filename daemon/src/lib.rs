@@ -101,9 +101,11 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
     }))
 }
 
-/// Binds the listener, then serves until `shutdown` resolves. The
-/// configuration is checked, the store opened and the TLS files read
-/// before anything is bound.
+/// Binds the listener, then serves until `shutdown` resolves; then lets
+/// the requests and the control loop's round in flight finish and closes
+/// the store ([`close_store`]) before returning. The configuration is
+/// checked, the store opened and the TLS files read before anything is
+/// bound.
 pub async fn serve(
     config: DaemonConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,

@@ -53,7 +53,6 @@ async fn bursts_become_one_round_within_the_window() {
     sender.abort();
 }
 
-
 /// Two racks of two dark 8-GPU nodes; idle nodes go dark after 60 s.
 const FLEET: &str = r#"
 [profiles.h100]
@@ -123,7 +122,12 @@ fn podgroup(name: &str) -> ObjectRef {
 }
 
 fn request(name: &str) -> ObjectRef {
-    ObjectRef::new("autoscaling.x-k8s.io/v1", "ProvisioningRequest", "team-b", name)
+    ObjectRef::new(
+        "autoscaling.x-k8s.io/v1",
+        "ProvisioningRequest",
+        "team-b",
+        name,
+    )
 }
 
 /// The world the twin's rounds observe, and the executor that acts on it.
@@ -310,7 +314,8 @@ async fn a_failed_power_on_fails_the_node_and_the_gang_is_replanned_elsewhere() 
 async fn a_node_whose_bmc_cannot_be_read_is_never_powered_on() {
     let mut t = Twin::new(Mode::Act);
     t.world.demand = gang("ml", "train", podgroup("train"));
-    t.unreadable.extend(["r1-n1".to_owned(), "r2-n1".to_owned()]);
+    t.unreadable
+        .extend(["r1-n1".to_owned(), "r2-n1".to_owned()]);
     // No rack has two readable dark nodes: nothing is powered on, and
     // the gang cannot be placed.
     let d = t.round(0).await;
@@ -320,10 +325,19 @@ async fn a_node_whose_bmc_cannot_be_read_is_never_powered_on() {
     let r1n1 = d.status.nodes.iter().find(|n| n.name == "r1-n1").unwrap();
     assert_eq!(r1n1.bmc_on, None);
     // The event goes to the PodGroup, once.
-    let events: Vec<_> = d.events.iter().filter(|e| e.reason == "CannotPlace").collect();
+    let events: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.reason == "CannotPlace")
+        .collect();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].regarding, podgroup("train"));
-    assert!(t.round(5).await.events.iter().all(|e| e.reason != "CannotPlace"));
+    assert!(t
+        .round(5)
+        .await
+        .events
+        .iter()
+        .all(|e| e.reason != "CannotPlace"));
     // Once r2-n1 can be read, rack r2 is used.
     t.unreadable.remove("r2-n1");
     let d = t.round(5).await;
@@ -380,7 +394,11 @@ async fn busy_nodes_are_never_powered_off_and_idle_ones_go_dark_after_the_timeou
     assert_eq!(t.stage(&ons[1]), Stage::Off);
 }
 
-fn provisioning(name: &str, class: ProvisioningClass, conditions: &[(&str, bool)]) -> ProvisioningSeen {
+fn provisioning(
+    name: &str,
+    class: ProvisioningClass,
+    conditions: &[(&str, bool)],
+) -> ProvisioningSeen {
     ProvisioningSeen {
         request: request(name),
         class,
@@ -400,14 +418,24 @@ fn provisioning(name: &str, class: ProvisioningClass, conditions: &[(&str, bool)
 fn written(d: &Decision) -> Vec<(String, bool, String)> {
     d.conditions
         .iter()
-        .map(|c| (c.condition.type_.clone(), c.condition.status, c.condition.reason.clone()))
+        .map(|c| {
+            (
+                c.condition.type_.clone(),
+                c.condition.status,
+                c.condition.reason.clone(),
+            )
+        })
         .collect()
 }
 
 #[tokio::test]
 async fn a_provisioned_request_books_its_nodes_until_the_booking_expires() {
     let mut t = Twin::new(Mode::Act);
-    t.world.provisioning = vec![provisioning("job-1-prov", ProvisioningClass::BestEffortAtomic, &[])];
+    t.world.provisioning = vec![provisioning(
+        "job-1-prov",
+        ProvisioningClass::BestEffortAtomic,
+        &[],
+    )];
     t.world.demand = gang("team-b", "job-1-prov", request("job-1-prov"));
     let d = t.round(0).await;
     let mut ons = power_ons(&d);
@@ -447,15 +475,25 @@ async fn a_provisioned_request_books_its_nodes_until_the_booking_expires() {
         let d = t.round(120).await;
         assert!(power_offs(&d).is_empty(), "{:?}", d.power);
         assert!(
-            d.status.actions.iter().any(|a| matches!(a, Action::PowerOff { .. })),
+            d.status
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::PowerOff { .. })),
             "the planner proposes it; the booking holds it"
         );
     }
-    assert!(t.resets().iter().all(|r| r.ends_with(" on")), "{:?}", t.resets());
+    assert!(
+        t.resets().iter().all(|r| r.ends_with(" on")),
+        "{:?}",
+        t.resets()
+    );
     // The booking runs out: BookingExpired, and the nodes go dark in
     // the same round.
     let d = t.round(BOOKING_S).await;
-    assert_eq!(written(&d), [("BookingExpired".into(), true, "BookingExpired".into())]);
+    assert_eq!(
+        written(&d),
+        [("BookingExpired".into(), true, "BookingExpired".into())]
+    );
     let mut offs = power_offs(&d);
     offs.sort();
     assert_eq!(offs, ons);
@@ -467,7 +505,11 @@ async fn a_provisioned_request_books_its_nodes_until_the_booking_expires() {
         last_transition: None,
     });
     let d = t.round(5).await;
-    assert!(written(&d).is_empty() && d.power.is_empty(), "{:?}", d.power);
+    assert!(
+        written(&d).is_empty() && d.power.is_empty(),
+        "{:?}",
+        d.power
+    );
     for n in &ons {
         assert_eq!(t.stage(n), Stage::Off);
     }

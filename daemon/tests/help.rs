@@ -8,11 +8,18 @@ fn binaries_print_help_and_refuse_unknown_arguments() {
     for (bin, words) in [
         (
             env!("CARGO_BIN_EXE_accordd"),
-            vec!["run", "check-config", "lab"],
+            vec![
+                "run",
+                "check-config",
+                "lab",
+                "Exit status",
+                "78",
+                "EX_CONFIG",
+            ],
         ),
         (
             env!("CARGO_BIN_EXE_accordctl"),
-            vec!["plan", "nodes", "status", "explain"],
+            vec!["plan", "nodes", "status", "explain", "Exit status"],
         ),
     ] {
         let out = Command::new(bin).arg("--help").output().unwrap();

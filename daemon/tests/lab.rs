@@ -608,12 +608,15 @@ async fn a_gang_that_goes_away_releases_its_booting_nodes() {
         .await
         .unwrap();
     assert!(st.workloads.is_empty(), "{:?}", st.workloads);
-    // The lab's machines read the emulator on their own (every 500 ms, all
-    // nodes, on an emulator accordd is also polling): they see the last
-    // Off up to a poll after accordd's executor and BMC poller did.
+    // accordd saw every BMC Off (its poller's readings, and each
+    // power-off intent verified), so the emulator shows them Off and
+    // nothing powers them on again. The lab's machines read the emulator
+    // on their own (a pass over all nodes, then 500 ms; a read may take up
+    // to its 10 s timeout on a busy emulator): they may see the last Off a
+    // pass later than accordd did.
     lab.wait_lab(
         "the lab's machines to see every BMC Off",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         |lab| lab.nodes_on().is_empty(),
     )
     .await

@@ -133,7 +133,12 @@ async fn stops_gracefully_on(signal: &str) {
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status().as_u16(), 200, "{}", resp.text().await.unwrap());
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "{}",
+        resp.text().await.unwrap()
+    );
 
     send_signal(&child, signal);
     let status = wait_exit(&mut child, Duration::from_secs(30), &log);
@@ -146,7 +151,10 @@ async fn stops_gracefully_on(signal: &str) {
 
     // The store opens at once, with the acknowledged report in it.
     let store = accordd::store::Store::open(&dir.path().join("store")).unwrap();
-    let node = store.node("dgx2-01").unwrap().expect("reported node stored");
+    let node = store
+        .node("dgx2-01")
+        .unwrap()
+        .expect("reported node stored");
     assert_eq!(node.hardware.gpus.len(), 16);
     store.close(accordd::store::CLOSE_WITHIN).unwrap();
 }

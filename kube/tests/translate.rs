@@ -123,7 +123,10 @@ fn kueue_groups_jobs_and_topology() {
     assert_eq!((w.pod_count(), w.min()), (2, 2));
     assert_eq!(w.sources[0].kind, "KueuePodGroup");
     assert_eq!(w.sources[0].key(), "default/sample-group");
-    assert!(w.sources[0].api_version.is_empty(), "a label, not an object");
+    assert!(
+        w.sources[0].api_version.is_empty(),
+        "a label, not an object"
+    );
 
     // A Kueue-managed Job is admitted whole: a gang of its parallelism.
     let t = run(&["kueue/tas/sample-job-unconstrained.yaml"]);

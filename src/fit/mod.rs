@@ -16,8 +16,8 @@ use crate::demand::{
 use crate::fleet::Node;
 use crate::quantity::{self, Milli};
 
-pub use cel_env::check as check_selector;
 pub use crate::device::fingerprint;
+pub use cel_env::check as check_selector;
 pub use cel_env::CelEngine;
 pub(crate) use cel_env::FnvMap;
 pub use devices::{

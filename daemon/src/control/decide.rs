@@ -310,7 +310,9 @@ impl Decider {
     /// round plans around it).
     fn absorb(&mut self, done: &[Executed], now: u64, metrics: &mut RoundMetrics) {
         for e in done {
-            metrics.power_results.push((e.node.clone(), e.result.is_ok()));
+            metrics
+                .power_results
+                .push((e.node.clone(), e.result.is_ok()));
             if let Err(err) = &e.result {
                 let reason = accord::config_file::error_chain(err);
                 warn!(node = %e.node, intent = e.intent, error = %reason, "power action failed; the node is marked Failed and its demand re-planned");
@@ -332,7 +334,8 @@ impl Decider {
             // The agent counts once it is heard from after the node's
             // current stage began (a report from before a power-off does
             // not); observe mode has no power-on to date it from.
-            let agent_up = heard.is_some_and(|at| *at >= since) || (observe_mode && heard.is_some());
+            let agent_up =
+                heard.is_some_and(|at| *at >= since) || (observe_mode && heard.is_some());
             let bmc_on = if observe_mode {
                 // Observe mode reads no BMC: power is inferred.
                 Some(kube_ready || heard.is_some())
@@ -345,11 +348,11 @@ impl Decider {
                 kube_ready,
                 pods: snap.pods_per_node.get(name).copied().unwrap_or(0),
             };
-            let t = self
-                .lives
-                .get_mut(name)
-                .expect("listed")
-                .observe(&o, snap.now, &self.settings.deadlines);
+            let t = self.lives.get_mut(name).expect("listed").observe(
+                &o,
+                snap.now,
+                &self.settings.deadlines,
+            );
             self.note(name, &t);
             if t.iter().any(|t| t.to == Stage::Failed) {
                 events.push(Event {
@@ -549,10 +552,7 @@ impl Decider {
             let key = pr.request.key();
             let w = workloads.iter().find(|w| w.workload == key);
             let nodes_up = w.is_some_and(|w| {
-                !w.nodes.is_empty()
-                    && w.nodes
-                        .iter()
-                        .all(|n| self.lives.get(n).is_some_and(is_up))
+                !w.nodes.is_empty() && w.nodes.iter().all(|n| self.lives.get(n).is_some_and(is_up))
             });
             let booking_expired = match self.booked.get(&key) {
                 Some((_, until)) => *until <= snap.now,
@@ -614,9 +614,7 @@ impl Decider {
                     regarding: regarding.clone(),
                     reason: "CannotPlace",
                     action: "Plan",
-                    note: format!(
-                        "Accord cannot place it: {reason}; nothing is powered on for it"
-                    ),
+                    note: format!("Accord cannot place it: {reason}; nothing is powered on for it"),
                     warning: true,
                 });
             }

@@ -54,9 +54,7 @@ pub struct ProvisioningSeen {
 impl ProvisioningSeen {
     /// The condition `type_` is True.
     pub fn is(&self, type_: &str) -> bool {
-        self.conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status)
+        self.conditions.iter().any(|c| c.type_ == type_ && c.status)
     }
 
     /// When it became Provisioned, if it is.
@@ -334,13 +332,21 @@ mod tests {
         let p = pr(
             BEST_EFFORT_ATOMIC,
             &[
-                ("Accepted", true, "Accepted", "accordd plans capacity for it"),
+                (
+                    "Accepted",
+                    true,
+                    "Accepted",
+                    "accordd plans capacity for it",
+                ),
                 ("Provisioned", false, "Provisioning", "powering on n2"),
             ],
         );
         let w = workload(WorkloadState::PoweringOn);
         assert!(conditions(&seen(&p, Some(&w))).is_empty());
-        let other = pr(ProvisioningClass::Other("queued-provisioning.gke.io".into()), &[]);
+        let other = pr(
+            ProvisioningClass::Other("queued-provisioning.gke.io".into()),
+            &[],
+        );
         assert!(conditions(&seen(&other, Some(&w))).is_empty());
     }
 }

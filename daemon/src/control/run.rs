@@ -30,7 +30,10 @@ pub enum Wake {
     Kubernetes,
     Agent,
     /// BMC readings that changed (all of them on the poller's first pass).
-    Bmc { readings: Readings, first_pass: bool },
+    Bmc {
+        readings: Readings,
+        first_pass: bool,
+    },
     /// Power actions finished (or failed) in the background.
     Executed(Vec<Executed>),
 }
