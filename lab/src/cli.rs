@@ -6,7 +6,6 @@
 //! the lab's narration and logs, the agents' and accordd's own output all
 //! go to stderr.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -43,7 +42,9 @@ pub struct Cli {
 /// `accord-lab`'s main: parses the command line, runs the lab.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // The lab's own lines, and only the agents' warnings (ten agents
+    // saying "hardware reported" is noise).
+    accord_api::logging::init_logging("info,accord_agent=warn");
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -51,21 +52,6 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Logs on stderr: `ACCORD_LOG` sets the filter (default: the lab's own
-/// lines, and only the agents' warnings: ten agents saying "hardware
-/// reported" is noise); colour only on a terminal, and not with `NO_COLOR`.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ACCORD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,accord_agent=warn"));
-    let colour = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .init();
 }
 
 /// The first file named `name` in a `PATH` directory.
