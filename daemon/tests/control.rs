@@ -538,3 +538,28 @@ async fn check_capacity_powers_nothing_on_and_says_whether_it_fits_now() {
         written(&d)
     );
 }
+
+/// *Decide* stays pure: its modules import nothing async and no client
+/// of the outside world (the running loop and these tests drive the same
+/// code because of it).
+#[test]
+fn decide_imports_nothing_async_nor_any_client() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/control");
+    for file in ["decide.rs", "provisioning.rs"] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        let uses: Vec<&str> = text
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with("use ") || l.starts_with("pub use "))
+            .collect();
+        assert!(!uses.is_empty(), "{file}: no use lines found");
+        for line in uses {
+            for banned in ["tokio", "kube", "sled", "reqwest", "axum", "futures"] {
+                assert!(!line.contains(banned), "{file}: `{line}` imports {banned}");
+            }
+        }
+        for banned in ["async fn", ".await", "tokio::", "sled::", "reqwest::"] {
+            assert!(!text.contains(banned), "{file} uses {banned}");
+        }
+    }
+}
