@@ -45,18 +45,6 @@ fn at_key(key: Option<&str>) -> String {
     key.map(|k| format!(" (at `{k}`)")).unwrap_or_default()
 }
 
-/// The dotted key path toml names for an error (`server.listen`), if any.
-/// toml keeps the path private and shows it (as a last line "in `a.b`")
-/// only when it has no input text to quote, so it is asked without one.
-fn key_path(e: &toml::de::Error) -> Option<String> {
-    let mut bare = e.clone();
-    bare.set_input(None);
-    let shown = bare.to_string();
-    let last = shown.lines().last()?;
-    let key = last.strip_prefix("in `")?.strip_suffix('`')?;
-    (!key.is_empty()).then(|| key.to_owned())
-}
-
 /// 1-based line and column of byte `offset` in `text`.
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
@@ -65,17 +53,25 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-/// Parses `text` (from `file`) as TOML into `T`, locating any error.
+/// Parses `text` (from `file`) as TOML into `T`, locating any error: its
+/// line and column, and (for a value of the wrong shape) the dotted key
+/// path, which `serde_path_to_error` tracks as serde walks the document.
 pub fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<T, ConfigFileError> {
-    toml::from_str(text).map_err(|e| {
+    let fail = |e: toml::de::Error, key: Option<String>| {
         let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
         ConfigFileError::Parse {
             file: file.to_owned(),
             line,
             column,
-            key: key_path(&e),
+            key,
             message: e.message().to_owned(),
         }
+    };
+    let document = toml::Deserializer::parse(text).map_err(|e| fail(e, None))?;
+    serde_path_to_error::deserialize(document).map_err(|e| {
+        let key = e.path().to_string();
+        let key = (!key.is_empty() && key != ".").then_some(key);
+        fail(e.into_inner(), key)
     })
 }
 

@@ -289,8 +289,7 @@ pub async fn run(
                 ca_pem,
                 timeout: Duration::from_secs(30),
             },
-        )
-        .context("daemon.ca_file")?,
+        )?,
         node: node_name(&config, current.as_ref()),
     };
     let seed = std::process::id() as u64 ^ (started.elapsed().as_nanos() as u64).rotate_left(17);

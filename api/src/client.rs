@@ -174,11 +174,6 @@ impl Client {
         }
     }
 
-    /// `GET /v1/health` (no token needed): accordd's version.
-    pub async fn health(&self) -> Result<serde_json::Value, ClientError> {
-        self.expect(reqwest::Method::GET, "/v1/health", None).await
-    }
-
     /// An agent's hardware report.
     pub async fn report(
         &self,

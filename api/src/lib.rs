@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod client;
 pub mod control;
+#[cfg(feature = "logging")]
 pub mod logging;
 pub mod nodes;
 pub mod text;

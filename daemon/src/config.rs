@@ -251,7 +251,7 @@ impl DaemonConfig {
                     "control: needs [fleet] file (the machines the loop plans with)".to_owned(),
                 );
             }
-            if c.mode == crate::control::Mode::Act && self.redfish.is_none() {
+            if c.mode == accord_api::control::Mode::Act && self.redfish.is_none() {
                 problems.push(
                     "control.mode: \"act\" needs [redfish] inventory (how nodes are powered)"
                         .to_owned(),
@@ -284,7 +284,7 @@ impl DaemonConfig {
                             .filter(|n| !resolved.contains_key(&n.name))
                             .map(|n| n.name.clone())
                             .collect();
-                        if c.mode == crate::control::Mode::Act && !missing.is_empty() {
+                        if c.mode == accord_api::control::Mode::Act && !missing.is_empty() {
                             problems.push(format!(
                                 "redfish.inventory: no BMC for fleet node(s) {}",
                                 crate::summarize(&missing)

@@ -3,6 +3,7 @@
 //! stage, pending workloads by reason, actions, BMC errors, planner time,
 //! pending → power-on / Ready / bound).
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -48,6 +49,22 @@ pub fn reason_class(reason: &str) -> &'static str {
     } else {
         "capacity"
     }
+}
+
+/// What one control round measured (its *decide* fills it; *effect*
+/// records it once with [`Metrics::record_round`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundMetrics {
+    pub planner_seconds: f64,
+    /// Lower-case stage name → nodes.
+    pub nodes_by_stage: BTreeMap<String, u32>,
+    /// Reason class → unsatisfied workloads.
+    pub pending_by_reason: BTreeMap<&'static str, u32>,
+    /// Finished power actions: (node, succeeded).
+    pub power_results: Vec<(String, bool)>,
+    pub pending_to_power_on: Vec<f64>,
+    pub pending_to_ready: Vec<f64>,
+    pub pending_to_bound: Vec<f64>,
 }
 
 pub struct Metrics {
@@ -154,7 +171,7 @@ impl Metrics {
 
     /// What one control round measured (the loop's *effect* calls it
     /// once per round).
-    pub fn record_round(&self, m: &crate::control::decide::RoundMetrics) {
+    pub fn record_round(&self, m: &RoundMetrics) {
         self.planner_seconds.observe(m.planner_seconds);
         for (node, ok) in &m.power_results {
             let result = if *ok { "ok" } else { "failed" };

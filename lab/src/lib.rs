@@ -615,8 +615,12 @@ impl Lab {
                     time_to_bound_s: secs(s.submitted, s.bound),
                     time_to_first_reset_s: first_reset,
                     nodes: s.nodes.iter().cloned().collect(),
+                    // The status that ended the run says it (the record
+                    // is filled by another task, a poll behind).
                     cannot_place: if s.bound.is_none() {
-                        s.cannot_place.clone()
+                        status
+                            .and_then(|st| cannot_place_reason(st, &workload_keys(s)))
+                            .or_else(|| s.cannot_place.clone())
                     } else {
                         None
                     },
@@ -753,6 +757,27 @@ fn workload_keys(s: &SubState) -> BTreeSet<String> {
         keys.extend(s.pods.iter().map(|(ns, n)| format!("{ns}/{n}")));
     }
     keys
+}
+
+/// Accord's reason the workloads `keys` cannot be placed, from `status`:
+/// the first of them it says so of.
+fn cannot_place_reason(status: &ControlStatus, keys: &BTreeSet<String>) -> Option<String> {
+    status
+        .workloads
+        .iter()
+        .filter(|w| keys.contains(&w.workload) && w.state == WorkloadState::CannotPlace)
+        .find_map(|w| w.reason.clone())
+}
+
+/// The last `n` lines of `path`, or why there are none.
+fn tail(path: &Path, n: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(cannot read it: {e})"),
+    }
 }
 
 /// accordd's last round; `None` while it is not up (or has no round yet).

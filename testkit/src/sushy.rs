@@ -35,7 +35,9 @@ pub fn sushy_bin(name: &str) -> Result<PathBuf, String> {
     ))
 }
 
-/// A free loopback port (the OS's pick; released before the server binds).
+/// A free loopback port (the OS's pick; released before the caller binds
+/// it, so another process may take it in between: whoever binds it later
+/// must notice, as [`start_emulator`] and [`start_static`] do).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -77,12 +79,19 @@ impl Peer {
     }
 
     /// The requests the peer logged, as `METHOD PATH STATUS` (ANSI colour
-    /// codes removed).
+    /// codes removed; the readiness probes made while it started left out).
     pub fn requests(&self) -> Vec<String> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let mut out = Vec::new();
+        // sushy-static prints each request's headers before its log line:
+        // a probe's header hides the request line that follows.
+        let mut probe_header_seen = false;
         for line in text.lines() {
             let clean = strip_ansi(line);
+            if clean.starts_with(PROBE_HEADER) {
+                probe_header_seen = true;
+                continue;
+            }
             // werkzeug: `127.0.0.1 - - [date] "POST /path HTTP/1.1" 204 -`
             if let Some(start) = clean.find('"') {
                 let rest = &clean[start + 1..];
@@ -91,6 +100,9 @@ impl Peer {
                     let status = rest[end + 1..].split_whitespace().next().unwrap_or("");
                     let mut parts = request.split_whitespace();
                     if let (Some(m), Some(p)) = (parts.next(), parts.next()) {
+                        if std::mem::take(&mut probe_header_seen) || p.contains(PROBE_QUERY) {
+                            continue;
+                        }
                         out.push(format!("{m} {p} {status}"));
                     }
                 }
@@ -143,21 +155,150 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-fn wait_ready(child: &mut Child, port: u16, log: &Path, what: &str) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+/// The header (sushy-static prints it) and the query parameter (werkzeug
+/// logs it) that mark a readiness probe, with a value only this probe uses.
+const PROBE_HEADER: &str = "X-Accord-Ready:";
+const PROBE_QUERY: &str = "accord-ready=";
+/// How long a peer may take to answer its first request.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+/// Tries on a fresh port when another process took the one picked.
+const PORT_TRIES: u32 = 3;
+
+/// How to ask a starting peer whether it is up.
+#[derive(Debug, Clone)]
+struct Probe {
+    /// The path to GET (`{nonce}` is replaced), which must answer 200.
+    path: &'static str,
+    /// Over HTTPS (asked through Python: the test CA is not known here).
+    tls: bool,
+    /// The interpreter for HTTPS probes.
+    python: PathBuf,
+}
+
+/// Why a peer did not come up.
+enum NotReady {
+    /// It exited because its port was taken meanwhile: try another.
+    PortTaken(String),
+    Failed(String),
+}
+
+/// A value no other probe uses: the peer's log must show it, so that an
+/// answer from some other process holding the port is never taken for one
+/// from ours.
+fn nonce(port: u16) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{port}-{n}", std::process::id())
+}
+
+/// One GET of the probe's path; the status it was answered with.
+fn probe_once(port: u16, path: &str, nonce: &str, probe: &Probe) -> Result<u16, String> {
+    use std::io::Read;
+    if probe.tls {
+        let script = "import ssl, sys, urllib.request, urllib.error\n\
+            ctx = ssl.create_default_context()\n\
+            ctx.check_hostname = False\n\
+            ctx.verify_mode = ssl.CERT_NONE\n\
+            req = urllib.request.Request(sys.argv[1], headers={'X-Accord-Ready': sys.argv[2]})\n\
+            try:\n    print(urllib.request.urlopen(req, context=ctx, timeout=10).status)\n\
+            except urllib.error.HTTPError as e:\n    print(e.code)\n";
+        let out = Command::new(&probe.python)
+            .args([
+                "-c",
+                script,
+                &format!("https://127.0.0.1:{port}{path}"),
+                nonce,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("{}: {e}", probe.python.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        return text.trim().parse().map_err(|_| {
+            format!(
+                "HTTPS probe failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        });
+    }
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{PROBE_HEADER} {nonce}\r\n\r\n"
+    )
+    .map_err(|e| format!("send: {e}"))?;
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .map_err(|e| format!("read: {e}"))?;
+    let answer = String::from_utf8_lossy(&answer);
+    let status_line = answer.lines().next().unwrap_or("");
+    status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not an HTTP answer: {status_line:?}"))
+}
+
+/// Waits until the child answers the probe with 200 and its own log shows
+/// the probe (so the answer came from it, not from another process that
+/// took the port); fails as soon as the child exits.
+fn wait_ready(
+    child: &mut Child,
+    port: u16,
+    log: &Path,
+    what: &str,
+    probe: &Probe,
+) -> Result<(), NotReady> {
+    let nonce = nonce(port);
+    let path = probe.path.replace("{nonce}", &nonce);
+    let output = || strip_ansi(&std::fs::read_to_string(log).unwrap_or_default());
+    let deadline = Instant::now() + READY_WITHIN;
+    let mut last = String::from("nothing listening yet");
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            return Err(format!("{what} exited ({status}): {}", text.trim()));
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let text = output();
+                return Err(if text.contains("Address already in use") {
+                    NotReady::PortTaken(text)
+                } else {
+                    NotReady::Failed(format!(
+                        "{what} exited ({status}) before answering GET {path} on port {port}:\n{}",
+                        text.trim()
+                    ))
+                });
+            }
+            Ok(None) => {}
+            Err(e) => return Err(NotReady::Failed(format!("{what}: {e}"))),
         }
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let listening =
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok();
+        if listening {
+            match probe_once(port, &path, &nonce, probe) {
+                Ok(200) if output().contains(&nonce) => return Ok(()),
+                Ok(200) => {
+                    last = "answered 200, but the answer is not in its log \
+                            (another process on the port?)"
+                        .to_owned()
+                }
+                Ok(status) => last = format!("answered {status}"),
+                Err(e) => last = e,
+            }
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
-            return Err(format!("{what} did not listen on port {port} within 30 s"));
+            return Err(NotReady::Failed(format!(
+                "{what} did not answer GET {path} with 200 on 127.0.0.1:{port} within {} s \
+                 (last: {last}); its output:\n{}",
+                READY_WITHIN.as_secs(),
+                output().trim()
+            )));
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(if listening { 200 } else { 50 }));
     }
 }
 
@@ -232,12 +373,7 @@ pub fn start_emulator(systems: &[FakeSystem], options: &EmulatorOptions) -> Resu
     }
     if let Some((user, password)) = &options.basic_auth {
         let htpasswd = dir.path().join("htpasswd");
-        let python = bin.with_file_name("python3");
-        let python = if python.exists() {
-            python
-        } else {
-            PathBuf::from("python3")
-        };
+        let python = python_for(&bin);
         let out = Command::new(&python)
             .args([
                 "-c",
@@ -268,14 +404,20 @@ pub fn start_emulator(systems: &[FakeSystem], options: &EmulatorOptions) -> Resu
     std::fs::File::create(&cfg)
         .and_then(|mut f| f.write_all(config.as_bytes()))
         .map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(&bin);
-    cmd.arg("--fake").arg("--config").arg(&cfg);
-    let peer = spawn_peer(cmd, dir, "sushy-emulator")?;
+    let args = vec!["--fake".into(), "--config".into(), cfg.into_os_string()];
+    let probe = Probe {
+        // The root needs no credentials and builds no systems driver.
+        path: "/redfish/v1/?accord-ready={nonce}",
+        tls: options.tls.is_some(),
+        python: python_for(&bin),
+    };
+    let peer = spawn_peer(&bin, &args, dir, "sushy-emulator", &probe)?;
     if options.tls.is_none() {
         warm_up(peer.port, options.basic_auth.as_ref())?;
     }
     Ok(peer)
 }
+
 /// Serves the mockup tree `dir` (the folder that is `/redfish/v1`) with
 /// `sushy-static`.
 pub fn start_static(mockup: &Path) -> Result<Peer, String> {
@@ -284,30 +426,78 @@ pub fn start_static(mockup: &Path) -> Result<Peer, String> {
         .prefix("accord-sushy-static")
         .tempdir()
         .map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(&bin);
-    cmd.arg("-m").arg(mockup);
-    spawn_peer(cmd, dir, "sushy-static")
+    let args = vec!["-m".into(), mockup.as_os_str().to_owned()];
+    let probe = Probe {
+        // sushy-static serves no query strings; it prints the probe's
+        // header instead.
+        path: "/redfish/v1",
+        tls: false,
+        python: python_for(&bin),
+    };
+    spawn_peer(&bin, &args, dir, "sushy-static", &probe)
 }
 
-/// Runs `cmd` on a free loopback port with its output in `dir`, and waits
-/// until it listens.
-fn spawn_peer(mut cmd: Command, dir: tempfile::TempDir, what: &str) -> Result<Peer, String> {
-    let port = free_port();
+/// The Python next to `bin` (the venv's), else `python3` on `PATH`.
+fn python_for(bin: &Path) -> PathBuf {
+    let python = bin.with_file_name("python3");
+    if python.exists() {
+        python
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// Runs `bin args` on a free loopback port with its output in `dir`, and
+/// waits until it answers; on a fresh port when another process took the
+/// one picked before the peer could bind it. A peer that does not come up
+/// is killed and reaped.
+fn spawn_peer(
+    bin: &Path,
+    args: &[std::ffi::OsString],
+    dir: tempfile::TempDir,
+    what: &str,
+    probe: &Probe,
+) -> Result<Peer, String> {
     let log = dir.path().join("requests.log");
-    let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-    let mut child = cmd
-        .args(["-i", "127.0.0.1", "-p", &port.to_string()])
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log_file)
-        .spawn()
-        .map_err(|e| format!("{what}: {e}"))?;
-    wait_ready(&mut child, port, &log, what)?;
-    Ok(Peer {
-        child,
-        port,
-        log,
-        _dir: dir,
-    })
+    let mut taken = Vec::new();
+    let mut last_output = String::new();
+    for _ in 0..PORT_TRIES {
+        let port = free_port();
+        let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+        let mut child = Command::new(bin)
+            .args(args)
+            .args(["-i", "127.0.0.1", "-p", &port.to_string()])
+            .env("PYTHONUNBUFFERED", "1")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log_file)
+            .spawn()
+            .map_err(|e| format!("{what}: {}: {e}", bin.display()))?;
+        match wait_ready(&mut child, port, &log, what, probe) {
+            Ok(()) => {
+                return Ok(Peer {
+                    child,
+                    port,
+                    log,
+                    _dir: dir,
+                })
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                match e {
+                    NotReady::PortTaken(output) => {
+                        taken.push(port);
+                        last_output = output;
+                    }
+                    NotReady::Failed(message) => return Err(message),
+                }
+            }
+        }
+    }
+    Err(format!(
+        "{what}: each port picked was taken by another process before it could bind it \
+         ({taken:?}); its last output:\n{}",
+        last_output.trim()
+    ))
 }

@@ -494,7 +494,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }) => {
             if let ("replace", Some(target)) = (name.as_str(), &target) {
                 daemon.with(|c| async move { c.allow_replacement(target).await })?;
-                println!("{target}: its next report may come from a new machine");
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "node": target, "replacement_allowed": true })
+                    );
+                } else {
+                    println!("{target}: its next report may come from a new machine");
+                }
                 return Ok(());
             }
             if target.is_some() {

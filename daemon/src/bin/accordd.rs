@@ -152,6 +152,7 @@ fn lab(args: Vec<OsString>) -> anyhow::Result<()> {
             cmd.env("ACCORDD", exe);
         }
     }
+    // exec returns only on failure.
     let e = cmd.exec();
-    Err(anyhow::anyhow!("{}: cannot run: {e}", program.display()))
+    Err(anyhow::Error::new(e).context(format!("{}: cannot run", program.display())))
 }

@@ -18,10 +18,11 @@ use accord_api::control::{
     describe, CannotPlan, ControlStatus, Intent, IntentAction, Mode, NodeStatus, WorkloadState,
     WorkloadStatus,
 };
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::provisioning::{self, Condition, ProvisioningClass, ProvisioningSeen};
 use crate::execute::Executed;
+pub use crate::metrics::RoundMetrics;
 
 /// Everything one round knows about the world, gathered by *observe*.
 #[derive(Debug, Clone, Default)]
@@ -77,21 +78,6 @@ pub struct Event {
 pub struct ConditionWrite {
     pub request: ObjectRef,
     pub condition: Condition,
-}
-
-/// What the round measured, recorded once by *effect*.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RoundMetrics {
-    pub planner_seconds: f64,
-    /// Lower-case stage name → nodes.
-    pub nodes_by_stage: BTreeMap<String, u32>,
-    /// Reason class → unsatisfied workloads.
-    pub pending_by_reason: BTreeMap<&'static str, u32>,
-    /// Finished power actions: (node, succeeded).
-    pub power_results: Vec<(String, bool)>,
-    pub pending_to_power_on: Vec<f64>,
-    pub pending_to_ready: Vec<f64>,
-    pub pending_to_bound: Vec<f64>,
 }
 
 /// What *effect* carries out, in this order: power actions, then
@@ -161,10 +147,6 @@ impl Decider {
         &self.fleet
     }
 
-    pub fn mode(&self) -> Mode {
-        self.settings.mode
-    }
-
     /// A node's lifecycle.
     pub fn life(&self, node: &str) -> Option<&NodeLife> {
         self.lives.get(node)
@@ -204,10 +186,13 @@ impl Decider {
             .map(|p| p.request.key())
             .collect();
         let mut demand = snap.demand.clone();
-        let (cc_workloads, rest): (Vec<_>, Vec<_>) = demand
-            .workloads
-            .drain(..)
-            .partition(|w| check_capacity.contains(&w.key()));
+        // A workload is a check-capacity request's when it came from that
+        // ProvisioningRequest (not merely when a Job shares its name).
+        let (cc_workloads, rest): (Vec<_>, Vec<_>) = demand.workloads.drain(..).partition(|w| {
+            w.sources
+                .first()
+                .is_some_and(|s| s.kind == "ProvisioningRequest" && check_capacity.contains(&s.key()))
+        });
         demand.workloads = rest;
         let started = std::time::Instant::now();
         let plan = accord::plan::plan(&seen, &demand, &seen.policy, now);
@@ -406,8 +391,9 @@ impl Decider {
                 Action::PowerOff { node, reason } => {
                     let pods = snap.pods_per_node.get(node).copied().unwrap_or(0);
                     let idle = self.lives.get(node).is_some_and(|l| l.stage == Stage::Idle);
+                    // Debug: a booked node is skipped every round it is booked.
                     if self.is_booked(node, snap.now) {
-                        info!(node = %node, "planned power-off skipped: node booked for a ProvisioningRequest");
+                        debug!(node = %node, "planned power-off skipped: node booked for a ProvisioningRequest");
                     } else if pods > 0 || !idle {
                         info!(node = %node, reason = %reason, pods, "planned power-off skipped: node not idle");
                     } else {
@@ -542,8 +528,10 @@ impl Decider {
 
     /// ProvisioningRequest conditions that changed; books the capacity of
     /// those it marks Provisioned and lets old bookings go. A booking is
-    /// taken when the condition is decided; should the write fail, the
-    /// next round decides it again and renews the booking.
+    /// taken when the condition is decided and never extended: should the
+    /// write keep failing (so the request never shows Provisioned and the
+    /// condition is decided again each round), the nodes are still let go
+    /// when the first booking ends.
     fn provision(&mut self, snap: &Snapshot, workloads: &[WorkloadStatus]) -> Vec<ConditionWrite> {
         let present: BTreeSet<String> = snap.provisioning.iter().map(|p| p.request.key()).collect();
         self.booked.retain(|k, _| present.contains(k));
@@ -581,7 +569,8 @@ impl Decider {
                         .map(|w| w.nodes.iter().cloned().collect())
                         .unwrap_or_default();
                     self.booked
-                        .insert(key.clone(), (nodes, snap.now + self.settings.booking_s));
+                        .entry(key.clone())
+                        .or_insert((nodes, snap.now + self.settings.booking_s));
                 }
                 if c.type_ == "BookingExpired" {
                     self.booked.remove(&key);

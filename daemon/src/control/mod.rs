@@ -8,7 +8,8 @@
 //!   events, the status and the metrics;
 //! - [`run`] owns the loop: wake-ups and batching, then *effect*: power
 //!   actions start first (in the background, through the journal), then
-//!   Kubernetes writes, then metrics are recorded once.
+//!   Kubernetes writes (queued to [`write`]'s background writer), then
+//!   metrics are recorded once.
 //!
 //! [`bmc`] polls BMC power in the background; [`provisioning`] is the
 //! pure ProvisioningRequest condition logic `decide` uses.
@@ -19,6 +20,7 @@ pub mod decide;
 pub mod observe;
 pub mod provisioning;
 pub mod run;
+pub mod write;
 
 pub use accord_api::control::Mode;
 pub use batch::Batcher;

@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use super::bmc::{BmcPoller, Readings};
 use super::decide::{Decider, Decision, Settings};
 use super::observe::Observer;
+use super::write::{KubeWriter, Writes};
 use super::{Batcher, Mode};
 use crate::config::{ControlConfig, DaemonConfig};
 use crate::execute::{Executed, Executor, RedfishPower};
@@ -47,7 +48,8 @@ pub struct Controller {
     config: ControlConfig,
     observer: Observer,
     decider: Decider,
-    kube: kube::Client,
+    /// Kubernetes writes, in the background.
+    writer: KubeWriter,
     executor: Option<Arc<Executor<RedfishPower>>>,
     power: Option<Arc<RedfishPower>>,
     /// BMC readings (a node missing: not read, or unreadable).
@@ -56,8 +58,6 @@ pub struct Controller {
     executed: Vec<Executed>,
     /// Power actions in flight.
     in_flight: JoinSet<()>,
-    /// Warnings about Kubernetes writes already said.
-    said: BTreeSet<String>,
     started: Instant,
 }
 
@@ -120,13 +120,12 @@ impl Controller {
             config: control,
             observer,
             decider,
-            kube,
+            writer: KubeWriter::spawn(kube),
             executor,
             power,
             bmc: BTreeMap::new(),
             executed: Vec::new(),
             in_flight: JoinSet::new(),
-            said: BTreeSet::new(),
             started: Instant::now(),
         })
     }
@@ -218,12 +217,17 @@ impl Controller {
                 grace_s = SHUTDOWN_GRACE.as_secs(),
                 "waiting for power actions in flight"
             );
-            let finish = async { while self.in_flight.join_next().await.is_some() {} };
+            let finish = async {
+                while let Some(done) = self.in_flight.join_next().await {
+                    log_join(done);
+                }
+            };
             if tokio::time::timeout(SHUTDOWN_GRACE, finish).await.is_err() {
                 warn!("power actions still in flight at shutdown; their intents stay open in the journal and are verified at the next start");
                 self.in_flight.abort_all();
             }
         }
+        self.writer.finish(SHUTDOWN_GRACE).await;
         info!("control loop stopped");
     }
 
@@ -310,57 +314,18 @@ impl Controller {
             });
         }
         // Reap what finished (their results came as wake-ups).
-        while self.in_flight.try_join_next().is_some() {}
+        while let Some(done) = self.in_flight.try_join_next() {
+            log_join(done);
+        }
         let shared = self.observer.shared.clone();
         *shared.control.write().expect("lock") = Some(d.status);
-        for e in d.events {
-            let regarding = k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some(e.regarding.api_version.clone()),
-                kind: Some(e.regarding.kind.clone()),
-                namespace: Some(e.regarding.namespace.clone()),
-                name: Some(e.regarding.name.clone()),
-                ..Default::default()
-            };
-            if let Err(err) = accord_kube::write::record_event(
-                &self.kube, regarding, e.reason, e.action, &e.note, e.warning,
-            )
-            .await
-            {
-                self.warn_once(
-                    format!("event {err}"),
-                    format!("cannot record a Kubernetes event: {err}"),
-                );
-            }
-        }
-        for w in d.conditions {
-            let c = accord_kube::write::ProvisioningCondition {
-                type_: w.condition.type_,
-                status: w.condition.status,
-                reason: w.condition.reason,
-                message: w.condition.message,
-            };
-            if let Err(err) = accord_kube::write::set_provisioning_condition(
-                &self.kube,
-                &w.request.namespace,
-                &w.request.name,
-                &c,
-            )
-            .await
-            {
-                let key = w.request.key();
-                self.warn_once(
-                    format!("pr {key} {err}"),
-                    format!("ProvisioningRequest {key}: cannot set {}: {err}", c.type_),
-                );
-            }
-        }
+        self.writer
+            .send(Writes {
+                events: d.events,
+                conditions: d.conditions,
+            })
+            .await;
         shared.metrics.record_round(&d.metrics);
-    }
-
-    fn warn_once(&mut self, key: String, line: String) {
-        if self.said.insert(key) {
-            warn!("{line}");
-        }
     }
 
     fn spawn_kube_forwarder(&self, tx: mpsc::Sender<Wake>) -> tokio::task::JoinHandle<()> {
@@ -384,5 +349,15 @@ impl Controller {
                 }
             }
         })
+    }
+}
+
+/// A power task that panicked or was cancelled says so: its nodes would
+/// otherwise wait in PoweringOn until their deadline with nothing logged.
+fn log_join(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if !e.is_cancelled() {
+            tracing::error!(error = %e, "a power action task failed; its intents stay open in the journal");
+        }
     }
 }

@@ -1,0 +1,118 @@
+//! *Effect*'s Kubernetes half: events and ProvisioningRequest conditions
+//! are written by one background task, in the order rounds decided them,
+//! so a slow API server delays neither a Reset nor the next round. A
+//! failed write is said once (per error) and not retried: the next round
+//! decides a missing condition again, and events are best effort.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use super::decide::{ConditionWrite, Event};
+
+/// What one round writes.
+#[derive(Debug, Default)]
+pub struct Writes {
+    pub events: Vec<Event>,
+    pub conditions: Vec<ConditionWrite>,
+}
+
+impl Writes {
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty() && self.conditions.is_empty()
+    }
+}
+
+/// Rounds' writes queued for the writer; a full queue holds the loop
+/// (back-pressure rather than dropping what was decided).
+const QUEUE: usize = 256;
+
+/// The handle the loop sends through, and the writer task.
+#[derive(Debug)]
+pub struct KubeWriter {
+    tx: mpsc::Sender<Writes>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl KubeWriter {
+    pub fn spawn(kube: kube::Client) -> KubeWriter {
+        let (tx, mut rx) = mpsc::channel::<Writes>(QUEUE);
+        let task = tokio::spawn(async move {
+            let mut said = BTreeSet::new();
+            while let Some(w) = rx.recv().await {
+                write(&kube, w, &mut said).await;
+            }
+        });
+        KubeWriter { tx, task }
+    }
+
+    /// Queues one round's writes.
+    pub async fn send(&self, w: Writes) {
+        if !w.is_empty() && self.tx.send(w).await.is_err() {
+            warn!("the Kubernetes writer has stopped; this round's events and conditions are not written");
+        }
+    }
+
+    /// Writes what is queued, for up to `grace`; then gives up on the rest.
+    pub async fn finish(self, grace: Duration) {
+        let KubeWriter { tx, mut task } = self;
+        drop(tx);
+        if tokio::time::timeout(grace, &mut task).await.is_err() {
+            warn!(
+                grace_s = grace.as_secs(),
+                "Kubernetes writes still queued at shutdown are dropped"
+            );
+            task.abort();
+        }
+    }
+}
+
+async fn write(kube: &kube::Client, w: Writes, said: &mut BTreeSet<String>) {
+    let mut warn_once = |key: String, line: String| {
+        if said.insert(key) {
+            warn!("{line}");
+        }
+    };
+    for e in w.events {
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(e.regarding.api_version.clone()),
+            kind: Some(e.regarding.kind.clone()),
+            namespace: Some(e.regarding.namespace.clone()),
+            name: Some(e.regarding.name.clone()),
+            ..Default::default()
+        };
+        if let Err(err) =
+            accord_kube::write::record_event(kube, regarding, e.reason, e.action, &e.note, e.warning)
+                .await
+        {
+            warn_once(
+                format!("event {err}"),
+                format!("cannot record a Kubernetes event: {err}"),
+            );
+        }
+    }
+    for w in w.conditions {
+        let c = accord_kube::write::ProvisioningCondition {
+            type_: w.condition.type_,
+            status: w.condition.status,
+            reason: w.condition.reason,
+            message: w.condition.message,
+        };
+        if let Err(err) = accord_kube::write::set_provisioning_condition(
+            kube,
+            &w.request.namespace,
+            &w.request.name,
+            &c,
+        )
+        .await
+        {
+            let key = w.request.key();
+            warn_once(
+                format!("pr {key} {err}"),
+                format!("ProvisioningRequest {key}: cannot set {}: {err}", c.type_),
+            );
+        }
+    }
+}
