@@ -305,8 +305,29 @@ fn check_fit(fleet: &Fleet, demand: &Demand, p: &Plan) -> Result<(), String> {
     Ok(())
 }
 
+/// Every run explores the same cases, so a rare counterexample fails every
+/// run (or none), never now and then in CI. `PROPTEST_RNG_SEED=<u64>`
+/// explores others; a failure found so is kept in proptest-regressions/
+/// and replayed first by every later run.
+const SEED: u64 = 0x6163_636f_7264; // "accord"
+
+fn config() -> ProptestConfig {
+    // The default reads the PROPTEST_* variables.
+    let base = ProptestConfig::default();
+    let rng_seed = if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
+        base.rng_seed
+    } else {
+        proptest::test_runner::RngSeed::Fixed(SEED)
+    };
+    ProptestConfig {
+        cases: 96,
+        rng_seed,
+        ..base
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn gangs_are_atomic((fleet, demand) in scenario()) {

@@ -40,11 +40,29 @@ fn run(name: &str) -> Plan {
     let text = serde_json::to_string_pretty(&p).unwrap() + "\n";
     let expected = d.join("expected.json");
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&expected, &text).unwrap();
+        update_golden(&expected, &text);
     }
     let stored = std::fs::read_to_string(&expected).unwrap_or_default();
     assert!(stored == text, "{name}: plan differs from expected.json (UPDATE_GOLDEN=1 after an intended change):\n{text}");
     p
+}
+
+/// Rewrites a snapshot (`UPDATE_GOLDEN` set): never in CI, where a stale
+/// snapshot must fail rather than be rewritten into a pass; whole or not at
+/// all (a temporary file beside it, renamed over it).
+fn update_golden(path: &Path, text: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "UPDATE_GOLDEN is refused when CI is set: update the snapshots locally after an \
+         intended change, review the diff and commit it"
+    );
+    let tmp = path.with_file_name(format!(
+        "{}.tmp-{}",
+        path.file_name().unwrap().to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
 }
 
 fn power_ons(p: &Plan) -> Vec<(&str, u32)> {

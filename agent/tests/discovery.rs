@@ -436,8 +436,21 @@ fn golden_models_are_current() {
         let text = serde_json::to_string_pretty(&hw).unwrap() + "\n";
         let path = fixture(golden);
         if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            // In CI a stale model must fail, not be rewritten into a pass.
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "UPDATE_GOLDEN is refused when CI is set: regenerate the models locally \
+                 after an intended change, review the diff and commit it"
+            );
+            // Whole or not at all: a temporary file beside it, renamed over it.
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &text).unwrap();
+            let tmp = path.with_file_name(format!(
+                "{}.tmp-{}",
+                path.file_name().unwrap().to_string_lossy(),
+                std::process::id()
+            ));
+            std::fs::write(&tmp, &text).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
         }
         let stored = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(

@@ -4,12 +4,24 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use accord_agent::run::{AgentConfig, Backoff};
 
 const TOKEN: &str = "agent-token-for-tests";
 
+/// How long any wait here waits for its condition.
+const WAIT: Duration = Duration::from_secs(30);
+
+type Task = tokio::task::JoinHandle<anyhow::Result<()>>;
+
+/// (name, GPU count, generation) of a node accordd lists.
+type Node = (String, usize, u64);
+
+/// Writes `TOKEN` to `dir/name`, mode 600. Each secret is written once,
+/// before anything reads it: a reader between the truncation and the write
+/// of a rewrite would see an empty token.
 fn secret(dir: &Path, name: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, TOKEN).unwrap();
@@ -23,76 +35,237 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A daemon on `port` with its store in `store`, until the sender fires.
-async fn daemon(
+/// The token files of a test's daemons and agents (all `TOKEN`).
+struct Secrets {
+    agent: PathBuf,
+    admin: PathBuf,
+}
+
+impl Secrets {
+    fn write(dir: &Path) -> Secrets {
+        Secrets {
+            agent: secret(dir, "agent-token"),
+            admin: secret(dir, "admin-token"),
+        }
+    }
+}
+
+/// An accordd serving in process on a listener the test bound.
+struct Daemon {
+    url: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: Task,
+}
+
+impl Daemon {
+    /// Stops it and waits (up to [`WAIT`]) for its store to be closed.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        stopped(&format!("accordd at {}", self.url), self.task).await;
+    }
+}
+
+/// accordd with its store in `dir/store`, serving on `listener` (with TLS
+/// given `(cert, key)`) until stopped.
+fn daemon(
     dir: &Path,
     store: &str,
-    port: u16,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
+    listener: tokio::net::TcpListener,
+    secrets: &Secrets,
+    tls: Option<(&Path, &Path)>,
+) -> Daemon {
+    let addr = listener.local_addr().unwrap();
+    let tls_lines = match tls {
+        Some((cert, key)) => format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+            cert.display(),
+            key.display()
+        ),
+        None => String::new(),
+    };
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\n[store]\ndir = \"{}\"\n[agents]\ntoken_file = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
+        "[server]\nlisten = \"{addr}\"\n{tls_lines}[store]\ndir = \"{}\"\n[agents]\ntoken_file = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
         dir.join(store).display(),
-        secret(dir, "agent-token").display(),
-        secret(dir, "admin-token").display()
+        secrets.agent.display(),
+        secrets.admin.display()
     );
     let file = dir.join(format!("{store}.toml"));
     std::fs::write(&file, text).unwrap();
     let config = accordd::config::DaemonConfig::load(&file).unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(accordd::serve(config, async {
+    let task = tokio::spawn(accordd::serve_with_listener(config, listener, async {
+        let _ = stopped.await;
+    }));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    Daemon {
+        url: format!("{scheme}://{addr}"),
+        stop,
+        task,
+    }
+}
+
+/// Waits (up to [`WAIT`]) for a task that was told to stop; panics if it
+/// failed or is still running.
+async fn stopped(name: &str, task: Task) {
+    match tokio::time::timeout(WAIT, task).await {
+        Ok(result) => result
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{name} failed: {e:#}")),
+        Err(_) => panic!("{name} still running 30 s after being told to stop"),
+    }
+}
+
+/// Starts an agent in process, until the sender fires.
+fn agent(file: &Path) -> (tokio::sync::oneshot::Sender<()>, Task) {
+    let config = AgentConfig::load(file).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(accord_agent::run::run(config, async {
         let _ = stopped.await;
     }));
     (stop, task)
 }
 
-async fn listed(port: u16) -> Vec<(String, usize, u64)> {
-    let resp = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/v1/nodes"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await;
-    let Ok(resp) = resp else { return Vec::new() };
-    let v: serde_json::Value = resp.json().await.unwrap_or_default();
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|n| {
-                    (
-                        n["name"].as_str().unwrap_or_default().to_owned(),
-                        n["hardware"]["gpus"].as_array().map_or(0, Vec::len),
-                        n["generation"].as_u64().unwrap_or(0),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+/// A listener on a free port of 127.0.0.1, bound by the test: its address
+/// is known before anything serves, and no one else can take the port.
+async fn listener() -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()
 }
 
-async fn wait_for(port: u16, want: &[(String, usize, u64)]) {
-    for _ in 0..200 {
-        if listed(port).await == want {
+/// Every request here gives up after 2 s; the waits retry.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// Killed on drop, so a failed assertion leaves no agent behind.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The last lines of a log, for failure messages.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log)
+        .unwrap_or_else(|e| format!("(cannot read {}: {e})", log.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(40);
+    format!(
+        "--- {} (last {} lines) ---\n{}",
+        log.display(),
+        lines.len() - from,
+        lines[from..].join("\n")
+    )
+}
+
+/// What must keep running while a test waits.
+enum Watched<'a> {
+    /// An in-process daemon or agent, by name.
+    Task(&'a str, &'a mut Task),
+    /// A child process, by name, with its log.
+    Child(&'a str, &'a mut Guard, &'a Path),
+}
+
+/// Panics, saying how it ended, if one of `watched` has ended.
+async fn still_running(watched: &mut [Watched<'_>], waiting_for: &str) {
+    for w in watched.iter_mut() {
+        match w {
+            Watched::Task(name, task) => {
+                if task.is_finished() {
+                    let result = (&mut **task).await;
+                    panic!("{name} ended while waiting for {waiting_for}: {result:?}");
+                }
+            }
+            Watched::Child(name, child, log) => {
+                if let Some(status) = child.0.try_wait().unwrap() {
+                    panic!(
+                        "{name} (pid {}) exited ({status}) while waiting for {waiting_for}:\n{}",
+                        child.0.id(),
+                        tail(log)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What `url/v1/nodes` lists, or why it could not be read.
+async fn listed(client: &reqwest::Client, url: &str) -> Result<Vec<Node>, String> {
+    let resp = client
+        .get(format!("{url}/v1/nodes"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {text}"));
+    }
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+    let nodes = v.as_array().ok_or_else(|| format!("not a list: {text}"))?;
+    Ok(nodes
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap_or_default().to_owned(),
+                n["hardware"]["gpus"].as_array().map_or(0, Vec::len),
+                n["generation"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect())
+}
+
+/// Waits (up to [`WAIT`]) until `url` lists exactly `want`, panicking
+/// when one of `watched` ends first.
+async fn wait_for(client: &reqwest::Client, url: &str, want: &[Node], watched: &mut [Watched<'_>]) {
+    let what = format!("{url}/v1/nodes to list {want:?}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let has = listed(client, url).await;
+        if has.as_ref().is_ok_and(|h| h.as_slice() == want) {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        still_running(watched, &what).await;
+        assert!(
+            Instant::now() < deadline,
+            "waited 30 s for {what}; last: {has:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("daemon never listed {want:?}; has {:?}", listed(port).await);
+}
+
+/// How many GPUs discovery finds in an hwloc export.
+fn gpus(xml: &Path) -> usize {
+    accord_agent::discover(accord_agent::Sources {
+        hwloc_xml: Some(xml),
+        ..Default::default()
+    })
+    .unwrap()
+    .gpus
+    .len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_outlives_daemon_outages_and_registers() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let secrets = Secrets::write(dir.path());
+    // accordd's port, bound before the agent starts. A second handle on the
+    // same socket serves the restarted accordd: the port is never free for
+    // another process to take.
+    let listener = listener().await.into_std().unwrap();
+    let for_restart = listener.try_clone().unwrap();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
     let agent_toml = format!(
         r#"
 [daemon]
-url = "http://127.0.0.1:{port}"
+url = "{url}"
 token_file = "{}"
 [node]
 name = "dgx2-lab"
@@ -105,39 +278,64 @@ interval_ms = 100
 initial_ms = 20
 max_ms = 200
 "#,
-        secret(dir.path(), "agent-token").display(),
+        secrets.agent.display(),
         fixture("nvidiaDGX2.xml").display()
     );
     let file = dir.path().join("agent.toml");
     std::fs::write(&file, agent_toml).unwrap();
-    let config = AgentConfig::load(&file).unwrap();
-    let (stop_agent, agent_stopped) = tokio::sync::oneshot::channel::<()>();
-    let agent = tokio::spawn(accord_agent::run::run(config, async {
-        let _ = agent_stopped.await;
-    }));
+    let (stop_agent, mut agent) = agent(&file);
 
-    // The daemon comes up late: the agent has been retrying.
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(
-        !agent.is_finished(),
-        "the agent gave up while accordd was down"
-    );
-    let (stop, task) = daemon(dir.path(), "store-a", port).await;
+    // accordd is down: every connection is accepted and dropped at once.
+    // The agent keeps trying.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut attempts = 0;
+    while attempts < 3 {
+        tokio::select! {
+            accepted = listener.accept() => {
+                drop(accepted.unwrap());
+                attempts += 1;
+            }
+            result = &mut agent => panic!(
+                "the agent gave up while accordd was down, after {attempts} attempts: {result:?}"
+            ),
+            _ = tokio::time::sleep_until(deadline) => panic!(
+                "with accordd down, the agent connected {attempts} times in 30 s; want 3"
+            ),
+        }
+    }
+    // The daemon comes up late.
+    let mut a = daemon(dir.path(), "store-a", listener, &secrets, None);
     let node = vec![("dgx2-lab".to_owned(), 16, 1)];
-    wait_for(port, &node).await;
+    wait_for(
+        &client(),
+        &url,
+        &node,
+        &mut [
+            Watched::Task("accordd (store-a)", &mut a.task),
+            Watched::Task("the agent", &mut agent),
+        ],
+    )
+    .await;
 
     // accordd restarts with an empty store: heartbeats get 404, the agent
     // reports again.
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let (stop, task) = daemon(dir.path(), "store-b", port).await;
-    wait_for(port, &node).await;
+    a.stop().await;
+    let for_restart = tokio::net::TcpListener::from_std(for_restart).unwrap();
+    let mut b = daemon(dir.path(), "store-b", for_restart, &secrets, None);
+    wait_for(
+        &client(),
+        &url,
+        &node,
+        &mut [
+            Watched::Task("accordd (store-b)", &mut b.task),
+            Watched::Task("the agent", &mut agent),
+        ],
+    )
+    .await;
 
-    stop_agent.send(()).unwrap();
-    agent.await.unwrap().unwrap();
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    let _ = stop_agent.send(());
+    stopped("the agent", agent).await;
+    b.stop().await;
 }
 
 #[test]
@@ -205,13 +403,8 @@ fn reference_agent_toml_parses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_agents_replaying_recorded_machines_register() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (stop, task) = daemon(dir.path(), "store", port).await;
-    let token = secret(dir.path(), "agent-token");
+    let secrets = Secrets::write(dir.path());
+    let mut d = daemon(dir.path(), "store", listener().await, &secrets, None);
     let mut agents = Vec::new();
     for (name, xml) in [
         ("dgx2", "nvidiaDGX2.xml"),
@@ -219,49 +412,42 @@ async fn three_agents_replaying_recorded_machines_register() {
         ("x9drg", "32em64t-2n8c2t-pci-wholeio.xml"),
     ] {
         let text = format!(
-            "[daemon]\nurl = \"http://127.0.0.1:{port}\"\ntoken_file = \"{}\"\n[node]\nname = \"{name}\"\n[discovery]\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
-            token.display(),
+            "[daemon]\nurl = \"{}\"\ntoken_file = \"{}\"\n[node]\nname = \"{name}\"\n[discovery]\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
+            d.url,
+            secrets.agent.display(),
             fixture(xml).display()
         );
         let file = dir.path().join(format!("{name}.toml"));
         std::fs::write(&file, text).unwrap();
-        let config = AgentConfig::load(&file).unwrap();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        agents.push((
-            tx,
-            tokio::spawn(accord_agent::run::run(config, async {
-                let _ = rx.await;
-            })),
-        ));
+        let (stop, task) = agent(&file);
+        agents.push((format!("agent {name}"), stop, task));
     }
     // What each replayed machine holds, by the same discovery.
-    let gpus = |xml: &str| {
-        let path = fixture(xml);
-        accord_agent::discover(accord_agent::Sources {
-            hwloc_xml: Some(&path),
-            ..Default::default()
-        })
-        .unwrap()
-        .gpus
-        .len()
-    };
     let want = vec![
-        ("dgx2".to_owned(), gpus("nvidiaDGX2.xml"), 1),
-        ("e5-2650".to_owned(), gpus("24em64t-2n6c2t-pci.xml"), 1),
+        ("dgx2".to_owned(), gpus(&fixture("nvidiaDGX2.xml")), 1),
+        (
+            "e5-2650".to_owned(),
+            gpus(&fixture("24em64t-2n6c2t-pci.xml")),
+            1,
+        ),
         (
             "x9drg".to_owned(),
-            gpus("32em64t-2n8c2t-pci-wholeio.xml"),
+            gpus(&fixture("32em64t-2n8c2t-pci-wholeio.xml")),
             1,
         ),
     ];
     assert_eq!(want[0].1, 16, "the DGX-2 export has 16 GPUs");
-    wait_for(port, &want).await;
-    for (tx, task) in agents {
-        tx.send(()).unwrap();
-        task.await.unwrap().unwrap();
+    let mut watched = vec![Watched::Task("accordd", &mut d.task)];
+    for (name, _, task) in agents.iter_mut() {
+        watched.push(Watched::Task(name, task));
     }
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    wait_for(&client(), &d.url, &want, &mut watched).await;
+    drop(watched);
+    for (name, stop, task) in agents {
+        let _ = stop.send(());
+        stopped(&name, task).await;
+    }
+    d.stop().await;
 }
 
 /// With tls_cert and tls_key, accordd speaks only TLS: an agent trusting
@@ -270,6 +456,7 @@ async fn three_agents_replaying_recorded_machines_register() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_register_over_tls() {
     let dir = tempfile::tempdir().unwrap();
+    let secrets = Secrets::write(dir.path());
     let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tls");
     let cert = tls.join("cert.pem");
     let ca = tls.join("ca.pem");
@@ -277,143 +464,151 @@ async fn agents_register_over_tls() {
     let key = dir.path().join("key.pem");
     std::fs::copy(tls.join("key.pem"), &key).unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let text = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n[store]\ndir = \"{}\"\n[agents]\ntoken_file = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
-        cert.display(),
-        key.display(),
-        dir.path().join("store").display(),
-        secret(dir.path(), "agent-token").display(),
-        secret(dir.path(), "admin-token").display()
-    );
-    let file = dir.path().join("accordd.toml");
-    std::fs::write(&file, text).unwrap();
-    let config = accordd::config::DaemonConfig::load(&file).unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(accordd::serve(config, async {
-        let _ = stopped.await;
-    }));
+    let listener = listener().await;
+    let port = listener.local_addr().unwrap().port();
+    let mut d = daemon(dir.path(), "store", listener, &secrets, Some((&cert, &key)));
 
+    // The certificate names localhost.
+    let url = format!("https://localhost:{port}");
+    let xml = fixture("32em64t-2n8c2t-pci-wholeio.xml");
     let agent_toml = format!(
-        "[daemon]\nurl = \"https://localhost:{port}\"\ntoken_file = \"{}\"\nca_file = \"{}\"\n[node]\nname = \"tls-node\"\n[discovery]\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
-        secret(dir.path(), "agent-token").display(),
+        "[daemon]\nurl = \"{url}\"\ntoken_file = \"{}\"\nca_file = \"{}\"\n[node]\nname = \"tls-node\"\n[discovery]\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
+        secrets.agent.display(),
         ca.display(),
-        fixture("32em64t-2n8c2t-pci-wholeio.xml").display()
+        xml.display()
     );
     let afile = dir.path().join("agent.toml");
     std::fs::write(&afile, agent_toml).unwrap();
-    let (stop_agent, agent_stopped) = tokio::sync::oneshot::channel::<()>();
-    let agent = tokio::spawn(accord_agent::run::run(
-        AgentConfig::load(&afile).unwrap(),
-        async {
-            let _ = agent_stopped.await;
-        },
-    ));
+    let (stop_agent, mut agent) = agent(&afile);
     let pem = std::fs::read(&ca).unwrap();
-    let client = reqwest::Client::builder()
+    let tls_client = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+        .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let mut names = Vec::new();
-    for _ in 0..200 {
-        if let Ok(r) = client
-            .get(format!("https://localhost:{port}/v1/nodes"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-        {
-            let v: serde_json::Value = r.json().await.unwrap_or_default();
-            names = v
-                .as_array()
-                .map(|a| a.iter().map(|n| n["name"].to_string()).collect())
-                .unwrap_or_default();
-            if !names.is_empty() {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(names, ["\"tls-node\""]);
-    let plain = reqwest::get(format!("http://127.0.0.1:{port}/v1/health")).await;
+    wait_for(
+        &tls_client,
+        &url,
+        &[("tls-node".to_owned(), gpus(&xml), 1)],
+        &mut [
+            Watched::Task("accordd (TLS)", &mut d.task),
+            Watched::Task("the agent", &mut agent),
+        ],
+    )
+    .await;
+    let plain = client()
+        .get(format!("http://127.0.0.1:{port}/v1/health"))
+        .send()
+        .await;
     assert!(plain.is_err(), "plain HTTP was answered: {plain:?}");
-    stop_agent.send(()).unwrap();
-    agent.await.unwrap().unwrap();
-    stop.send(()).unwrap();
-    daemon.await.unwrap().unwrap();
+    let _ = stop_agent.send(());
+    stopped("the agent", agent).await;
+    d.stop().await;
 }
 
 /// SIGHUP makes the agent discover again at once (the interval is an
 /// hour): a changed machine is reported as a new generation. Heartbeats
-/// carry a GPU health line.
+/// carry a GPU health line. The agent is the real binary, so the signal
+/// reaches it alone, not the agents of the other tests in this process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (stop, task) = daemon(dir.path(), "store", port).await;
+    let secrets = Secrets::write(dir.path());
+    let mut d = daemon(dir.path(), "store", listener().await, &secrets, None);
     let topology = dir.path().join("topology.xml");
     std::fs::copy(fixture("24em64t-2n6c2t-pci.xml"), &topology).unwrap();
     let text = format!(
-        "[daemon]\nurl = \"http://127.0.0.1:{port}\"\ntoken_file = \"{}\"\n[node]\nname = \"hup\"\n[discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
-        secret(dir.path(), "agent-token").display(),
+        "[daemon]\nurl = \"{}\"\ntoken_file = \"{}\"\n[node]\nname = \"hup\"\n[discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
+        d.url,
+        secrets.agent.display(),
         topology.display()
     );
     let file = dir.path().join("agent.toml");
     std::fs::write(&file, text).unwrap();
-    let (stop_agent, agent_stopped) = tokio::sync::oneshot::channel::<()>();
-    let agent = tokio::spawn(accord_agent::run::run(
-        AgentConfig::load(&file).unwrap(),
-        async {
-            let _ = agent_stopped.await;
-        },
-    ));
-    let gpus = |xml: &Path| {
-        accord_agent::discover(accord_agent::Sources {
-            hwloc_xml: Some(xml),
-            ..Default::default()
-        })
-        .unwrap()
-        .gpus
-        .len()
-    };
-    wait_for(port, &[("hup".to_owned(), gpus(&topology), 1)]).await;
-    let mut health = String::new();
-    for _ in 0..100 {
-        let v: serde_json::Value = reqwest::Client::new()
-            .get(format!("http://127.0.0.1:{port}/v1/nodes/hup"))
+    let log = dir.path().join("agent.log");
+    let mut agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_accord-agent"))
+            .arg("run")
+            .arg("--config")
+            .arg(&file)
+            .env("ACCORD_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let client = client();
+    let before = gpus(&topology);
+    // Registered: its SIGHUP handler is installed (before its first report).
+    wait_for(
+        &client,
+        &d.url,
+        &[("hup".to_owned(), before, 1)],
+        &mut [
+            Watched::Task("accordd", &mut d.task),
+            Watched::Child("accord-agent", &mut agent, &log),
+        ],
+    )
+    .await;
+    let deadline = Instant::now() + WAIT;
+    let health = loop {
+        let got = match client
+            .get(format!("{}/v1/nodes/hup", d.url))
             .bearer_auth(TOKEN)
             .send()
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        health = v["gpu_health"].as_str().unwrap_or_default().to_owned();
-        if !health.is_empty() {
-            break;
+        {
+            Ok(r) => r
+                .json::<serde_json::Value>()
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Some(h) = got.as_ref().ok().and_then(|v| v["gpu_health"].as_str()) {
+            if !h.is_empty() {
+                break h.to_owned();
+            }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(health, format!("ok: {} GPUs", gpus(&topology)));
+        still_running(
+            &mut [
+                Watched::Task("accordd", &mut d.task),
+                Watched::Child("accord-agent", &mut agent, &log),
+            ],
+            "a heartbeat's gpu_health",
+        )
+        .await;
+        assert!(
+            Instant::now() < deadline,
+            "no gpu_health for node hup within 30 s (heartbeats every 100 ms); last: {got:?}\n{}",
+            tail(&log)
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(health, format!("ok: {before} GPUs"));
 
     // The machine "changes"; only SIGHUP can make the agent notice now.
     std::fs::copy(fixture("32em64t-2n8c2t-pci-wholeio.xml"), &topology).unwrap();
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &std::process::id().to_string()])
+    let after = gpus(&topology);
+    assert_ne!(before, after, "the two exports must differ");
+    let status = Command::new("kill")
+        .args(["-HUP", &agent.0.id().to_string()])
         .status()
         .unwrap();
-    assert!(status.success());
-    wait_for(port, &[("hup".to_owned(), gpus(&topology), 2)]).await;
+    assert!(status.success(), "kill -HUP: {status}");
+    wait_for(
+        &client,
+        &d.url,
+        &[("hup".to_owned(), after, 2)],
+        &mut [
+            Watched::Task("accordd", &mut d.task),
+            Watched::Child("accord-agent", &mut agent, &log),
+        ],
+    )
+    .await;
 
-    stop_agent.send(()).unwrap();
-    agent.await.unwrap().unwrap();
-    stop.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    drop(agent);
+    d.stop().await;
 }

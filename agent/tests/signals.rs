@@ -26,19 +26,39 @@ impl Drop for Guard {
     }
 }
 
-/// Whether accordd lists `node`.
-async fn registered(port: u16, node: &str) -> bool {
-    let Ok(resp) = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/v1/nodes"))
+/// Whether accordd at `url` lists `node`, or why it could not tell.
+async fn registered(url: &str, node: &str) -> Result<bool, String> {
+    let resp = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+        .get(format!("{url}/v1/nodes"))
         .bearer_auth(TOKEN)
         .send()
         .await
-    else {
-        return false;
-    };
-    let v: serde_json::Value = resp.json().await.unwrap_or_default();
-    v.as_array()
-        .is_some_and(|a| a.iter().any(|n| n["name"] == node))
+        .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {text}"));
+    }
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+    Ok(v.as_array()
+        .is_some_and(|a| a.iter().any(|n| n["name"] == node)))
+}
+
+/// The last lines of a log, for failure messages.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log)
+        .unwrap_or_else(|e| format!("(cannot read {}: {e})", log.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(40);
+    format!(
+        "--- {} (last {} lines) ---\n{}",
+        log.display(),
+        lines.len() - from,
+        lines[from..].join("\n")
+    )
 }
 
 fn wait_exit(child: &mut Guard, within: Duration, log: &Path) -> ExitStatus {
@@ -49,8 +69,9 @@ fn wait_exit(child: &mut Guard, within: Duration, log: &Path) -> ExitStatus {
         }
         assert!(
             Instant::now() < deadline,
-            "accord-agent still running {within:?} after the signal:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
+            "accord-agent pid {} still running {within:?} after the signal:\n{}",
+            child.0.id(),
+            tail(log)
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -58,17 +79,17 @@ fn wait_exit(child: &mut Guard, within: Duration, log: &Path) -> ExitStatus {
 
 async fn stops_gracefully_on(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // accordd's listener, bound here: no window for another process to
+    // take the port.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = format!("http://{addr}");
     let token = secret(dir.path(), "token");
     let daemon_toml = dir.path().join("accordd.toml");
     std::fs::write(
         &daemon_toml,
         format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n[store]\ndir = \"{}\"\n\
+            "[server]\nlisten = \"{addr}\"\n[store]\ndir = \"{}\"\n\
              [agents]\ntoken_file = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
             dir.path().join("store").display(),
             token.display(),
@@ -78,7 +99,7 @@ async fn stops_gracefully_on(signal: &str) {
     .unwrap();
     let config = accordd::config::DaemonConfig::load(&daemon_toml).unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(accordd::serve(config, async {
+    let mut daemon = tokio::spawn(accordd::serve_with_listener(config, listener, async {
         let _ = stopped.await;
     }));
 
@@ -87,7 +108,7 @@ async fn stops_gracefully_on(signal: &str) {
     std::fs::write(
         &agent_toml,
         format!(
-            "[daemon]\nurl = \"http://127.0.0.1:{port}\"\ntoken_file = \"{}\"\n[node]\nname = \"sig\"\n\
+            "[daemon]\nurl = \"{url}\"\ntoken_file = \"{}\"\n[node]\nname = \"sig\"\n\
              [discovery]\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 50\n\
              [backoff]\ninitial_ms = 20\nmax_ms = 200\n",
             token.display(),
@@ -110,17 +131,28 @@ async fn stops_gracefully_on(signal: &str) {
             .unwrap(),
     );
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !registered(port, "sig").await {
+    loop {
+        let has = registered(&url, "sig").await;
+        if has == Ok(true) {
+            break;
+        }
         if let Some(status) = agent.0.try_wait().unwrap() {
             panic!(
                 "accord-agent exited ({status}) before registering:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
+                tail(&log)
+            );
+        }
+        if daemon.is_finished() {
+            let result = (&mut daemon).await;
+            panic!(
+                "accordd (in process) ended before the agent registered: {result:?}\n{}",
+                tail(&log)
             );
         }
         assert!(
             Instant::now() < deadline,
-            "the agent did not register within 30 s:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+            "node sig not registered at {url} within 30 s (last: {has:?}):\n{}",
+            tail(&log)
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -139,7 +171,11 @@ async fn stops_gracefully_on(signal: &str) {
     assert!(stdout.is_empty(), "accord-agent wrote to stdout: {stdout}");
 
     stop.send(()).unwrap();
-    daemon.await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(30), daemon)
+        .await
+        .expect("accordd (in process) still running 30 s after being told to stop")
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

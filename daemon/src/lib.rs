@@ -110,6 +110,26 @@ pub async fn serve(
     config: DaemonConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_maybe_bound(config, None, shutdown).await
+}
+
+/// [`serve`] on a listener the caller has bound (`server.listen` is not
+/// used): tests bind `127.0.0.1:0` and know the address before anything
+/// serves, with no window for another process to take the port.
+pub async fn serve_with_listener(
+    config: DaemonConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    serve_maybe_bound(config, Some(listener), shutdown).await
+}
+
+/// [`serve`]'s body: binds `server.listen` unless given a listener.
+async fn serve_maybe_bound(
+    config: DaemonConfig,
+    bound: Option<tokio::net::TcpListener>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let state = state(&config)?;
     // Kept to close the store once the server and the loop have stopped.
     let shared = state.shared.clone();
@@ -124,9 +144,12 @@ pub async fn serve(
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
         _ => None,
     };
-    let listener = tokio::net::TcpListener::bind(config.listen_addr())
-        .await
-        .with_context(|| format!("server.listen: cannot bind {}", config.server.listen))?;
+    let listener = match bound {
+        Some(l) => l,
+        None => tokio::net::TcpListener::bind(config.listen_addr())
+            .await
+            .with_context(|| format!("server.listen: cannot bind {}", config.server.listen))?,
+    };
     if let Err(e) = notify_ready() {
         tracing::warn!(error = %e, "cannot tell systemd the daemon is ready");
     }

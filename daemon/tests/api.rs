@@ -1,9 +1,13 @@
 //! accordd's agent and admin API against a real sled store on a temporary
 //! directory, fed with the recorded hardware models in tests/fixtures.
 
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use accordd::api::ApiState;
 use accordd::config::DaemonConfig;
@@ -78,6 +82,48 @@ profile = "h100"
     (file, text)
 }
 
+/// Runs a command to its end, with its output, as `Command::output` does;
+/// panics, with what it wrote, when it is still running after 60 s.
+fn output_within(cmd: &mut Command) -> Output {
+    let within = Duration::from_secs(60);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let status = child.wait().unwrap();
+            panic!(
+                "{cmd:?} still running after {within:?} (killed: {status}); stdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&stdout.join().unwrap()),
+                String::from_utf8_lossy(&stderr.join().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
 /// A daemon serving on an ephemeral port until stopped (which closes its
 /// store) or dropped.
 struct Daemon {
@@ -111,7 +157,11 @@ impl Daemon {
     /// again at once.
     async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
-        self.task.await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("accordd (in process) still serving 30 s after being told to stop")
+            .unwrap()
+            .unwrap();
         accordd::close_store(self.shared, accordd::store::CLOSE_WITHIN)
             .await
             .unwrap();
@@ -124,7 +174,11 @@ impl Daemon {
         token: Option<&str>,
         body: Option<Vec<u8>>,
     ) -> (u16, Value) {
-        let mut req = reqwest::Client::new().request(method, format!("{}{path}", self.url));
+        let mut req = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap()
+            .request(method, format!("{}{path}", self.url));
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -220,7 +274,12 @@ async fn agents_register_and_the_store_survives_a_restart() {
         .await;
     assert_eq!((status, v["generation"].as_u64()), (200, Some(1)), "{v}");
     // Prometheus: accepted reports and heartbeats are counted.
-    let metrics = reqwest::get(format!("{}/metrics", d.url))
+    let metrics = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+        .get(format!("{}/metrics", d.url))
+        .send()
         .await
         .unwrap()
         .text()
@@ -248,11 +307,11 @@ async fn agents_register_and_the_store_survives_a_restart() {
 
     // accordctl reads the same list.
     let admin = dir.path().join("admin-token");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
-        .args(["nodes", "--json", "--url", &d.url, "--token-file"])
-        .arg(&admin)
-        .output()
-        .unwrap();
+    let out = output_within(
+        Command::new(env!("CARGO_BIN_EXE_accordctl"))
+            .args(["nodes", "--json", "--url", &d.url, "--token-file"])
+            .arg(&admin),
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -263,11 +322,11 @@ async fn agents_register_and_the_store_survives_a_restart() {
     // The rack comes from the fleet file accordd is configured with.
     assert_eq!(listed[0]["rack"], "r07");
     assert_eq!(listed[1]["rack"], Value::Null);
-    let table = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
-        .args(["nodes", "--url", &d.url, "--token-file"])
-        .arg(&admin)
-        .output()
-        .unwrap();
+    let table = output_within(
+        Command::new(env!("CARGO_BIN_EXE_accordctl"))
+            .args(["nodes", "--url", &d.url, "--token-file"])
+            .arg(&admin),
+    );
     let table = String::from_utf8(table.stdout).unwrap();
     assert!(table.starts_with("NAME"), "{table}");
     assert!(table.lines().nth(1).unwrap().contains("r07"), "{table}");
@@ -443,11 +502,11 @@ fn the_daemon_refuses_secrets_others_can_read_and_lists_every_problem() {
         std::fs::Permissions::from_mode(0o644),
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
-        .arg("check-config")
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = output_within(
+        Command::new(env!("CARGO_BIN_EXE_accordd"))
+            .arg("check-config")
+            .arg(&file),
+    );
     // EX_CONFIG, as `accordd --help` says.
     assert_eq!(out.status.code(), Some(78));
     let err = String::from_utf8(out.stderr).unwrap();
@@ -459,11 +518,11 @@ fn the_daemon_refuses_secrets_others_can_read_and_lists_every_problem() {
     );
     // An unknown key names its line.
     std::fs::write(&file, "[server]\nlisten = \"127.0.0.1:1\"\nport = 3\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
-        .arg("check-config")
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = output_within(
+        Command::new(env!("CARGO_BIN_EXE_accordd"))
+            .arg("check-config")
+            .arg(&file),
+    );
     assert_eq!(out.status.code(), Some(78));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
@@ -478,13 +537,13 @@ fn the_daemon_refuses_secrets_others_can_read_and_lists_every_problem() {
 fn accordd_exit_codes_tell_a_bad_configuration_from_other_failures() {
     let dir = tempfile::tempdir().unwrap();
     let run = |file: &Path| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
-            .arg("run")
-            .arg("--config")
-            .arg(file)
-            .env("ACCORD_LOG", "warn")
-            .output()
-            .unwrap()
+        output_within(
+            Command::new(env!("CARGO_BIN_EXE_accordd"))
+                .arg("run")
+                .arg("--config")
+                .arg(file)
+                .env("ACCORD_LOG", "warn"),
+        )
     };
     let out = run(&dir.path().join("missing.toml"));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -523,96 +582,220 @@ fn a_store_from_a_newer_accordd_is_refused() {
     assert!(err.contains("schema 99, newer than this accordd"), "{err}");
 }
 
+/// Killed on drop, with no handle on the test's output: a failing
+/// assertion must not leave a daemon holding the test harness's pipes.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `accordd run --config FILE`, its logs (at info: the bound address is
+/// logged) in `log`; with `notify`, as systemd would run it.
+fn spawn_accordd(config: &Path, log: &Path, notify: Option<&Path>) -> Guard {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_accordd"));
+    cmd.args(["run", "--config"])
+        .arg(config)
+        .env("ACCORD_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    if let Some(socket) = notify {
+        cmd.env("NOTIFY_SOCKET", socket);
+    }
+    Guard(cmd.spawn().unwrap())
+}
+
+/// The last lines of a log, for failure messages.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log)
+        .unwrap_or_else(|e| format!("(cannot read {}: {e})", log.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(40);
+    format!(
+        "--- {} (last {} lines) ---\n{}",
+        log.display(),
+        lines.len() - from,
+        lines[from..].join("\n")
+    )
+}
+
+/// The address in accordd's "accordd serving listen=ADDR" log line.
+fn serving_address(log: &Path) -> Option<std::net::SocketAddr> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .filter(|l| l.contains("accordd serving"))
+        .flat_map(str::split_whitespace)
+        .find_map(|w| w.strip_prefix("listen=")?.parse().ok())
+}
+
+/// Panics, with its exit status and log, if accordd has exited.
+fn still_running(child: &mut Guard, log: &Path, waiting_for: &str) {
+    if let Some(status) = child.0.try_wait().unwrap() {
+        panic!(
+            "accordd pid {} exited ({status}) while waiting for {waiting_for}:\n{}",
+            child.0.id(),
+            tail(log)
+        );
+    }
+}
+
+/// Waits for the address accordd (started with `listen = "127.0.0.1:0"`)
+/// logs once bound.
+async fn wait_address(child: &mut Guard, log: &Path, deadline: Instant) -> std::net::SocketAddr {
+    loop {
+        if let Some(addr) = serving_address(log) {
+            return addr;
+        }
+        still_running(child, log, "its \"accordd serving\" log line");
+        assert!(
+            Instant::now() < deadline,
+            "accordd pid {} logged no \"accordd serving listen=...\" line within 30 s:\n{}",
+            child.0.id(),
+            tail(log)
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits until accordd answers `/v1/health` with 2xx at the address it
+/// logged; returns its base URL. Panics at the deadline or when accordd
+/// exits, with its exit status and log.
+async fn wait_serving(child: &mut Guard, log: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let url = format!("http://{}", wait_address(child, log, deadline).await);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    loop {
+        let last = match client.get(format!("{url}/v1/health")).send().await {
+            Ok(r) if r.status().is_success() => return url,
+            Ok(r) => format!("answered {}", r.status()),
+            Err(e) => e.to_string(),
+        };
+        still_running(child, log, &format!("{url}/v1/health"));
+        assert!(
+            Instant::now() < deadline,
+            "accordd pid {} not serving {url}/v1/health within 30 s (last: {last}):\n{}",
+            child.0.id(),
+            tail(log)
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// Reports streamed to a separate accordd process, killed with SIGKILL
 /// mid-stream: every report it acknowledged is there after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_reports_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (file, _) = config(dir.path(), &format!("127.0.0.1:{port}"));
-    // Killed on drop, with no handle on the test's output: a failing
-    // assertion must not leave a daemon holding the test harness's pipes.
-    struct Guard(std::process::Child);
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let log = dir.path().join("accordd.log");
-    let spawn = || {
-        Guard(
-            std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
-                .args(["run", "--config"])
-                .arg(&file)
-                .env("ACCORD_LOG", "warn")
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .unwrap(),
-        )
-    };
-    let url = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let wait_ready = |client: reqwest::Client, url: String| async move {
-        for _ in 0..200 {
-            if client.get(format!("{url}/v1/health")).send().await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-        }
-        panic!("accordd did not come up");
-    };
-    let mut child = spawn();
-    wait_ready(client.clone(), url.clone()).await;
+    let (file, _) = config(dir.path(), "127.0.0.1:0");
+    // Each run logs to its own file: the first run's log survives the second.
+    let first_log = dir.path().join("accordd-1.log");
+    let mut child = spawn_accordd(&file, &first_log, None);
+    let pid = child.0.id();
+    let url = wait_serving(&mut child, &first_log).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
     let body = report_body(&fixture("x9drg-wholeio.json"));
+    // Three streams, so reports are in flight when the kill lands; each
+    // stops at its first report not acknowledged and says why.
+    let (acks, mut acked_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut streams = Vec::new();
+    for s in 0..3 {
+        let (client, url, body, acks) = (client.clone(), url.clone(), body.clone(), acks.clone());
+        streams.push(tokio::spawn(async move {
+            let mut k = 0u64;
+            loop {
+                let node = format!("s{s}-n{k:05}");
+                k += 1;
+                let sent = client
+                    .post(format!("{url}/v1/nodes/{node}/report"))
+                    .bearer_auth(AGENT_TOKEN)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await;
+                match sent {
+                    Ok(r) if r.status().is_success() => {
+                        let _ = acks.send(node);
+                    }
+                    Ok(r) => return format!("{node}: {}", r.status()),
+                    Err(e) => return format!("{node}: {e}"),
+                }
+            }
+        }));
+    }
+    drop(acks);
     let mut acked = Vec::new();
-    let mut killer = None;
-    for k in 0..400 {
-        if k == 30 {
-            // Kill while reports are in flight.
-            let pid = child.0.id();
-            killer = Some(std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .status();
-            }));
-        }
-        let node = format!("n{k:03}");
-        let sent = client
-            .post(format!("{url}/v1/nodes/{node}/report"))
-            .bearer_auth(AGENT_TOKEN)
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await;
-        match sent {
-            Ok(r) if r.status().is_success() => acked.push(node),
-            _ => break,
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while acked.len() < 30 {
+        match tokio::time::timeout_at(deadline, acked_rx.recv()).await {
+            Ok(Some(node)) => acked.push(node),
+            Ok(None) => {
+                let mut why = Vec::new();
+                for s in streams {
+                    why.push(s.await.unwrap());
+                }
+                panic!(
+                    "every report stream stopped after {} acknowledgements, before the kill: \
+                     {why:?}\n{}",
+                    acked.len(),
+                    tail(&first_log)
+                );
+            }
+            Err(_) => panic!(
+                "only {} reports acknowledged by accordd pid {pid} within 30 s:\n{}",
+                acked.len(),
+                tail(&first_log)
+            ),
         }
     }
-    killer.expect("the stream reached the kill").join().unwrap();
-    let _ = child.0.wait();
-    assert!(acked.len() >= 30, "only {} acknowledged", acked.len());
-    assert!(acked.len() < 400, "the kill did not interrupt the stream");
+    // Kill while reports are in flight. Child::kill is SIGKILL.
+    child.0.kill().unwrap();
+    // Reports acknowledged until the streams end count as well.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match tokio::time::timeout_at(deadline, acked_rx.recv()).await {
+            Ok(Some(node)) => acked.push(node),
+            Ok(None) => break,
+            Err(_) => panic!(
+                "accordd pid {pid} still acknowledging reports 30 s after kill -9 \
+                 ({} acknowledged):\n{}",
+                acked.len(),
+                tail(&first_log)
+            ),
+        }
+    }
+    let status = child.0.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "accordd pid {pid} ended ({status}), not by the kill:\n{}",
+        tail(&first_log)
+    );
 
-    let _child = spawn();
-    wait_ready(client.clone(), url.clone()).await;
-    let listed: Value = client
+    let second_log = dir.path().join("accordd-2.log");
+    let mut child = spawn_accordd(&file, &second_log, None);
+    let url = wait_serving(&mut child, &second_log).await;
+    let resp = client
         .get(format!("{url}/v1/nodes"))
         .bearer_auth(ADMIN_TOKEN)
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
         .unwrap();
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status.as_u16(), 200, "{text}");
+    let listed: Value = serde_json::from_str(&text).unwrap();
     let names: Vec<&str> = listed
         .as_array()
         .unwrap()
@@ -623,7 +806,12 @@ async fn acknowledged_reports_survive_kill_9() {
         .iter()
         .filter(|n| !names.contains(&n.as_str()))
         .collect();
-    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    assert!(
+        lost.is_empty(),
+        "acknowledged ({} in all) but lost after kill -9: {lost:?}\n{}",
+        acked.len(),
+        tail(&second_log)
+    );
 }
 
 /// Under systemd (`Type=notify`), accordd says READY=1 once its listener is
@@ -631,33 +819,53 @@ async fn acknowledged_reports_survive_kill_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accordd_tells_systemd_when_it_is_ready() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (file, _) = config(dir.path(), &format!("127.0.0.1:{port}"));
+    let (file, _) = config(dir.path(), "127.0.0.1:0");
     let notify = dir.path().join("notify.sock");
     let socket = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    // Short reads, so the wait notices accordd exiting.
     socket
-        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_accordd"))
-        .args(["run", "--config"])
-        .arg(&file)
-        .env("NOTIFY_SOCKET", &notify)
-        .env("ACCORD_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let log = dir.path().join("accordd.log");
+    let mut child = spawn_accordd(&file, &log, Some(&notify));
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut buf = [0u8; 64];
-    let received = socket.recv(&mut buf);
-    let health = reqwest::get(format!("http://127.0.0.1:{port}/v1/health")).await;
-    let _ = child.kill();
-    let _ = child.wait();
-    let n = received.expect("READY=1 within 20 s");
+    let n = loop {
+        match socket.recv(&mut buf) {
+            Ok(n) => break n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("{}: {e}", notify.display()),
+        }
+        still_running(
+            &mut child,
+            &log,
+            &format!("READY=1 on {}", notify.display()),
+        );
+        assert!(
+            Instant::now() < deadline,
+            "accordd pid {} sent no READY=1 to {} within 30 s:\n{}",
+            child.0.id(),
+            notify.display(),
+            tail(&log)
+        );
+    };
     assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "READY=1");
-    assert!(health.unwrap().status().is_success());
+    // The listener is bound: the first request is answered (accordd logs
+    // the address it bound right after READY=1).
+    let addr = wait_address(&mut child, &log, deadline).await;
+    let health = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+        .get(format!("http://{addr}/v1/health"))
+        .send()
+        .await;
+    match health {
+        Ok(r) => assert!(r.status().is_success(), "{}:\n{}", r.status(), tail(&log)),
+        Err(e) => panic!("http://{addr}/v1/health after READY=1: {e}\n{}", tail(&log)),
+    }
 }

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use accord::lifecycle::Stage;
-use accord_api::control::{ControlStatus, WorkloadState};
+use accord::plan::Action;
+use accord_api::control::{ControlStatus, IntentAction, WorkloadState};
 use accord_api::text::{render_explain, render_status};
 use accord_lab::fixtures::{gang, FLEET};
 use accord_lab::{Lab, LabOptions, Scenario};
@@ -37,12 +38,17 @@ fn scenario(lab: &str, fleet: &str, submits: &[(&str, String, u64)]) -> Scenario
 const QUICK: &str =
     "boot_delay_ms = 1000\nkubelet_delay_ms = 500\nheartbeat_ms = 1000\nmax_s = 240";
 
-async fn start(s: Scenario) -> Lab {
-    let log = std::env::temp_dir().join(format!(
-        "accord-lab-test-{}-{}.log",
-        std::process::id(),
-        s.submit.first().map(|x| x.name.as_str()).unwrap_or("none")
-    ));
+/// Starts a lab for the test named `test`, and accordd, whose output goes
+/// to its own file, `lab-{test}.accordd.log` in cargo's target tmp dir:
+/// begun afresh each run, kept after it (a failure names it and quotes its
+/// tail), appended to across a restart within the test.
+async fn start(test: &str, s: Scenario) -> Lab {
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lab-{test}.accordd.log"));
+    match std::fs::remove_file(&log) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => panic!("{}: cannot remove the last run's log: {e}", log.display()),
+    }
     let lab = Lab::start(
         s,
         LabOptions {
@@ -62,12 +68,11 @@ async fn start(s: Scenario) -> Lab {
 
 /// A lab with one gang of `pods` 8-GPU pods named `name` (running until
 /// the test ends), submitted once accordd runs.
-async fn start_gang(settings: &str, fleet: &str, name: &str, pods: usize) -> Lab {
-    let lab = start(scenario(
-        settings,
-        fleet,
-        &[(name, gang(name, pods), 600_000)],
-    ))
+async fn start_gang(test: &str, settings: &str, fleet: &str, name: &str, pods: usize) -> Lab {
+    let lab = start(
+        test,
+        scenario(settings, fleet, &[(name, gang(name, pods), 600_000)]),
+    )
     .await;
     lab.release(name).unwrap();
     lab
@@ -90,16 +95,17 @@ async fn bound(lab: &Lab, name: &str, within: Duration) -> f64 {
         if let (Some(t0), Some(t1)) = lab.submission_times(name) {
             return t1.duration_since(t0).as_secs_f64();
         }
-        if let Some(code) = lab.daemon_exited() {
-            panic!("accordd exited: {code}");
+        if lab.daemon_exited().is_some() {
+            panic!("waiting for {name} to be bound: {}", lab.daemon_report());
         }
         assert!(
             tokio::time::Instant::now() < end,
-            "{name} not bound within {within:?}; status: {}",
+            "{name} not bound within {within:?}; accordd's status:\n{}\n{}",
             lab.status()
                 .await
                 .map(|s| render_status(&s))
-                .unwrap_or_default()
+                .unwrap_or_else(|| "(none)".into()),
+            lab.daemon_report()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -120,6 +126,41 @@ async fn workload_in(lab: &Lab, workload: &str, state: WorkloadState) -> Control
     .unwrap()
 }
 
+/// Waits until accordd has run `n` more control rounds than `st`'s (at
+/// least one per tick): the window in which something that must not happen
+/// would have. Returns the last status.
+async fn rounds_after(lab: &Lab, st: &ControlStatus, n: u64) -> ControlStatus {
+    let r0 = st.round;
+    lab.wait_status(
+        &format!("{n} more control rounds after round {r0}"),
+        Duration::from_secs(30),
+        |s| s.round >= r0 + n,
+    )
+    .await
+    .unwrap()
+}
+
+/// accordd's current status (its next round, if it has none yet).
+async fn current_status(lab: &Lab) -> ControlStatus {
+    lab.wait_status("a status from accordd", Duration::from_secs(30), |_| true)
+        .await
+        .unwrap()
+}
+
+/// Waits until the first power-on Reset reaches the BMC proxy (polled
+/// every 5 ms, so a test can act at once).
+async fn first_power_on_reset(lab: &Lab) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    while lab.proxy.log().iter().all(|l| !l.power_on) {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no power-on Reset reached the BMC proxy within 30 s; {}",
+            lab.daemon_report()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
@@ -131,7 +172,14 @@ fn r2() -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
-    let lab = start_gang(QUICK, FLEET, "train", 4).await;
+    let lab = start_gang(
+        "a_rack_gang_powers_on_exactly_its_rack_and_binds",
+        QUICK,
+        FLEET,
+        "train",
+        4,
+    )
+    .await;
     let to_bound = bound(&lab, "train", Duration::from_secs(120)).await;
 
     // r1 has three nodes and r3 the wrong GPUs: all of r2, nothing else.
@@ -172,12 +220,19 @@ async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
-    let lab = start_gang(QUICK, FLEET, "huge", 5).await;
-    workload_in(&lab, "ml/huge", WorkloadState::CannotPlace).await;
-    // A few more rounds (tick 1 s): still nothing.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let st = lab.status().await.unwrap();
+    let lab = start_gang(
+        "a_gang_that_cannot_fit_powers_nothing_and_is_explained",
+        QUICK,
+        FLEET,
+        "huge",
+        5,
+    )
+    .await;
+    let st = workload_in(&lab, "ml/huge", WorkloadState::CannotPlace).await;
+    // Four more rounds (at least one a tick): still nothing.
+    let st = rounds_after(&lab, &st, 4).await;
     assert!(st.actions.is_empty(), "{:?}", st.actions);
+    assert!(st.open_intents.is_empty(), "{:?}", st.open_intents);
     assert!(
         lab.proxy.log().iter().all(|l| l.method == "GET"),
         "only reads may reach the BMCs"
@@ -271,7 +326,14 @@ async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
         ));
     }
     let lab_settings = format!("{QUICK}\nbroken = [\"r1-n1\"]\npower_on_timeout_s = 18");
-    let lab = start_gang(&lab_settings, &fleet, "train", 4).await;
+    let lab = start_gang(
+        "a_node_that_never_powers_on_fails_and_another_is_chosen",
+        &lab_settings,
+        &fleet,
+        "train",
+        4,
+    )
+    .await;
     let st = lab
         .wait_status("r1-n1 Failed", Duration::from_secs(60), |s| {
             s.nodes
@@ -315,7 +377,11 @@ async fn idle_nodes_are_powered_off_after_the_idle_time() {
     let job = "{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: job-0}, \
                spec: {containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: \"8\"}}}]}}\n"
         .to_owned();
-    let lab = start(scenario(QUICK, &fleet, &[("job", job, 2000)])).await;
+    let lab = start(
+        "idle_nodes_are_powered_off_after_the_idle_time",
+        scenario(QUICK, &fleet, &[("job", job, 2000)]),
+    )
+    .await;
     lab.release("job").unwrap();
     bound(&lab, "job", Duration::from_secs(90)).await;
     let powered = lab.nodes_powered_on();
@@ -357,17 +423,17 @@ async fn idle_nodes_are_powered_off_after_the_idle_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
-    let lab = start_gang(QUICK, FLEET, "train", 4).await;
+    let lab = start_gang(
+        "kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts",
+        QUICK,
+        FLEET,
+        "train",
+        4,
+    )
+    .await;
     // The moment the first Reset reaches a BMC, accordd dies: the others
     // are planned, sent or in flight, and none is verified.
-    let end = tokio::time::Instant::now() + Duration::from_secs(30);
-    while lab.proxy.log().iter().all(|l| !l.power_on) {
-        assert!(
-            tokio::time::Instant::now() < end,
-            "no power-on Reset reached the BMC proxy within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    first_power_on_reset(&lab).await;
     lab.kill_daemon();
     let sent_before = lab.proxy.log().iter().filter(|l| l.power_on).count();
     lab.start_daemon().unwrap();
@@ -382,14 +448,77 @@ async fn kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts() {
     }
 }
 
+/// SIGTERM (systemd's stop) the moment accordd's first Reset reaches a
+/// BMC: accordd exits 0 within the deadline and its store is closed (it
+/// opens at once); restarted, it sends no second Reset and the gang starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_flight_exits_0_and_the_gang_starts_after_restart() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let lab = start_gang(
+        "sigterm_mid_flight_exits_0_and_the_gang_starts_after_restart",
+        QUICK,
+        FLEET,
+        "train",
+        2,
+    )
+    .await;
+    first_power_on_reset(&lab).await;
+    // Its shutdown waits up to 10 s for power actions in flight and 10 s
+    // for Kubernetes writes.
+    let within = Duration::from_secs(30);
+    let status = lab.stop_daemon(within).await.unwrap();
+    assert!(
+        status.success(),
+        "accordd on SIGTERM: {status}; {}",
+        lab.daemon_report()
+    );
+    // Closed: another process opens the store at once.
+    let store_dir = lab.store_dir();
+    let store = accordd::store::Store::open(&store_dir).unwrap_or_else(|e| {
+        panic!(
+            "{}: the store does not open after accordd exited 0: {e}; {}",
+            store_dir.display(),
+            lab.daemon_report()
+        )
+    });
+    drop(store);
+    let sent_before = lab.proxy.log().iter().filter(|l| l.power_on).count();
+    lab.start_daemon().unwrap();
+    bound(&lab, "train", Duration::from_secs(150)).await;
+    let nodes = nodes_of(&lab, "ml/train-");
+    assert_eq!(nodes.len(), 2, "{:?}", lab.bound_pods());
+    assert_eq!(lab.nodes_powered_on(), nodes);
+    for n in &nodes {
+        assert_eq!(
+            lab.emulator_resets(n),
+            1,
+            "{n}: exactly one Reset across the stop (before it: {sent_before} sent)"
+        );
+    }
+    assert_eq!(
+        lab.emulator.count("POST "),
+        2,
+        "{:?}",
+        lab.emulator.requests()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_mode_sends_nothing_to_the_bmcs() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
     let settings = format!("{QUICK}\nmode = \"observe\"");
-    let lab = start_gang(&settings, FLEET, "train", 4).await;
+    let lab = start_gang(
+        "observe_mode_sends_nothing_to_the_bmcs",
+        &settings,
+        FLEET,
+        "train",
+        4,
+    )
+    .await;
     let st = workload_in(&lab, "ml/train", WorkloadState::PoweringOn).await;
-    // A few more rounds (tick 1 s): still nothing sent.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Four more rounds (at least one a tick): still nothing sent.
+    let later = rounds_after(&lab, &st, 4).await;
+    assert!(later.open_intents.is_empty(), "{:?}", later.open_intents);
     let w = st
         .workloads
         .iter()
@@ -447,16 +576,26 @@ fn condition(lab: &Lab, ns: &str, name: &str, type_: &str) -> Option<(String, St
         })
 }
 
+/// Waits until the ProvisioningRequest's condition `type_` is `want`
+/// (status, reason); fails at once if accordd exits.
 async fn wait_condition(lab: &Lab, ns: &str, name: &str, type_: &str, want: (&str, &str)) {
-    let end = tokio::time::Instant::now() + Duration::from_secs(90);
+    let within = Duration::from_secs(90);
+    let end = tokio::time::Instant::now() + within;
     loop {
         let got = condition(lab, ns, name, type_);
         if got.as_ref().map(|(s, r)| (s.as_str(), r.as_str())) == Some(want) {
             return;
         }
+        if lab.daemon_exited().is_some() {
+            panic!(
+                "waiting for {ns}/{name} {type_} {want:?} (now {got:?}): {}",
+                lab.daemon_report()
+            );
+        }
         assert!(
             tokio::time::Instant::now() < end,
-            "{ns}/{name} {type_}: {got:?}, wanted {want:?}"
+            "{ns}/{name} {type_}: {got:?} after {within:?}, wanted {want:?}; {}",
+            lab.daemon_report()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -476,27 +615,34 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
              spec: {{provisioningClassName: {class}, podSets: [{{podTemplateRef: {{name: {name}-main}}, count: {count}}}]}}}}\n"
         )
     };
-    let fleet = FLEET.replace("idle_power_off_after_s = 600", "idle_power_off_after_s = 2");
-    let lab = start(scenario(
-        QUICK,
-        &fleet,
-        &[
-            (
-                "check",
-                request("check", "check-capacity.autoscaling.x-k8s.io", 2),
-                600_000,
-            ),
-            (
-                "atomic",
-                request(
-                    "job-1-prov",
-                    "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
-                    2,
+    const IDLE_S: u64 = 2;
+    let fleet = FLEET.replace(
+        "idle_power_off_after_s = 600",
+        &format!("idle_power_off_after_s = {IDLE_S}"),
+    );
+    let lab = start(
+        "provisioning_requests_get_kueues_conditions_and_their_capacity",
+        scenario(
+            QUICK,
+            &fleet,
+            &[
+                (
+                    "check",
+                    request("check", "check-capacity.autoscaling.x-k8s.io", 2),
+                    600_000,
                 ),
-                600_000,
-            ),
-        ],
-    ))
+                (
+                    "atomic",
+                    request(
+                        "job-1-prov",
+                        "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+                        2,
+                    ),
+                    600_000,
+                ),
+            ],
+        ),
+    )
     .await;
     // check-capacity on a dark fleet: not found, and nothing powered on.
     lab.release("check").unwrap();
@@ -509,7 +655,16 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
     )
     .await;
     wait_condition(&lab, "team-b", "check", "Accepted", ("True", "Accepted")).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Four more rounds: nothing is powered on for it (no Reset sent, none
+    // about to be).
+    let st = current_status(&lab).await;
+    let st = rounds_after(&lab, &st, 4).await;
+    assert!(st.open_intents.is_empty(), "{:?}", st.open_intents);
+    assert!(
+        lab.proxy.log().iter().all(|l| !l.power_on),
+        "a power-on Reset for a check-capacity request: {:?}",
+        lab.proxy.log()
+    );
     assert!(lab.nodes_powered_on().is_empty());
 
     // best-effort-atomic: Provisioning while two nodes come up, then
@@ -533,8 +688,52 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
     .await;
     let powered = lab.nodes_powered_on();
     assert_eq!(powered.len(), 2, "{powered:?}");
-    // The booking holds them on past the 2 s idle time.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // The booking holds them on past the idle time: they were idle (Ready,
+    // no pods) by Provisioned=True, so by a round the idle time and two
+    // ticks (1 s) later, accordd would have decided a power-off, and its
+    // Reset would be on the proxy's log (an Off lands on the emulator only
+    // 1-11 s after it, too late to look for). `at` is whole seconds: one
+    // more.
+    let st0 = current_status(&lab).await;
+    let st = lab
+        .wait_status(
+            &format!("a round {IDLE_S} s + 2 ticks after round {}", st0.round),
+            Duration::from_secs(30),
+            |s| s.at > st0.at + IDLE_S + 2 && s.round >= st0.round + 2,
+        )
+        .await
+        .unwrap();
+    let offs: Vec<_> = lab
+        .proxy
+        .log()
+        .into_iter()
+        .filter(|l| {
+            l.method == "POST"
+                && !l.power_on
+                && powered.iter().any(|n| {
+                    l.path == format!("/redfish/v1/Systems/{n}/Actions/ComputerSystem.Reset")
+                })
+        })
+        .collect();
+    assert!(offs.is_empty(), "booked nodes powered off: {offs:?}");
+    let open_offs: Vec<_> = st
+        .open_intents
+        .iter()
+        .filter(|i| matches!(i.action, IntentAction::PowerOff { .. }))
+        .collect();
+    assert!(
+        open_offs.is_empty(),
+        "booked nodes being powered off: {open_offs:?}"
+    );
+    let planned_offs: Vec<_> = st
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::PowerOff { .. }))
+        .collect();
+    assert!(
+        planned_offs.is_empty(),
+        "a power-off planned: {planned_offs:?}"
+    );
     assert_eq!(lab.nodes_on(), powered, "booked nodes stay on");
     // Kueue admits the job: its pods bind to the booked nodes.
     for i in 0..2 {
@@ -566,7 +765,14 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
 async fn a_gang_that_goes_away_releases_its_booting_nodes() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
     let fleet = FLEET.replace("idle_power_off_after_s = 600", "idle_power_off_after_s = 3");
-    let lab = start_gang(QUICK, &fleet, "train", 4).await;
+    let lab = start_gang(
+        "a_gang_that_goes_away_releases_its_booting_nodes",
+        QUICK,
+        &fleet,
+        "train",
+        4,
+    )
+    .await;
     // Every r2 node on its way up. (Not "all four PoweringOn, Booting or
     // AgentUp at once": the emulator lands each power-on 1–11 s after its
     // Reset, so one node may be Ready before another is even on. None has

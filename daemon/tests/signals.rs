@@ -17,15 +17,11 @@ fn secret(dir: &Path, name: &str, value: &str) -> PathBuf {
     p
 }
 
-/// A minimal accordd.toml on a free port; returns it and the base URL.
-fn config(dir: &Path) -> (PathBuf, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+/// A minimal accordd.toml listening on port 0: accordd binds a free port
+/// and logs it (see [`wait_serving`]).
+fn config(dir: &Path) -> PathBuf {
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\n[store]\ndir = \"{}\"\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\ndir = \"{}\"\n\
          [agents]\ntoken_file = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
         dir.join("store").display(),
         secret(dir, "agent-token", AGENT_TOKEN).display(),
@@ -33,7 +29,7 @@ fn config(dir: &Path) -> (PathBuf, String) {
     );
     let file = dir.join("accordd.toml");
     std::fs::write(&file, text).unwrap();
-    (file, format!("http://127.0.0.1:{port}"))
+    file
 }
 
 /// Killed on drop, so a failed assertion leaves no daemon behind.
@@ -53,6 +49,7 @@ fn spawn(config: &Path, log: &Path) -> Guard {
             .arg("--config")
             .arg(config)
             .env("ACCORD_LOG", "info")
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(log.with_extension("stdout")).unwrap())
             .stderr(std::fs::File::create(log).unwrap())
@@ -61,26 +58,56 @@ fn spawn(config: &Path, log: &Path) -> Guard {
     )
 }
 
-/// Polls `/v1/health` until it answers, or panics at the deadline.
-async fn wait_serving(url: &str, child: &mut Guard, log: &Path) {
+/// The last lines of a log, for failure messages.
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log)
+        .unwrap_or_else(|e| format!("(cannot read {}: {e})", log.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(40);
+    format!(
+        "--- {} (last {} lines) ---\n{}",
+        log.display(),
+        lines.len() - from,
+        lines[from..].join("\n")
+    )
+}
+
+/// The address in accordd's "accordd serving listen=ADDR" log line.
+fn serving_address(log: &Path) -> Option<std::net::SocketAddr> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .filter(|l| l.contains("accordd serving"))
+        .flat_map(str::split_whitespace)
+        .find_map(|w| w.strip_prefix("listen=")?.parse().ok())
+}
+
+/// Waits until accordd logs the address it bound and 2xx answers
+/// `/v1/health` there; returns its base URL. Panics at the deadline or when
+/// accordd exits, with its exit status and log.
+async fn wait_serving(child: &mut Guard, log: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let client = reqwest::Client::new();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let mut last = "no \"accordd serving\" line in the log yet".to_owned();
     loop {
-        if let Ok(r) = client.get(format!("{url}/v1/health")).send().await {
-            if r.status().is_success() {
-                return;
+        if let Some(addr) = serving_address(log) {
+            let url = format!("http://{addr}");
+            match client.get(format!("{url}/v1/health")).send().await {
+                Ok(r) if r.status().is_success() => return url,
+                Ok(r) => last = format!("{url}/v1/health answered {}", r.status()),
+                Err(e) => last = format!("{url}/v1/health: {e}"),
             }
         }
         if let Some(status) = child.0.try_wait().unwrap() {
-            panic!(
-                "accordd exited ({status}) before serving:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
+            panic!("accordd exited ({status}) before serving:\n{}", tail(log));
         }
         assert!(
             Instant::now() < deadline,
-            "accordd did not answer {url}/v1/health within 30 s:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
+            "accordd pid {} not serving /v1/health within 30 s (last: {last}):\n{}",
+            child.0.id(),
+            tail(log)
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -104,8 +131,9 @@ fn wait_exit(child: &mut Guard, within: Duration, log: &Path) -> ExitStatus {
         }
         assert!(
             Instant::now() < deadline,
-            "accordd still running {within:?} after the signal:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
+            "accordd pid {} still running {within:?} after the signal:\n{}",
+            child.0.id(),
+            tail(log)
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -121,11 +149,14 @@ fn report_body() -> Vec<u8> {
 
 async fn stops_gracefully_on(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (file, url) = config(dir.path());
+    let file = config(dir.path());
     let log = dir.path().join("accordd.log");
     let mut child = spawn(&file, &log);
-    wait_serving(&url, &mut child, &log).await;
-    let resp = reqwest::Client::new()
+    let url = wait_serving(&mut child, &log).await;
+    let resp = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
         .post(format!("{url}/v1/nodes/dgx2-01/report"))
         .bearer_auth(AGENT_TOKEN)
         .header("content-type", "application/json")

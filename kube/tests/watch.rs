@@ -122,14 +122,26 @@ async fn nodes_and_published_devices_follow_the_cluster() {
     let w = DemandWatch::start(api.client());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while w.nodes().len() != 1 || w.devices().0.is_empty() {
-        assert!(tokio::time::Instant::now() < deadline);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "within 15 s, one node and its published devices: nodes {:?}, devices {:?}, problems {:?}",
+            w.nodes(),
+            w.devices(),
+            w.problems()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!w.nodes()[0].ready);
     assert_eq!(&*w.devices().0["gpu-001"][0].name, "gpu-0");
     api.apply(node("True"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while !w.nodes()[0].ready {
-        assert!(tokio::time::Instant::now() < deadline, "Ready never seen");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gpu-001 not seen Ready within 15 s of the change: nodes {:?}, problems {:?}",
+            w.nodes(),
+            w.problems()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -227,16 +239,45 @@ async fn a_crd_the_cluster_lacks_is_said_once_and_the_rest_works() {
     api.apply(pod("p0", 4));
     let w = DemandWatch::start(api.client());
     converge(&w, "without JobSets", |t| t.demand.workloads.len() == 1).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let jobset_gets = || {
+        api.requests()
+            .iter()
+            .filter(|r| r.starts_with("GET /apis/jobset.x-k8s.io/"))
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while w.problems().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no watch problem listed within 15 s for the missing JobSet CRD \
+             ({} JobSet requests made)",
+            jobset_gets()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Said once: the watcher keeps retrying with backoff (0.8 s, 1.6 s, …)
+    // and each retry fails the same way. Two more requests mean at least
+    // one retry's failure came back (a watcher sends its next request only
+    // after the last one failed), yet the problem is listed once.
+    let after_first = jobset_gets();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while jobset_gets() < after_first + 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the JobSet watcher did not retry twice within 30 s of its first failure \
+             ({} JobSet requests, {after_first} then); problems {:?}",
+            jobset_gets(),
+            w.problems()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let problems = w.problems();
-    assert!(
-        problems.iter().all(|p| p.starts_with("JobSet: ")),
-        "{problems:?}"
+    assert_eq!(
+        problems.len(),
+        1,
+        "the missing CRD is said once, not once per retry: {problems:#?}"
     );
+    assert!(problems[0].starts_with("JobSet: "), "{problems:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,18 +395,34 @@ async fn the_fake_server_streams_bookmarks_and_410() {
     api.apply(pod("p0", 1));
     let rv = api.resource_version();
     let http = reqwest::Client::new();
+    // Nothing changes after `rv`: the first line can only be a bookmark
+    // (sent every 500 ms). The watch lasts 60 s and the wait 30 s, both far
+    // beyond that, so only a server that sends no bookmark fails this.
     let mut resp = http
-        .get(format!("{}/api/v1/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=2", api.url))
+        .get(format!("{}/api/v1/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=60", api.url))
         .send()
         .await
         .unwrap();
-    let first = tokio::time::timeout(Duration::from_secs(3), resp.chunk())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let line: Value = serde_json::from_slice(&first).unwrap();
-    assert_eq!(line["type"], "BOOKMARK");
+    let mut first = Vec::new();
+    let line = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some(end) = first.iter().position(|b| *b == b'\n') {
+                return first[..end].to_vec();
+            }
+            match resp.chunk().await.unwrap() {
+                Some(chunk) => first.extend_from_slice(&chunk),
+                None => panic!(
+                    "watch ended before a full line: {:?}",
+                    String::from_utf8_lossy(&first)
+                ),
+            }
+        }
+    })
+    .await
+    .expect("a BOOKMARK line within 30 s (the server sends one every 500 ms)");
+    let line: Value = serde_json::from_slice(&line).unwrap();
+    assert_eq!(line["type"], "BOOKMARK", "{line}");
+    drop(resp);
     api.compact();
     let gone: Value = http
         .get(format!(

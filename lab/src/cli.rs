@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -19,7 +20,20 @@ use crate::{Lab, LabOptions, Scenario};
     version,
     about = "The local lab: one machine playing a datacenter (emulated BMCs, a fake \
              Kubernetes API, agents replaying recorded hardware, a stand-in scheduler) \
-             with accordd running against it unmodified"
+             with accordd running against it unmodified",
+    after_help = "\
+Stopping: SIGTERM (systemctl stop) or SIGINT (Ctrl-C) ends the run; the lab
+stops accordd with SIGTERM (SIGKILL after 30 s), then the emulated BMCs.
+
+Exit status:
+  0  success (accordd exited 0 on SIGTERM)
+  1  any failure: the scenario, --until-idle not settling within lab.max_s,
+     accordd exiting early or not cleanly, a signal before --until-idle settled
+
+Environment:
+  ACCORDD     the accordd to run (after --accordd); `accordd lab` sets it
+  ACCORD_LOG  log filter (the lab's and accordd's); logs go to stderr
+  NO_COLOR    set and not empty: no colour in logs"
 )]
 pub struct Cli {
     /// Scenario file (docs/lab.md); default: the embedded one.
@@ -87,6 +101,26 @@ pub fn find_accordd(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
     })
 }
 
+/// How long accordd gets to stop after SIGTERM before it is killed: its
+/// own shutdown waits up to 10 s for power actions in flight and 10 s for
+/// Kubernetes writes.
+const DAEMON_STOP_WITHIN: Duration = Duration::from_secs(30);
+
+/// Resolves at the first SIGTERM (systemd's stop) or SIGINT (Ctrl-C), with
+/// the signal's name. Installed before anything starts, so a signal that
+/// comes early still stops the lab and its children.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = &'static str>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    })
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let accordd = find_accordd(cli.accordd.as_deref())?;
     let scenario = match &cli.scenario {
@@ -96,14 +130,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let until_off = scenario.lab.until_off;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let lab = Lab::start(
-            scenario,
-            LabOptions {
-                narrate: !cli.json,
-                ..LabOptions::new(accordd)
-            },
-        )
-        .await?;
+        let stop = stop_signal()?;
+        tokio::pin!(stop);
+        // Stopped while starting: what was started (the emulator, the
+        // lab's directory) goes with the half-built lab.
+        let lab = tokio::select! {
+            lab = Lab::start(
+                scenario,
+                LabOptions {
+                    narrate: !cli.json,
+                    ..LabOptions::new(accordd)
+                },
+            ) => lab?,
+            signal = &mut stop => anyhow::bail!("stopped by {signal} while starting"),
+        };
         lab.start_daemon()?;
         if !cli.json {
             tracing::info!(
@@ -113,14 +153,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 lab.dir.path().join("admin-token").display()
             );
         }
-        let summary = if cli.until_idle {
-            lab.run_until_idle(until_off).await?
+        // The run's outcome: the summary, or why there is none (accordd
+        // exited, lab.max_s passed, a signal before the scenario settled).
+        let outcome = if cli.until_idle {
+            tokio::select! {
+                r = lab.run_until_idle(until_off) => r,
+                signal = &mut stop => {
+                    tracing::info!(target: "lab", signal, "stopping");
+                    Err(anyhow::anyhow!("stopped by {signal} before the scenario settled"))
+                }
+            }
         } else {
-            let _ = tokio::signal::ctrl_c().await;
-            lab.summary(lab.status().await.as_ref())
+            let daemon_exit = async {
+                while lab.daemon_exited().is_none() {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            };
+            tokio::select! {
+                signal = &mut stop => {
+                    tracing::info!(target: "lab", signal, "stopping");
+                    Ok(lab.summary(lab.status().await.as_ref()))
+                }
+                () = daemon_exit => Err(anyhow::anyhow!("{}", lab.daemon_report())),
+            }
         };
         let status = lab.status().await;
-        lab.kill_daemon();
+        // accordd stops as under systemd (SIGTERM, a clean shutdown); the
+        // emulator and the lab's directory go when the lab is dropped.
+        let stopped = lab.stop_daemon(DAEMON_STOP_WITHIN).await;
+        let summary = outcome?;
         if cli.json {
             println!("{}", serde_json::to_string_pretty(&summary)?);
         } else {
@@ -128,6 +189,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("\n$ accordctl status\n{}", accord_api::text::render_status(s));
             }
             println!("lab summary\n{}", summary.render());
+        }
+        let exit = stopped?;
+        if !exit.success() {
+            anyhow::bail!("accordd did not stop cleanly on SIGTERM: {exit}");
         }
         Ok(())
     })

@@ -191,9 +191,7 @@ impl Lab {
     /// machines, binder and submitter; accordd is started separately
     /// ([`Lab::start_daemon`]) so a test can kill and restart it.
     pub async fn start(scenario: Scenario, options: LabOptions) -> anyhow::Result<Lab> {
-        let fleet = scenario
-            .resolve_fleet()
-            .map_err(|e| anyhow::anyhow!("scenario fleet: {e}"))?;
+        let fleet = scenario.resolve_fleet().context("the scenario's fleet")?;
         let dir = tempfile::Builder::new()
             .prefix("accord-lab")
             .tempdir()
@@ -252,6 +250,7 @@ impl Lab {
                 toml::Value::from(format!("127.0.0.1:{port}")),
             )]),
         );
+        // Lab::store_dir.
         config.insert("store".into(), table(vec![("dir", path(d.join("store")))]));
         config.insert(
             "agents".into(),
@@ -404,6 +403,45 @@ impl Lab {
         }
     }
 
+    /// Stops accordd as systemd does: SIGTERM, then waits up to `within`
+    /// for it to exit, and returns its exit status. If it is still running
+    /// then, it is killed (SIGKILL) and this is an error naming what it
+    /// waited for, with accordd's log. An error too if accordd was not
+    /// started (or was killed or stopped already).
+    pub async fn stop_daemon(&self, within: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        let Some(mut child) = self.daemon.lock().expect("lock").take() else {
+            anyhow::bail!(
+                "stopping accordd: it is not running (not started, or killed or stopped already)"
+            );
+        };
+        let pid = Pid::from_raw(i32::try_from(child.id()).context("accordd's pid")?);
+        // A child that exited and is not reaped yet is still signalled
+        // without error: only a failure to signal at all is one here.
+        if let Err(e) = kill(pid, Signal::SIGTERM) {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("stopping accordd: SIGTERM to {pid}: {e}");
+        }
+        let end = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().context("waiting for accordd")? {
+                info!(target: "lab", %status, "accordd stopped");
+                return Ok(status);
+            }
+            if Instant::now() >= end {
+                let _ = child.kill();
+                let status = child.wait().context("waiting for accordd")?;
+                anyhow::bail!(
+                    "accordd did not exit within {within:?} of SIGTERM; killed it ({status}){}",
+                    self.log_report()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Whether accordd has exited, with its status.
     pub fn daemon_exited(&self) -> Option<std::process::ExitStatus> {
         self.daemon
@@ -411,6 +449,45 @@ impl Lab {
             .expect("lock")
             .as_mut()
             .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// accordd's store directory (`[store] dir` in the lab's accordd.toml).
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    /// Where accordd's output goes ([`LabOptions::daemon_log`]); `None`:
+    /// this process's stderr.
+    pub fn daemon_log(&self) -> Option<&Path> {
+        self.options.daemon_log.as_deref()
+    }
+
+    /// accordd's state for an error message: running, exited (with its
+    /// status) or not running, then its log's path and last lines.
+    pub fn daemon_report(&self) -> String {
+        let state = match self.daemon.lock().expect("lock").as_mut() {
+            None => {
+                "accordd is not running (not started, or killed or stopped by the lab)".to_owned()
+            }
+            Some(c) => match c.try_wait() {
+                Ok(Some(status)) => format!("accordd exited ({status})"),
+                Ok(None) => format!("accordd is running (pid {})", c.id()),
+                Err(e) => format!("accordd: cannot tell whether it runs: {e}"),
+            },
+        };
+        format!("{state}{}", self.log_report())
+    }
+
+    /// accordd's log: its path and last lines (or that it is on stderr).
+    fn log_report(&self) -> String {
+        match self.daemon_log() {
+            Some(log) => format!(
+                "; its log {}, last lines:\n{}",
+                log.display(),
+                tail(log, 40)
+            ),
+            None => "; its output is on this process's stderr".to_owned(),
+        }
     }
 
     /// accordd's last control round (`GET /v1/status`).
@@ -465,8 +542,8 @@ impl Lab {
         let deadline = self.started + Duration::from_secs(self.scenario.lab.max_s);
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            if let Some(code) = self.daemon_exited() {
-                anyhow::bail!("accordd exited ({code})");
+            if self.daemon_exited().is_some() {
+                anyhow::bail!("the scenario did not settle: {}", self.daemon_report());
             }
             let status = self.status().await;
             let quiet = status.as_ref().is_some_and(|s| s.open_intents.is_empty());
@@ -476,16 +553,18 @@ impl Lab {
             }
             if Instant::now() > deadline {
                 anyhow::bail!(
-                    "the scenario did not settle within lab.max_s = {} s",
-                    self.scenario.lab.max_s
+                    "the scenario did not settle within lab.max_s = {} s; {}",
+                    self.scenario.lab.max_s,
+                    self.daemon_report()
                 );
             }
         }
     }
 
     /// Waits until `cond` holds for accordd's status, up to `timeout`;
-    /// the error names `what` was waited for, with accordd's last status
-    /// (or that accordd exited).
+    /// the error names `what` was waited for, with accordd's last status,
+    /// its state and its log ([`Lab::daemon_report`]). Fails at once if
+    /// accordd exits.
     pub async fn wait_status(
         &self,
         what: &str,
@@ -500,16 +579,17 @@ impl Lab {
                     return Ok(status.expect("checked"));
                 }
             }
-            if let Some(code) = self.daemon_exited() {
-                anyhow::bail!("waiting for {what}: accordd exited ({code})");
+            if self.daemon_exited().is_some() {
+                anyhow::bail!("waiting for {what}: {}", self.daemon_report());
             }
             if Instant::now() > end {
                 anyhow::bail!(
-                    "waited {timeout:?} for {what}; accordd's last status:\n{}",
+                    "waited {timeout:?} for {what}; accordd's last status:\n{}\n{}",
                     status
                         .as_ref()
                         .map(accord_api::text::render_status)
-                        .unwrap_or_else(|| "(none)".into())
+                        .unwrap_or_else(|| "(none)".into()),
+                    self.daemon_report()
                 );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -518,7 +598,8 @@ impl Lab {
 
     /// Waits until `cond` holds for the lab itself (its machines, the
     /// fake API, the proxy's log), up to `timeout`; the error names `what`
-    /// was waited for.
+    /// was waited for, with accordd's state and log. Fails at once if
+    /// accordd exits.
     pub async fn wait_lab(
         &self,
         what: &str,
@@ -530,8 +611,11 @@ impl Lab {
             if cond(self) {
                 return Ok(());
             }
+            if self.daemon_exited().is_some() {
+                anyhow::bail!("waiting for {what}: {}", self.daemon_report());
+            }
             if Instant::now() > end {
-                anyhow::bail!("waited {timeout:?} for {what}");
+                anyhow::bail!("waited {timeout:?} for {what}; {}", self.daemon_report());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

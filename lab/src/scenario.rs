@@ -18,8 +18,10 @@ pub struct Scenario {
     #[serde(default)]
     pub lab: LabSettings,
     /// A fleet file's tables (`[topology]`, `[policy]`, `[profiles.*]`,
-    /// `[[racks]]`, `[[nodes]]`, `[[reservations]]`), as in config/fleet.toml.
-    pub fleet: toml::Table,
+    /// `[[racks]]`, `[[nodes]]`, `[[reservations]]`), as in config/fleet.toml:
+    /// parsed as the fleet file is, so a mistake in them names the
+    /// scenario's line and column.
+    pub fleet: accord::fleet::FleetFile,
     /// accordd.toml's `[control]` keys except `mode` (set by `lab.mode`).
     #[serde(default)]
     pub control: toml::Table,
@@ -105,11 +107,12 @@ impl Scenario {
         Ok(s)
     }
 
-    pub fn load(file: &Path) -> anyhow::Result<Scenario> {
-        use anyhow::Context;
+    /// Reads and parses a scenario file; errors name the file (and the
+    /// line, column and key), as every Accord configuration file's do.
+    pub fn load(file: &Path) -> Result<Scenario, accord::config_file::ConfigFileError> {
         let text = std::fs::read_to_string(file)
-            .with_context(|| format!("{}: cannot read", file.display()))?;
-        Ok(Scenario::parse(&text, file)?)
+            .map_err(|e| accord::config_file::ConfigFileError::read(file, e))?;
+        Scenario::parse(&text, file)
     }
 
     pub fn default_scenario() -> Scenario {
@@ -119,17 +122,16 @@ impl Scenario {
 
     /// The fleet file accordd is given.
     pub fn fleet_toml(&self) -> String {
-        toml::to_string(&self.fleet).expect("a TOML table serialises")
+        toml::to_string(&self.fleet).expect("a fleet file serialises")
     }
 
     /// The fleet, resolved (profiles only: the lab's nodes are declared).
-    pub fn resolve_fleet(&self) -> Result<accord::fleet::Fleet, String> {
-        accord::fleet::Fleet::from_toml(&self.fleet_toml(), "scenario [fleet]", &mut |p| {
+    pub fn resolve_fleet(&self) -> Result<accord::fleet::Fleet, accord::fleet::FleetError> {
+        self.fleet.build("scenario [fleet]", &mut |p| {
             Err(format!(
                 "{p}: the lab's nodes use profiles, not hardware files"
             ))
         })
-        .map_err(|e| accord::config_file::error_chain(&e))
     }
 
     /// A submission's manifests as JSON objects.
@@ -163,8 +165,13 @@ impl Scenario {
         let mut problems = Vec::new();
         let fleet = match self.resolve_fleet() {
             Ok(f) => Some(f),
+            // Each names its key within the fleet's tables.
+            Err(accord::fleet::FleetError::Invalid { problems: p, .. }) => {
+                problems.extend(p.into_iter().map(|p| format!("fleet.{p}")));
+                None
+            }
             Err(e) => {
-                problems.push(format!("fleet: {e}"));
+                problems.push(format!("fleet: {}", accord::config_file::error_chain(&e)));
                 None
             }
         };
@@ -193,5 +200,68 @@ impl Scenario {
             problems.push("lab.max_s: must be above 0".to_owned());
         }
         problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// accordd is given the fleet the scenario declares: the fleet file
+    /// the lab writes reads back as the same tables.
+    #[test]
+    fn the_fleet_file_written_reads_back_the_same() {
+        let s = Scenario::default_scenario();
+        let text = s.fleet_toml();
+        let back: accord::fleet::FleetFile =
+            accord::config_file::parse(&text, "fleet.toml").unwrap();
+        assert_eq!(back, s.fleet, "{text}");
+        let fleet = accord::fleet::Fleet::from_toml(&text, "fleet.toml", &mut |p| {
+            Err(format!("{p}: no hardware files"))
+        })
+        .unwrap();
+        assert_eq!(fleet.nodes.len(), s.resolve_fleet().unwrap().nodes.len());
+    }
+
+    /// A mistake in the fleet's tables names the scenario file, its line
+    /// and column, and the key, like any configuration file.
+    #[test]
+    fn a_fleet_mistake_names_the_scenario_line_and_key() {
+        let text = "[lab]\n[fleet.policy]\nidle_power_off_after = 5\n";
+        let e = Scenario::parse(text, Path::new("s.toml")).unwrap_err();
+        match &e {
+            accord::config_file::ConfigFileError::Parse {
+                file, line, key, ..
+            } => {
+                assert_eq!((file.as_str(), *line), ("s.toml", 3), "{e}");
+                assert!(
+                    key.as_deref().unwrap_or("").starts_with("fleet.policy"),
+                    "{e}"
+                );
+            }
+            other => panic!("not a located parse error: {other}"),
+        }
+    }
+
+    /// A scenario file that cannot be read: the shared error, naming it.
+    #[test]
+    fn an_unreadable_scenario_names_the_file() {
+        let e = Scenario::load(Path::new("/nonexistent/scenario.toml")).unwrap_err();
+        assert!(
+            matches!(e, accord::config_file::ConfigFileError::Read { .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("/nonexistent/scenario.toml"), "{e}");
+    }
+
+    /// The fleet's own validation names the key under `fleet`.
+    #[test]
+    fn fleet_problems_name_their_key_under_fleet() {
+        let text = "[[fleet.racks]]\nname = \"r1\"\nmax_concurrent_power_ons = 0\n\
+                    [[fleet.nodes]]\nname = \"n1\"\nrack = \"r1\"\n";
+        let e = Scenario::parse(text, Path::new("s.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fleet.racks.r1.max_concurrent_power_ons"), "{e}");
     }
 }

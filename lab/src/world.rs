@@ -273,8 +273,11 @@ pub(super) async fn scheduler(ctx: Ctx) {
                 "conditions": [{"type": "PodScheduled", "status": "True"}],
             });
             let gpus = pod_gpus(&pod);
-            ctx.api.apply(pod);
+            // The record learns the node under the same lock as the pod is
+            // bound: whoever sees the pod bound (the submitter, then the
+            // summary) finds its node recorded.
             let mut r = ctx.record.lock().expect("lock");
+            ctx.api.apply(pod);
             r.bound.insert(
                 (b.namespace.clone(), b.pod.clone()),
                 (Instant::now(), gpus, b.node.clone()),

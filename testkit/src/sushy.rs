@@ -463,18 +463,8 @@ fn spawn_peer(
     let mut last_output = String::new();
     for _ in 0..PORT_TRIES {
         let port = free_port();
-        let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-        let mut child = Command::new(bin)
-            .args(args)
-            .args(["-i", "127.0.0.1", "-p", &port.to_string()])
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
-            .stderr(log_file)
-            .spawn()
-            .map_err(|e| format!("{what}: {}: {e}", bin.display()))?;
-        match wait_ready(&mut child, port, &log, what, probe) {
-            Ok(()) => {
+        match start_on(bin, args, port, &log, what, probe) {
+            Ok(child) => {
                 return Ok(Peer {
                     child,
                     port,
@@ -482,17 +472,11 @@ fn spawn_peer(
                     _dir: dir,
                 })
             }
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                match e {
-                    NotReady::PortTaken(output) => {
-                        taken.push(port);
-                        last_output = output;
-                    }
-                    NotReady::Failed(message) => return Err(message),
-                }
+            Err(NotReady::PortTaken(output)) => {
+                taken.push(port);
+                last_output = output;
             }
+            Err(NotReady::Failed(message)) => return Err(message),
         }
     }
     Err(format!(
@@ -500,4 +484,91 @@ fn spawn_peer(
          ({taken:?}); its last output:\n{}",
         last_output.trim()
     ))
+}
+
+/// Starts `bin args` on `port` (output in `log`, truncated first) and
+/// waits until it answers; kills and reaps it when it does not.
+fn start_on(
+    bin: &Path,
+    args: &[std::ffi::OsString],
+    port: u16,
+    log: &Path,
+    what: &str,
+    probe: &Probe,
+) -> Result<Child, NotReady> {
+    let failed = |e: std::io::Error| NotReady::Failed(format!("{what}: {}: {e}", log.display()));
+    let log_file = std::fs::File::create(log).map_err(failed)?;
+    let mut child = Command::new(bin)
+        .args(args)
+        .args(["-i", "127.0.0.1", "-p", &port.to_string()])
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().map_err(failed)?)
+        .stderr(log_file)
+        .spawn()
+        .map_err(|e| NotReady::Failed(format!("{what}: {}: {e}", bin.display())))?;
+    match wait_ready(&mut child, port, log, what, probe) {
+        Ok(()) => Ok(child),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another process holds the port and answers 200 to anything: its
+    /// answers are never taken for the peer's, and the peer's exit on the
+    /// taken port is recognised (so a fresh port is tried).
+    #[test]
+    fn a_foreign_listener_on_the_port_is_not_taken_for_the_peer() {
+        use std::io::{Read, Write};
+        let foreign = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = foreign.local_addr().unwrap().port();
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let a = answered.clone();
+        std::thread::spawn(move || {
+            for mut s in foreign.incoming().flatten() {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\n{}");
+                a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        let bin = sushy_bin("sushy-static").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mockup = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/redfish/dmtf-public-rackmount1");
+        let probe = Probe {
+            path: "/redfish/v1",
+            tls: false,
+            python: python_for(&bin),
+        };
+        let got = start_on(
+            &bin,
+            &["-m".into(), mockup.into_os_string()],
+            port,
+            &dir.path().join("log"),
+            "sushy-static",
+            &probe,
+        );
+        match got {
+            Err(NotReady::PortTaken(output)) => {
+                assert!(output.contains("Address already in use"), "{output}")
+            }
+            Err(NotReady::Failed(message)) => panic!("not seen as a taken port: {message}"),
+            Ok(mut child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "a foreign listener was taken for the peer ({} answers from it)",
+                    answered.load(std::sync::atomic::Ordering::SeqCst)
+                );
+            }
+        }
+    }
 }

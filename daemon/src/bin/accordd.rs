@@ -57,8 +57,9 @@ enum Command {
     ///
     /// One machine playing a datacenter: emulated BMCs, a fake Kubernetes
     /// API, agents replaying recorded hardware, a stand-in scheduler. Runs
-    /// the `accord-lab` program (next to accordd, or on PATH) with the
-    /// arguments.
+    /// the lab program (`$ACCORD_LAB`, else `accord-lab` next to accordd,
+    /// else on PATH) with the arguments; it runs this accordd (`ACCORDD` is
+    /// set to it unless already set).
     #[command(disable_help_flag = true)]
     Lab {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

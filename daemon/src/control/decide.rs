@@ -189,9 +189,9 @@ impl Decider {
         // A workload is a check-capacity request's when it came from that
         // ProvisioningRequest (not merely when a Job shares its name).
         let (cc_workloads, rest): (Vec<_>, Vec<_>) = demand.workloads.drain(..).partition(|w| {
-            w.sources
-                .first()
-                .is_some_and(|s| s.kind == "ProvisioningRequest" && check_capacity.contains(&s.key()))
+            w.sources.first().is_some_and(|s| {
+                s.kind == "ProvisioningRequest" && check_capacity.contains(&s.key())
+            })
         });
         demand.workloads = rest;
         let started = std::time::Instant::now();

@@ -83,9 +83,10 @@ async fn write(kube: &kube::Client, w: Writes, said: &mut BTreeSet<String>) {
             name: Some(e.regarding.name.clone()),
             ..Default::default()
         };
-        if let Err(err) =
-            accord_kube::write::record_event(kube, regarding, e.reason, e.action, &e.note, e.warning)
-                .await
+        if let Err(err) = accord_kube::write::record_event(
+            kube, regarding, e.reason, e.action, &e.note, e.warning,
+        )
+        .await
         {
             warn_once(
                 format!("event {err}"),

@@ -3,12 +3,13 @@
 //! statuses instead of forwarding, swallow chosen Reset types (a BMC that
 //! accepts a shutdown the OS ignores), add a SessionService (sushy-emulator
 //! has none), and records what it saw and how many requests were in
-//! flight at once.
+//! flight at once. Also a plain TCP relay that counts the connections
+//! made through it.
 
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -277,6 +278,72 @@ async fn handle(
             (status, [("content-type", "application/json")], body).into_response()
         }
         Err(_) => StatusCode::BAD_GATEWAY.into_response(),
+    }
+}
+
+/// A TCP relay to a port on 127.0.0.1 that counts the connections made
+/// through it (one per attempt for a client that never reuses a failed
+/// connection, as after a TLS handshake error). Stops on drop.
+#[derive(Debug)]
+pub struct Relay {
+    pub port: u16,
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Relay {
+    /// Connections accepted so far. Counted before a byte is relayed, so
+    /// a client that got an answer has been counted.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the stop.
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+pub fn start_relay(upstream_port: u16) -> Relay {
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (a, s) = (accepted.clone(), stop.clone());
+    std::thread::spawn(move || {
+        for inbound in listener.incoming() {
+            if s.load(Ordering::SeqCst) {
+                return;
+            }
+            let Ok(inbound) = inbound else { continue };
+            a.fetch_add(1, Ordering::SeqCst);
+            let Ok(outbound) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
+                continue;
+            };
+            // One thread per direction; when either ends, both sockets are
+            // shut so the other ends too.
+            let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = from.shutdown(Shutdown::Both);
+                    let _ = to.shutdown(Shutdown::Both);
+                }
+            };
+            let (Ok(i2), Ok(o2)) = (inbound.try_clone(), outbound.try_clone()) else {
+                continue;
+            };
+            std::thread::spawn(pipe(inbound, outbound));
+            std::thread::spawn(pipe(o2, i2));
+        }
+    });
+    Relay {
+        port,
+        accepted,
+        stop,
     }
 }
 
