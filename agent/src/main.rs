@@ -114,7 +114,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             runtime.block_on(async {
-                let stop = stop_signal()?;
+                let stop = accord_api::signals::stop_signal()?;
                 accord_agent::run::run(config, stop).await
             })?;
         }
@@ -128,20 +128,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Resolves at the first SIGTERM (systemd's stop) or SIGINT (Ctrl-C).
-fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        let name = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        };
-        tracing::info!(signal = name, "shutting down");
-    })
 }
 
 fn main() -> ExitCode {

@@ -1,10 +1,11 @@
 //! The `accord-agent` binary as an admin runs it: live discovery, capture and
 //! replay, and bad input.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use accord_testkit::process::output_within;
 
 fn fixture(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -15,46 +16,12 @@ fn fixture(rel: &str) -> PathBuf {
 /// Runs `accord-agent ARGS` to its end, as `Command::output` does; panics,
 /// with what it wrote, when it is still running after 60 s.
 fn agent(args: &[&str]) -> Output {
-    let within = Duration::from_secs(60);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_accord-agent"))
-        .args(args)
-        .env_remove("ACCORD_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let read = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            bytes
-        })
-    };
-    let stdout = read(Box::new(child.stdout.take().unwrap()));
-    let stderr = read(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let status = child.wait().unwrap();
-            panic!(
-                "accord-agent {args:?} still running after {within:?} (killed: {status}); \
-                 stdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&stdout.join().unwrap()),
-                String::from_utf8_lossy(&stderr.join().unwrap())
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    }
+    output_within(
+        Command::new(env!("CARGO_BIN_EXE_accord-agent"))
+            .args(args)
+            .env_remove("ACCORD_LOG"),
+        Duration::from_secs(60),
+    )
 }
 
 fn stdout(o: &Output) -> String {

@@ -4,10 +4,12 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use accord_agent::run::{AgentConfig, Backoff};
+use accord_testkit::daemon::{nodes, secret};
+use accord_testkit::process::Process;
 
 const TOKEN: &str = "agent-token-for-tests";
 
@@ -18,16 +20,6 @@ type Task = tokio::task::JoinHandle<anyhow::Result<()>>;
 
 /// (name, GPU count, generation) of a node accordd lists.
 type Node = (String, usize, u64);
-
-/// Writes `TOKEN` to `dir/name`, mode 600. Each secret is written once,
-/// before anything reads it: a reader between the truncation and the write
-/// of a rewrite would see an empty token.
-fn secret(dir: &Path, name: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, TOKEN).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-    p
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -42,10 +34,13 @@ struct Secrets {
 }
 
 impl Secrets {
+    /// Writes both, mode 600. Each secret is written once, before anything
+    /// reads it: a reader between the truncation and the write of a rewrite
+    /// would see an empty token.
     fn write(dir: &Path) -> Secrets {
         Secrets {
-            agent: secret(dir, "agent-token"),
-            admin: secret(dir, "admin-token"),
+            agent: secret(dir, "agent-token", TOKEN),
+            admin: secret(dir, "admin-token", TOKEN),
         }
     }
 }
@@ -139,36 +134,12 @@ fn client() -> reqwest::Client {
         .unwrap()
 }
 
-/// Killed on drop, so a failed assertion leaves no agent behind.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The last lines of a log, for failure messages.
-fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log)
-        .unwrap_or_else(|e| format!("(cannot read {}: {e})", log.display()));
-    let lines: Vec<&str> = text.lines().collect();
-    let from = lines.len().saturating_sub(40);
-    format!(
-        "--- {} (last {} lines) ---\n{}",
-        log.display(),
-        lines.len() - from,
-        lines[from..].join("\n")
-    )
-}
-
 /// What must keep running while a test waits.
 enum Watched<'a> {
     /// An in-process daemon or agent, by name.
     Task(&'a str, &'a mut Task),
-    /// A child process, by name, with its log.
-    Child(&'a str, &'a mut Guard, &'a Path),
+    /// A child process (killed on drop), with its log.
+    Child(&'a mut Process),
 }
 
 /// Panics, saying how it ended, if one of `watched` has ended.
@@ -181,35 +152,15 @@ async fn still_running(watched: &mut [Watched<'_>], waiting_for: &str) {
                     panic!("{name} ended while waiting for {waiting_for}: {result:?}");
                 }
             }
-            Watched::Child(name, child, log) => {
-                if let Some(status) = child.0.try_wait().unwrap() {
-                    panic!(
-                        "{name} (pid {}) exited ({status}) while waiting for {waiting_for}:\n{}",
-                        child.0.id(),
-                        tail(log)
-                    );
-                }
-            }
+            Watched::Child(child) => child.assert_running(waiting_for),
         }
     }
 }
 
 /// What `url/v1/nodes` lists, or why it could not be read.
 async fn listed(client: &reqwest::Client, url: &str) -> Result<Vec<Node>, String> {
-    let resp = client
-        .get(format!("{url}/v1/nodes"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = resp.status();
-    let text = resp.text().await.map_err(|e| e.to_string())?;
-    if !status.is_success() {
-        return Err(format!("{status}: {text}"));
-    }
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
-    let nodes = v.as_array().ok_or_else(|| format!("not a list: {text}"))?;
-    Ok(nodes
+    Ok(nodes(client, url, TOKEN)
+        .await?
         .iter()
         .map(|n| {
             (
@@ -526,19 +477,16 @@ async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
     let file = dir.path().join("agent.toml");
     std::fs::write(&file, text).unwrap();
     let log = dir.path().join("agent.log");
-    let mut agent = Guard(
+    let mut agent = Process::spawn(
+        "accord-agent",
         Command::new(env!("CARGO_BIN_EXE_accord-agent"))
             .arg("run")
             .arg("--config")
             .arg(&file)
             .env("ACCORD_LOG", "info")
             .env("NO_COLOR", "1")
-            .env_remove("NOTIFY_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+            .env_remove("NOTIFY_SOCKET"),
+        &log,
     );
     let client = client();
     let before = gpus(&topology);
@@ -549,7 +497,7 @@ async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
         &[("hup".to_owned(), before, 1)],
         &mut [
             Watched::Task("accordd", &mut d.task),
-            Watched::Child("accord-agent", &mut agent, &log),
+            Watched::Child(&mut agent),
         ],
     )
     .await;
@@ -575,7 +523,7 @@ async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
         still_running(
             &mut [
                 Watched::Task("accordd", &mut d.task),
-                Watched::Child("accord-agent", &mut agent, &log),
+                Watched::Child(&mut agent),
             ],
             "a heartbeat's gpu_health",
         )
@@ -583,7 +531,7 @@ async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
         assert!(
             Instant::now() < deadline,
             "no gpu_health for node hup within 30 s (heartbeats every 100 ms); last: {got:?}\n{}",
-            tail(&log)
+            agent.tail()
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
@@ -593,18 +541,14 @@ async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
     std::fs::copy(fixture("32em64t-2n8c2t-pci-wholeio.xml"), &topology).unwrap();
     let after = gpus(&topology);
     assert_ne!(before, after, "the two exports must differ");
-    let status = Command::new("kill")
-        .args(["-HUP", &agent.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -HUP: {status}");
+    agent.signal("HUP");
     wait_for(
         &client,
         &d.url,
         &[("hup".to_owned(), after, 2)],
         &mut [
             Watched::Task("accordd", &mut d.task),
-            Watched::Child("accord-agent", &mut agent, &log),
+            Watched::Child(&mut agent),
         ],
     )
     .await;

@@ -8,8 +8,10 @@
 pub mod agent;
 pub mod client;
 pub mod control;
-#[cfg(feature = "logging")]
+#[cfg(feature = "cli")]
 pub mod logging;
+#[cfg(feature = "cli")]
+pub mod signals;
 pub mod nodes;
 pub mod text;
 

@@ -1,14 +1,15 @@
 //! accordd's agent and admin API against a real sled store on a temporary
 //! directory, fed with the recorded hardware models in tests/fixtures.
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use accord_testkit::daemon::{self, secret, wait_address, wait_serving};
+use accord_testkit::process::{self, tail, Process};
 use accordd::api::ApiState;
 use accordd::config::DaemonConfig;
 use serde_json::Value;
@@ -22,13 +23,6 @@ fn fixture(name: &str) -> Value {
         .join("../tests/fixtures/models")
         .join(name);
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn secret(dir: &Path, name: &str, value: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, value).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-    p
 }
 
 fn config(dir: &Path, listen: &str) -> (PathBuf, String) {
@@ -85,43 +79,7 @@ profile = "h100"
 /// Runs a command to its end, with its output, as `Command::output` does;
 /// panics, with what it wrote, when it is still running after 60 s.
 fn output_within(cmd: &mut Command) -> Output {
-    let within = Duration::from_secs(60);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let read = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            bytes
-        })
-    };
-    let stdout = read(Box::new(child.stdout.take().unwrap()));
-    let stderr = read(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let status = child.wait().unwrap();
-            panic!(
-                "{cmd:?} still running after {within:?} (killed: {status}); stdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&stdout.join().unwrap()),
-                String::from_utf8_lossy(&stderr.join().unwrap())
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    }
+    process::output_within(cmd, Duration::from_secs(60))
 }
 
 /// A daemon serving on an ephemeral port until stopped (which closes its
@@ -582,112 +540,16 @@ fn a_store_from_a_newer_accordd_is_refused() {
     assert!(err.contains("schema 99, newer than this accordd"), "{err}");
 }
 
-/// Killed on drop, with no handle on the test's output: a failing
-/// assertion must not leave a daemon holding the test harness's pipes.
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `accordd run --config FILE`, its logs (at info: the bound address is
-/// logged) in `log`; with `notify`, as systemd would run it.
-fn spawn_accordd(config: &Path, log: &Path, notify: Option<&Path>) -> Guard {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_accordd"));
-    cmd.args(["run", "--config"])
-        .arg(config)
-        .env("ACCORD_LOG", "info")
-        .env("NO_COLOR", "1")
-        .env_remove("NOTIFY_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
+/// logged) in `log`; with `notify`, as systemd would run it. Killed on
+/// drop, with no handle on the test's output: a failing assertion must not
+/// leave a daemon holding the test harness's pipes.
+fn spawn_accordd(config: &Path, log: &Path, notify: Option<&Path>) -> Process {
+    let mut cmd = daemon::command(env!("CARGO_BIN_EXE_accordd"), config);
     if let Some(socket) = notify {
         cmd.env("NOTIFY_SOCKET", socket);
     }
-    Guard(cmd.spawn().unwrap())
-}
-
-/// The last lines of a log, for failure messages.
-fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log)
-        .unwrap_or_else(|e| format!("(cannot read {}: {e})", log.display()));
-    let lines: Vec<&str> = text.lines().collect();
-    let from = lines.len().saturating_sub(40);
-    format!(
-        "--- {} (last {} lines) ---\n{}",
-        log.display(),
-        lines.len() - from,
-        lines[from..].join("\n")
-    )
-}
-
-/// The address in accordd's "accordd serving listen=ADDR" log line.
-fn serving_address(log: &Path) -> Option<std::net::SocketAddr> {
-    let text = std::fs::read_to_string(log).ok()?;
-    text.lines()
-        .filter(|l| l.contains("accordd serving"))
-        .flat_map(str::split_whitespace)
-        .find_map(|w| w.strip_prefix("listen=")?.parse().ok())
-}
-
-/// Panics, with its exit status and log, if accordd has exited.
-fn still_running(child: &mut Guard, log: &Path, waiting_for: &str) {
-    if let Some(status) = child.0.try_wait().unwrap() {
-        panic!(
-            "accordd pid {} exited ({status}) while waiting for {waiting_for}:\n{}",
-            child.0.id(),
-            tail(log)
-        );
-    }
-}
-
-/// Waits for the address accordd (started with `listen = "127.0.0.1:0"`)
-/// logs once bound.
-async fn wait_address(child: &mut Guard, log: &Path, deadline: Instant) -> std::net::SocketAddr {
-    loop {
-        if let Some(addr) = serving_address(log) {
-            return addr;
-        }
-        still_running(child, log, "its \"accordd serving\" log line");
-        assert!(
-            Instant::now() < deadline,
-            "accordd pid {} logged no \"accordd serving listen=...\" line within 30 s:\n{}",
-            child.0.id(),
-            tail(log)
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-/// Waits until accordd answers `/v1/health` with 2xx at the address it
-/// logged; returns its base URL. Panics at the deadline or when accordd
-/// exits, with its exit status and log.
-async fn wait_serving(child: &mut Guard, log: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let url = format!("http://{}", wait_address(child, log, deadline).await);
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    loop {
-        let last = match client.get(format!("{url}/v1/health")).send().await {
-            Ok(r) if r.status().is_success() => return url,
-            Ok(r) => format!("answered {}", r.status()),
-            Err(e) => e.to_string(),
-        };
-        still_running(child, log, &format!("{url}/v1/health"));
-        assert!(
-            Instant::now() < deadline,
-            "accordd pid {} not serving {url}/v1/health within 30 s (last: {last}):\n{}",
-            child.0.id(),
-            tail(log)
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    Process::spawn("accordd", &mut cmd, log)
 }
 
 /// Reports streamed to a separate accordd process, killed with SIGKILL
@@ -699,8 +561,8 @@ async fn acknowledged_reports_survive_kill_9() {
     // Each run logs to its own file: the first run's log survives the second.
     let first_log = dir.path().join("accordd-1.log");
     let mut child = spawn_accordd(&file, &first_log, None);
-    let pid = child.0.id();
-    let url = wait_serving(&mut child, &first_log).await;
+    let pid = child.id();
+    let url = wait_serving(&mut child).await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -760,7 +622,7 @@ async fn acknowledged_reports_survive_kill_9() {
         }
     }
     // Kill while reports are in flight. Child::kill is SIGKILL.
-    child.0.kill().unwrap();
+    child.kill();
     // Reports acknowledged until the streams end count as well.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -775,7 +637,7 @@ async fn acknowledged_reports_survive_kill_9() {
             ),
         }
     }
-    let status = child.0.wait().unwrap();
+    let status = child.wait();
     assert_eq!(
         status.signal(),
         Some(9),
@@ -785,7 +647,7 @@ async fn acknowledged_reports_survive_kill_9() {
 
     let second_log = dir.path().join("accordd-2.log");
     let mut child = spawn_accordd(&file, &second_log, None);
-    let url = wait_serving(&mut child, &second_log).await;
+    let url = wait_serving(&mut child).await;
     let resp = client
         .get(format!("{url}/v1/nodes"))
         .bearer_auth(ADMIN_TOKEN)
@@ -840,23 +702,19 @@ async fn accordd_tells_systemd_when_it_is_ready() {
                 ) => {}
             Err(e) => panic!("{}: {e}", notify.display()),
         }
-        still_running(
-            &mut child,
-            &log,
-            &format!("READY=1 on {}", notify.display()),
-        );
+        child.assert_running(&format!("READY=1 on {}", notify.display()));
         assert!(
             Instant::now() < deadline,
             "accordd pid {} sent no READY=1 to {} within 30 s:\n{}",
-            child.0.id(),
+            child.id(),
             notify.display(),
-            tail(&log)
+            child.tail()
         );
     };
     assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "READY=1");
     // The listener is bound: the first request is answered (accordd logs
     // the address it bound right after READY=1).
-    let addr = wait_address(&mut child, &log, deadline).await;
+    let addr = wait_address(&mut child, deadline).await;
     let health = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()

@@ -182,8 +182,8 @@ fn accordd_lab_until_idle_json_prints_only_json() {
         "colour codes on a stderr that is not a terminal:\n{stderr}"
     );
     // The lab stopped accordd cleanly (SIGTERM; the lab exits 1 unless
-    // accordd exited 0).
-    assert!(stderr.contains("shutting down"), "stderr:\n{stderr}");
+    // accordd exited 0): accordd closed its store.
+    assert!(stderr.contains("store closed"), "stderr:\n{stderr}");
 }
 
 /// `systemctl stop` (SIGTERM) of a lab that runs until stopped: it stops
@@ -221,7 +221,7 @@ fn accordd_lab_stops_cleanly_on_sigterm() {
     let summary: serde_json::Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|e| panic!("stdout is not only JSON: {e}\nstdout:\n{stdout}"));
     assert_eq!(summary["nodes"][0]["name"], "r1-n1", "{summary}");
-    assert!(stderr.contains("shutting down"), "stderr:\n{stderr}");
+    assert!(stderr.contains("store closed"), "stderr:\n{stderr}");
 }
 
 /// `kill -SIGNAL` to the child.

@@ -106,21 +106,6 @@ pub fn find_accordd(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// Kubernetes writes.
 const DAEMON_STOP_WITHIN: Duration = Duration::from_secs(30);
 
-/// Resolves at the first SIGTERM (systemd's stop) or SIGINT (Ctrl-C), with
-/// the signal's name. Installed before anything starts, so a signal that
-/// comes early still stops the lab and its children.
-fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = &'static str>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        }
-    })
-}
-
 fn run(cli: Cli) -> anyhow::Result<()> {
     let accordd = find_accordd(cli.accordd.as_deref())?;
     let scenario = match &cli.scenario {
@@ -130,7 +115,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let until_off = scenario.lab.until_off;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let stop = stop_signal()?;
+        // Installed before anything starts: a SIGTERM (systemd's stop) or
+        // SIGINT (Ctrl-C) that comes early still stops the lab and what it
+        // started. It logs which one came.
+        let stop = accord_api::signals::stop_signal()?;
         tokio::pin!(stop);
         // Stopped while starting: what was started (the emulator, the
         // lab's directory) goes with the half-built lab.
@@ -142,7 +130,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     ..LabOptions::new(accordd)
                 },
             ) => lab?,
-            signal = &mut stop => anyhow::bail!("stopped by {signal} while starting"),
+            () = &mut stop => anyhow::bail!("stopped by a signal while starting"),
         };
         lab.start_daemon()?;
         if !cli.json {
@@ -158,9 +146,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let outcome = if cli.until_idle {
             tokio::select! {
                 r = lab.run_until_idle(until_off) => r,
-                signal = &mut stop => {
-                    tracing::info!(target: "lab", signal, "stopping");
-                    Err(anyhow::anyhow!("stopped by {signal} before the scenario settled"))
+                () = &mut stop => {
+                    Err(anyhow::anyhow!("stopped by a signal before the scenario settled"))
                 }
             }
         } else {
@@ -170,10 +157,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             };
             tokio::select! {
-                signal = &mut stop => {
-                    tracing::info!(target: "lab", signal, "stopping");
-                    Ok(lab.summary(lab.status().await.as_ref()))
-                }
+                () = &mut stop => Ok(lab.summary(lab.status().await.as_ref())),
                 () = daemon_exit => Err(anyhow::anyhow!("{}", lab.daemon_report())),
             }
         };

@@ -7,9 +7,16 @@
 //! - [`sushy`]: OpenStack's `sushy-emulator --fake` and `sushy-static`
 //!   Redfish peers, started on free ports and stopped on drop;
 //! - `power` (feature `power`): `SimulatedPower`, the in-memory twin of
-//!   accordd's `PowerControl`.
+//!   accordd's `PowerControl`;
+//! - [`process`]: child processes with deadlines (a command run to its end,
+//!   a logged child killed on drop, signals, waits for its exit);
+//! - [`daemon`]: accordd as a child process (the test's own binary; this
+//!   module does not link accord-daemon): token files, `accordd run`, the
+//!   wait until it serves, the nodes it lists.
 
+pub mod daemon;
 pub mod fake_api;
 #[cfg(feature = "power")]
 pub mod power;
+pub mod process;
 pub mod sushy;

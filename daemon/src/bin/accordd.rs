@@ -100,22 +100,8 @@ fn run(file: &std::path::Path) -> anyhow::Result<()> {
     runtime.block_on(async {
         // Installed before anything is served: a signal that comes early
         // still stops the daemon gracefully.
-        let stop = stop_signal()?;
+        let stop = accord_api::signals::stop_signal()?;
         accordd::serve(config, stop).await
-    })
-}
-
-/// Resolves at the first SIGTERM (systemd's stop) or SIGINT (Ctrl-C).
-fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        let name = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        };
-        tracing::info!(signal = name, "shutting down");
     })
 }
 
