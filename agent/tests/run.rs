@@ -4,11 +4,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use accord_agent::run::{AgentConfig, Backoff};
-use accord_testkit::daemon::{nodes, secret};
+use accord_testkit::daemon::{command, nodes, secret};
 use accord_testkit::process::Process;
 
 const TOKEN: &str = "agent-token-for-tests";
@@ -479,13 +478,7 @@ async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
     let log = dir.path().join("agent.log");
     let mut agent = Process::spawn(
         "accord-agent",
-        Command::new(env!("CARGO_BIN_EXE_accord-agent"))
-            .arg("run")
-            .arg("--config")
-            .arg(&file)
-            .env("ACCORD_LOG", "info")
-            .env("NO_COLOR", "1")
-            .env_remove("NOTIFY_SOCKET"),
+        &mut command(env!("CARGO_BIN_EXE_accord-agent"), &file),
         &log,
     );
     let client = client();

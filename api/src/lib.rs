@@ -10,9 +10,9 @@ pub mod client;
 pub mod control;
 #[cfg(feature = "cli")]
 pub mod logging;
+pub mod nodes;
 #[cfg(feature = "cli")]
 pub mod signals;
-pub mod nodes;
 pub mod text;
 
 pub use client::{Client, ClientError};

@@ -703,12 +703,9 @@ async fn accordd_tells_systemd_when_it_is_ready() {
             Err(e) => panic!("{}: {e}", notify.display()),
         }
         child.assert_running(&format!("READY=1 on {}", notify.display()));
-        assert!(
-            Instant::now() < deadline,
-            "accordd pid {} sent no READY=1 to {} within 30 s:\n{}",
-            child.id(),
-            notify.display(),
-            child.tail()
+        child.assert_before(
+            deadline,
+            format_args!("sent no READY=1 to {} within 30 s", notify.display()),
         );
     };
     assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "READY=1");

@@ -23,9 +23,10 @@ pub fn secret(dir: &Path, name: &str, value: &str) -> PathBuf {
     p
 }
 
-/// `BIN run --config CONFIG`, logging at info (the bound address is logged)
-/// without colour, outside systemd (no `NOTIFY_SOCKET`). `bin` is the test's
-/// `env!("CARGO_BIN_EXE_accordd")`.
+/// `BIN run --config CONFIG`, logging at info (accordd logs the address it
+/// bound) without colour, outside systemd (no `NOTIFY_SOCKET`). `bin` is the
+/// test's `env!("CARGO_BIN_EXE_accordd")`, or `accord-agent`'s: the agent
+/// runs the same way.
 pub fn command(bin: impl AsRef<Path>, config: &Path) -> Command {
     let mut cmd = Command::new(bin.as_ref());
     cmd.args(["run", "--config"])
@@ -59,12 +60,9 @@ pub async fn wait_address(accordd: &mut Process, deadline: Instant) -> SocketAdd
             return addr;
         }
         accordd.assert_running("its \"accordd serving\" log line");
-        assert!(
-            Instant::now() < deadline,
-            "{} pid {} logged no \"accordd serving listen=...\" line within 30 s:\n{}",
-            accordd.name(),
-            accordd.id(),
-            accordd.tail()
+        accordd.assert_before(
+            deadline,
+            format_args!("logged no \"accordd serving listen=...\" line within 30 s"),
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -87,12 +85,9 @@ pub async fn wait_serving(accordd: &mut Process) -> String {
             Err(e) => e.to_string(),
         };
         accordd.assert_running(&format!("{url}/v1/health"));
-        assert!(
-            Instant::now() < deadline,
-            "{} pid {} not serving {url}/v1/health within 30 s (last: {last}):\n{}",
-            accordd.name(),
-            accordd.id(),
-            accordd.tail()
+        accordd.assert_before(
+            deadline,
+            format_args!("not serving {url}/v1/health within 30 s (last: {last})"),
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

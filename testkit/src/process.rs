@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 /// Runs `cmd` to its end, with its output, as `Command::output` does (stdin
 /// is null); panics, with what it wrote, when it is still running after
 /// `within` (it is killed then).
+#[track_caller]
 pub fn output_within(cmd: &mut Command, within: Duration) -> Output {
     let mut child = cmd
         .stdin(Stdio::null())
@@ -122,6 +123,7 @@ impl Process {
     }
 
     /// Panics, with its exit status and log, if it has exited.
+    #[track_caller]
     pub fn assert_running(&mut self, waiting_for: &str) {
         if let Some(status) = self.exited() {
             panic!(
@@ -133,7 +135,21 @@ impl Process {
         }
     }
 
+    /// Panics, when `deadline` has passed, with "NAME pid PID `failure`"
+    /// and its log.
+    #[track_caller]
+    pub fn assert_before(&self, deadline: Instant, failure: std::fmt::Arguments<'_>) {
+        assert!(
+            Instant::now() < deadline,
+            "{} pid {} {failure}:\n{}",
+            self.name,
+            self.id(),
+            self.tail()
+        );
+    }
+
     /// Sends it `signal` (a name `kill` knows: "TERM", "INT", "HUP").
+    #[track_caller]
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .arg(format!("-{signal}"))
@@ -144,32 +160,46 @@ impl Process {
     }
 
     /// SIGKILL (`Child::kill`).
+    #[track_caller]
     pub fn kill(&mut self) {
         self.child.kill().unwrap();
     }
 
     /// Waits for it to end, however long that takes (after [`Self::kill`]).
+    #[track_caller]
     pub fn wait(&mut self) -> ExitStatus {
         self.child.wait().unwrap()
     }
 
     /// Waits (up to `within`) for it to exit after `after` (e.g. "the
     /// signal"); panics at the deadline, with its log.
+    #[track_caller]
     pub fn wait_exit(&mut self, within: Duration, after: &str) -> ExitStatus {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.exited() {
                 return status;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} pid {} still running {within:?} after {after}:\n{}",
-                self.name,
-                self.id(),
-                self.tail()
+            self.assert_before(
+                deadline,
+                format_args!("still running {within:?} after {after}"),
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Sends it `signal` and waits (up to `within`) for it to exit; asserts
+    /// that it exited 0 and wrote nothing on stdout (logs go to stderr).
+    /// Returns its log, for the test to check what it said.
+    #[track_caller]
+    pub fn stops_cleanly_on(&mut self, signal: &str, within: Duration) -> String {
+        self.signal(signal);
+        let status = self.wait_exit(within, "the signal");
+        let said = std::fs::read_to_string(&self.log).unwrap();
+        assert_eq!(status.code(), Some(0), "{signal}: {status}:\n{said}");
+        let stdout = std::fs::read_to_string(self.stdout_path()).unwrap();
+        assert!(stdout.is_empty(), "{} wrote to stdout: {stdout}", self.name);
+        said
     }
 }
 
