@@ -34,6 +34,12 @@ pub struct NodeStatus {
     pub bmc_on: Option<bool>,
 }
 
+/// A stage as `accordctl status`, the lab and the `accord_nodes{stage}`
+/// metric name it (`poweringon`, `inuse`): one spelling for all three.
+pub fn stage_label(stage: Stage) -> String {
+    format!("{stage:?}").to_lowercase()
+}
+
 /// What Accord makes of a pending workload this round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -4,16 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::control::{describe, ControlStatus, Mode, WorkloadState, WorkloadStatus};
+use crate::control::{describe, stage_label, ControlStatus, Mode, WorkloadState, WorkloadStatus};
 
 /// The fleet summary: nodes by stage, per node, pending workloads, actions.
 pub fn render_status(s: &ControlStatus) -> String {
     let mut out = String::new();
     let mut by_stage: BTreeMap<String, usize> = BTreeMap::new();
     for n in &s.nodes {
-        *by_stage
-            .entry(format!("{:?}", n.stage).to_lowercase())
-            .or_default() += 1;
+        *by_stage.entry(stage_label(n.stage)).or_default() += 1;
     }
     let stages: Vec<String> = by_stage.iter().map(|(k, v)| format!("{v} {k}")).collect();
     out.push_str(&format!(
@@ -33,7 +31,7 @@ pub fn render_status(s: &ControlStatus) -> String {
             "{:<12} {:<6} {:<13} {:>4} {:>5} {:>8}  {}\n",
             n.name,
             n.rack.as_deref().unwrap_or("-"),
-            format!("{:?}", n.stage).to_lowercase(),
+            stage_label(n.stage),
             n.gpus,
             n.pods,
             format!("{} s", s.at.saturating_sub(n.since)),

@@ -285,8 +285,14 @@ impl DemandWatch {
     /// The demand now: only pods the scheduler marked Unschedulable are
     /// pending.
     pub fn snapshot(&self, options: &Options) -> Translation {
-        let mut options = options.clone();
-        options.pending_without_status = false;
-        translate(&self.manifests(), &options)
+        translate_live(&self.manifests(), options)
     }
+}
+
+/// Translates objects read from a live cluster: only pods the scheduler
+/// marked Unschedulable are pending (in files, a pod with no status is).
+pub fn translate_live(manifests: &Manifests, options: &Options) -> Translation {
+    let mut options = options.clone();
+    options.pending_without_status = false;
+    translate(manifests, &options)
 }

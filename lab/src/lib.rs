@@ -481,11 +481,7 @@ impl Lab {
     /// accordd's log: its path and last lines (or that it is on stderr).
     fn log_report(&self) -> String {
         match self.daemon_log() {
-            Some(log) => format!(
-                "; its log {}, last lines:\n{}",
-                log.display(),
-                tail(log, 40)
-            ),
+            Some(log) => format!("; {}", accord_testkit::process::tail(log)),
             None => "; its output is on this process's stderr".to_owned(),
         }
     }
@@ -498,9 +494,8 @@ impl Lab {
     /// Resets accordd sent for `node`, as the emulator logged them (a
     /// broken node's dropped ones never reach it).
     pub fn emulator_resets(&self, node: &str) -> usize {
-        self.emulator.count(&format!(
-            "POST /redfish/v1/Systems/{node}/Actions/ComputerSystem.Reset"
-        ))
+        self.emulator
+            .count(&format!("POST {}", proxy::reset_path(node)))
     }
 
     /// Whether every submission is done: finished, or pending while
@@ -684,7 +679,7 @@ impl Lab {
                         .filter(|l| {
                             l.power_on
                                 && l.at >= t0
-                                && s.nodes.iter().any(|n| l.path == reset_path(n))
+                                && s.nodes.iter().any(|n| l.path == proxy::reset_path(n))
                         })
                         .map(|l| l.at.duration_since(t0).as_secs_f64())
                         .reduce(f64::min)
@@ -739,7 +734,7 @@ impl Lab {
                         s.nodes
                             .iter()
                             .find(|x| &x.name == name)
-                            .map(|x| format!("{:?}", x.stage).to_lowercase())
+                            .map(|x| accord_api::control::stage_label(x.stage))
                     }),
                 }
             })
@@ -820,10 +815,6 @@ fn check_config(options: &LabOptions, config: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn reset_path(node: &str) -> String {
-    format!("/redfish/v1/Systems/{node}/Actions/ComputerSystem.Reset")
-}
-
 /// The workloads (`ns/name`) a submission's pods make, as accordd keys
 /// them: its PodGroups and ProvisioningRequests, else each pod.
 fn workload_keys(s: &SubState) -> BTreeSet<String> {
@@ -851,17 +842,6 @@ fn cannot_place_reason(status: &ControlStatus, keys: &BTreeSet<String>) -> Optio
         .iter()
         .filter(|w| keys.contains(&w.workload) && w.state == WorkloadState::CannotPlace)
         .find_map(|w| w.reason.clone())
-}
-
-/// The last `n` lines of `path`, or why there are none.
-fn tail(path: &Path, n: usize) -> String {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(n)..].join("\n")
-        }
-        Err(e) => format!("(cannot read it: {e})"),
-    }
 }
 
 /// accordd's last round; `None` while it is not up (or has no round yet).

@@ -79,7 +79,8 @@ impl BmcProxy {
     }
 }
 
-fn reset_path(node: &str) -> String {
+/// The Redfish path of `node`'s Reset action.
+pub(crate) fn reset_path(node: &str) -> String {
     format!("/redfish/v1/Systems/{node}/Actions/ComputerSystem.Reset")
 }
 

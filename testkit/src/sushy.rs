@@ -100,7 +100,7 @@ impl Peer {
                     let status = rest[end + 1..].split_whitespace().next().unwrap_or("");
                     let mut parts = request.split_whitespace();
                     if let (Some(m), Some(p)) = (parts.next(), parts.next()) {
-                        if std::mem::take(&mut probe_header_seen) || p.contains(PROBE_QUERY) {
+                        if std::mem::take(&mut probe_header_seen) {
                             continue;
                         }
                         out.push(format!("{m} {p} {status}"));
@@ -155,24 +155,24 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
-/// The header (sushy-static prints it) and the query parameter (werkzeug
-/// logs it) that mark a readiness probe, with a value only this probe uses.
+/// The header that marks a readiness probe of sushy-static (which prints
+/// each request's headers), with a value only this probe uses.
 const PROBE_HEADER: &str = "X-Accord-Ready:";
-const PROBE_QUERY: &str = "accord-ready=";
 /// How long a peer may take to answer its first request.
 const READY_WITHIN: Duration = Duration::from_secs(30);
 /// Tries on a fresh port when another process took the one picked.
 const PORT_TRIES: u32 = 3;
 
-/// How to ask a starting peer whether it is up.
-#[derive(Debug, Clone)]
-struct Probe {
-    /// The path to GET (`{nonce}` is replaced), which must answer 200.
-    path: &'static str,
-    /// Over HTTPS (asked through Python: the test CA is not known here).
-    tls: bool,
-    /// The interpreter for HTTPS probes.
-    python: PathBuf,
+/// How a starting peer shows that it, not another process, holds its port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ready {
+    /// sushy-emulator (werkzeug) logs ` * Running on http(s)://127.0.0.1:PORT`
+    /// once it has bound the port.
+    Announced,
+    /// sushy-static (`http.server`) says nothing when it binds: a GET
+    /// carrying [`PROBE_HEADER`] with a value only this probe uses must be
+    /// answered 200 and show up in its own log.
+    Probed,
 }
 
 /// Why a peer did not come up.
@@ -182,44 +182,17 @@ enum NotReady {
     Failed(String),
 }
 
-/// A value no other probe uses: the peer's log must show it, so that an
-/// answer from some other process holding the port is never taken for one
-/// from ours.
+/// A value no other probe uses.
 fn nonce(port: u16) -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{}-{port}-{n}", std::process::id())
 }
 
-/// One GET of the probe's path; the status it was answered with.
-fn probe_once(port: u16, path: &str, nonce: &str, probe: &Probe) -> Result<u16, String> {
+/// One `GET /redfish/v1` carrying the probe's header; the status it was
+/// answered with.
+fn probe_once(port: u16, nonce: &str) -> Result<u16, String> {
     use std::io::Read;
-    if probe.tls {
-        let script = "import ssl, sys, urllib.request, urllib.error\n\
-            ctx = ssl.create_default_context()\n\
-            ctx.check_hostname = False\n\
-            ctx.verify_mode = ssl.CERT_NONE\n\
-            req = urllib.request.Request(sys.argv[1], headers={'X-Accord-Ready': sys.argv[2]})\n\
-            try:\n    print(urllib.request.urlopen(req, context=ctx, timeout=10).status)\n\
-            except urllib.error.HTTPError as e:\n    print(e.code)\n";
-        let out = Command::new(&probe.python)
-            .args([
-                "-c",
-                script,
-                &format!("https://127.0.0.1:{port}{path}"),
-                nonce,
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("{}: {e}", probe.python.display()))?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        return text.trim().parse().map_err(|_| {
-            format!(
-                "HTTPS probe failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )
-        });
-    }
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("connect: {e}"))?;
@@ -228,7 +201,7 @@ fn probe_once(port: u16, path: &str, nonce: &str, probe: &Probe) -> Result<u16, 
         .map_err(|e| e.to_string())?;
     write!(
         stream,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{PROBE_HEADER} {nonce}\r\n\r\n"
+        "GET /redfish/v1 HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{PROBE_HEADER} {nonce}\r\n\r\n"
     )
     .map_err(|e| format!("send: {e}"))?;
     let mut answer = Vec::new();
@@ -244,18 +217,17 @@ fn probe_once(port: u16, path: &str, nonce: &str, probe: &Probe) -> Result<u16, 
         .ok_or_else(|| format!("not an HTTP answer: {status_line:?}"))
 }
 
-/// Waits until the child answers the probe with 200 and its own log shows
-/// the probe (so the answer came from it, not from another process that
-/// took the port); fails as soon as the child exits.
+/// Waits until the child shows it holds `port` (as `ready` says) and a
+/// connection to it succeeds; fails as soon as the child exits.
 fn wait_ready(
     child: &mut Child,
     port: u16,
     log: &Path,
     what: &str,
-    probe: &Probe,
+    ready: Ready,
 ) -> Result<(), NotReady> {
     let nonce = nonce(port);
-    let path = probe.path.replace("{nonce}", &nonce);
+    let announced = format!("127.0.0.1:{port}");
     let output = || strip_ansi(&std::fs::read_to_string(log).unwrap_or_default());
     let deadline = Instant::now() + READY_WITHIN;
     let mut last = String::from("nothing listening yet");
@@ -267,7 +239,7 @@ fn wait_ready(
                     NotReady::PortTaken(text)
                 } else {
                     NotReady::Failed(format!(
-                        "{what} exited ({status}) before answering GET {path} on port {port}:\n{}",
+                        "{what} exited ({status}) before it was ready on port {port}:\n{}",
                         text.trim()
                     ))
                 });
@@ -279,21 +251,35 @@ fn wait_ready(
         let listening =
             std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok();
         if listening {
-            match probe_once(port, &path, &nonce, probe) {
-                Ok(200) if output().contains(&nonce) => return Ok(()),
-                Ok(200) => {
-                    last = "answered 200, but the answer is not in its log \
+            match ready {
+                Ready::Announced => {
+                    let text = output();
+                    if text
+                        .lines()
+                        .any(|l| l.contains("Running on") && l.contains(&announced))
+                    {
+                        return Ok(());
+                    }
+                    last = "listening, but it has not said it bound the port \
                             (another process on the port?)"
-                        .to_owned()
+                        .to_owned();
                 }
-                Ok(status) => last = format!("answered {status}"),
-                Err(e) => last = e,
+                Ready::Probed => match probe_once(port, &nonce) {
+                    Ok(200) if output().contains(&nonce) => return Ok(()),
+                    Ok(200) => {
+                        last = "answered 200, but the answer is not in its log \
+                                (another process on the port?)"
+                            .to_owned()
+                    }
+                    Ok(status) => last = format!("answered {status}"),
+                    Err(e) => last = e,
+                },
             }
         }
         if Instant::now() > deadline {
             return Err(NotReady::Failed(format!(
-                "{what} did not answer GET {path} with 200 on 127.0.0.1:{port} within {} s \
-                 (last: {last}); its output:\n{}",
+                "{what} was not ready on 127.0.0.1:{port} within {} s (last: {last}); \
+                 its output:\n{}",
                 READY_WITHIN.as_secs(),
                 output().trim()
             )));
@@ -405,13 +391,7 @@ pub fn start_emulator(systems: &[FakeSystem], options: &EmulatorOptions) -> Resu
         .and_then(|mut f| f.write_all(config.as_bytes()))
         .map_err(|e| e.to_string())?;
     let args = vec!["--fake".into(), "--config".into(), cfg.into_os_string()];
-    let probe = Probe {
-        // The root needs no credentials and builds no systems driver.
-        path: "/redfish/v1/?accord-ready={nonce}",
-        tls: options.tls.is_some(),
-        python: python_for(&bin),
-    };
-    let peer = spawn_peer(&bin, &args, dir, "sushy-emulator", &probe)?;
+    let peer = spawn_peer(&bin, &args, dir, "sushy-emulator", Ready::Announced)?;
     if options.tls.is_none() {
         warm_up(peer.port, options.basic_auth.as_ref())?;
     }
@@ -427,14 +407,7 @@ pub fn start_static(mockup: &Path) -> Result<Peer, String> {
         .tempdir()
         .map_err(|e| e.to_string())?;
     let args = vec!["-m".into(), mockup.as_os_str().to_owned()];
-    let probe = Probe {
-        // sushy-static serves no query strings; it prints the probe's
-        // header instead.
-        path: "/redfish/v1",
-        tls: false,
-        python: python_for(&bin),
-    };
-    spawn_peer(&bin, &args, dir, "sushy-static", &probe)
+    spawn_peer(&bin, &args, dir, "sushy-static", Ready::Probed)
 }
 
 /// The Python next to `bin` (the venv's), else `python3` on `PATH`.
@@ -456,14 +429,14 @@ fn spawn_peer(
     args: &[std::ffi::OsString],
     dir: tempfile::TempDir,
     what: &str,
-    probe: &Probe,
+    ready: Ready,
 ) -> Result<Peer, String> {
     let log = dir.path().join("requests.log");
     let mut taken = Vec::new();
     let mut last_output = String::new();
     for _ in 0..PORT_TRIES {
         let port = free_port();
-        match start_on(bin, args, port, &log, what, probe) {
+        match start_on(bin, args, port, &log, what, ready) {
             Ok(child) => {
                 return Ok(Peer {
                     child,
@@ -494,7 +467,7 @@ fn start_on(
     port: u16,
     log: &Path,
     what: &str,
-    probe: &Probe,
+    ready: Ready,
 ) -> Result<Child, NotReady> {
     let failed = |e: std::io::Error| NotReady::Failed(format!("{what}: {}: {e}", log.display()));
     let log_file = std::fs::File::create(log).map_err(failed)?;
@@ -507,7 +480,7 @@ fn start_on(
         .stderr(log_file)
         .spawn()
         .map_err(|e| NotReady::Failed(format!("{what}: {}: {e}", bin.display())))?;
-    match wait_ready(&mut child, port, log, what, probe) {
+    match wait_ready(&mut child, port, log, what, ready) {
         Ok(()) => Ok(child),
         Err(e) => {
             let _ = child.kill();
@@ -543,18 +516,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mockup = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures/redfish/dmtf-public-rackmount1");
-        let probe = Probe {
-            path: "/redfish/v1",
-            tls: false,
-            python: python_for(&bin),
-        };
         let got = start_on(
             &bin,
             &["-m".into(), mockup.into_os_string()],
             port,
             &dir.path().join("log"),
             "sushy-static",
-            &probe,
+            Ready::Probed,
         );
         match got {
             Err(NotReady::PortTaken(output)) => {

@@ -15,8 +15,8 @@ use accord::fleet::{Fleet, PowerState};
 use accord::lifecycle::{Deadlines, NodeLife, Observation, Stage, Transition};
 use accord::plan::{Action, Plan};
 use accord_api::control::{
-    describe, CannotPlan, ControlStatus, Intent, IntentAction, Mode, NodeStatus, WorkloadState,
-    WorkloadStatus,
+    describe, stage_label, CannotPlan, ControlStatus, Intent, IntentAction, Mode, NodeStatus,
+    WorkloadState, WorkloadStatus,
 };
 use tracing::{debug, info, warn};
 
@@ -256,7 +256,7 @@ impl Decider {
         for life in self.lives.values() {
             *metrics
                 .nodes_by_stage
-                .entry(stage_name(life.stage))
+                .entry(stage_label(life.stage))
                 .or_default() += 1;
         }
         for u in &plan.unsatisfied {
@@ -685,10 +685,6 @@ impl Decider {
 
 fn is_up(l: &NodeLife) -> bool {
     matches!(l.stage, Stage::Ready | Stage::InUse | Stage::Idle)
-}
-
-fn stage_name(s: Stage) -> String {
-    format!("{s:?}").to_lowercase()
 }
 
 /// Events about a node go to its Kubernetes Node.

@@ -66,9 +66,7 @@ impl Observer {
 /// The Kubernetes part of a snapshot.
 fn kube_snapshot(watch: &DemandWatch, options: &Options) -> Snapshot {
     let manifests = watch.manifests();
-    let mut options = options.clone();
-    options.pending_without_status = false;
-    let translation = accord_kube::translate::translate(&manifests, &options);
+    let translation = accord_kube::watch::translate_live(&manifests, options);
     let mut pods_per_node: BTreeMap<String, u32> = BTreeMap::new();
     for b in &translation.demand.bound {
         *pods_per_node.entry(b.node.clone()).or_default() += 1;
@@ -144,7 +142,7 @@ fn kube_snapshot(watch: &DemandWatch, options: &Options) -> Snapshot {
 }
 
 /// A ProvisioningRequest as plain data for *decide*.
-pub fn provisioning_seen(pr: &ProvisioningRequest) -> ProvisioningSeen {
+fn provisioning_seen(pr: &ProvisioningRequest) -> ProvisioningSeen {
     let ns = pr.metadata.namespace.as_deref().unwrap_or("default");
     let name = pr.metadata.name.as_deref().unwrap_or("");
     let class = match pr.spec.provisioning_class_name.as_str() {

@@ -23,6 +23,7 @@ use super::write::{KubeWriter, Writes};
 use super::{Batcher, Mode};
 use crate::config::{ControlConfig, DaemonConfig};
 use crate::execute::{Executed, Executor, RedfishPower};
+use crate::journal::Intent;
 use crate::shared::Shared;
 
 /// Why the loop woke; results travel with the wake-up.
@@ -56,6 +57,8 @@ pub struct Controller {
     bmc: BTreeMap<String, bool>,
     /// Power results for the next round.
     executed: Vec<Executed>,
+    /// The journal's open intents as last read.
+    open_intents: Vec<Intent>,
     /// Power actions in flight.
     in_flight: JoinSet<()>,
     started: Instant,
@@ -125,6 +128,7 @@ impl Controller {
             power,
             bmc: BTreeMap::new(),
             executed: Vec::new(),
+            open_intents: Vec::new(),
             in_flight: JoinSet::new(),
             started: Instant::now(),
         })
@@ -282,11 +286,17 @@ impl Controller {
 
     /// Observe, then decide.
     fn round(&mut self) -> Decision {
-        let open_intents = self
-            .executor
-            .as_ref()
-            .and_then(|ex| ex.journal().open_intents().ok())
-            .unwrap_or_default();
+        // A journal that cannot be read keeps the last round's view of
+        // what is in flight rather than showing nothing.
+        if let Some(ex) = &self.executor {
+            match ex.journal().open_intents() {
+                Ok(open) => self.open_intents = open,
+                Err(e) => {
+                    warn!(error = %accord::config_file::error_chain(&e), "cannot read the intent journal; using the last round's open intents")
+                }
+            }
+        }
+        let open_intents = self.open_intents.clone();
         let snapshot = self.observer.snapshot(
             self.started.elapsed(),
             &self.bmc,
