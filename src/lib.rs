@@ -12,3 +12,4 @@ pub mod hardware;
 pub mod lifecycle;
 pub mod plan;
 pub mod quantity;
+pub mod truth;

@@ -32,6 +32,41 @@ pub struct NodeStatus {
     /// The BMC's last power reading (`None`: not read, or observe mode).
     #[serde(default)]
     pub bmc_on: Option<bool>,
+    /// What the planner plans this node with.
+    #[serde(default)]
+    pub model: ModelSource,
+    /// Where the agent's report (or the scheduler's view) and the fleet
+    /// file's declaration (or the model) disagree.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<accord::truth::Drift>,
+}
+
+/// Which hardware model a node is planned with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelSource {
+    /// The fleet file's declaration: no agent has reported.
+    #[default]
+    Declared,
+    /// The agent's last report.
+    Reported,
+    /// Left out of planning: its report drifts from its declaration and
+    /// `policy.on_drift = "hold"` (until an admin acts).
+    Held,
+}
+
+/// One kind of object Accord reads from the cluster, and whether (at which
+/// version) the API server serves it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindWatch {
+    pub kind: String,
+    /// The group/version watched; `None`: the server serves it at no
+    /// version Accord reads, so it is not watched.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// Why it is not watched, or what that means for planning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// A stage as `accordctl status`, the lab and the `accord_nodes{stage}`
@@ -127,6 +162,10 @@ pub struct ControlStatus {
     pub open_intents: Vec<Intent>,
     /// Recent lifecycle changes, newest last.
     pub recent: Vec<String>,
+    /// The kinds Accord reads from the cluster, as the API server serves
+    /// them (those it does not are said here and once in the log).
+    #[serde(default)]
+    pub watches: Vec<KindWatch>,
 }
 
 impl ControlStatus {

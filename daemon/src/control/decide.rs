@@ -637,6 +637,8 @@ impl Decider {
                         pods: snap.pods_per_node.get(&n.name).copied().unwrap_or(0),
                         gpus: n.gpus.len() as u32,
                         bmc_on: snap.bmc.get(&n.name).copied(),
+                        model: Default::default(),
+                        drift: Vec::new(),
                     }
                 })
                 .collect(),
@@ -656,6 +658,7 @@ impl Decider {
             scheduler: snap.scheduler.clone(),
             open_intents: snap.open_intents.clone(),
             recent: self.recent.clone(),
+            watches: Vec::new(),
         }
     }
 
