@@ -8,6 +8,7 @@ use std::sync::Arc;
 use accord::demand::{Taint, TaintEffect};
 use accord::device::{AttrValue, Device, DeviceKind, RequestPolicy};
 use accord::quantity;
+use accord::truth::SchedulerView;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use serde::Serialize;
@@ -23,6 +24,17 @@ pub struct ClusterNode {
     pub ready: bool,
     /// Cordoned (`spec.unschedulable`).
     pub unschedulable: bool,
+}
+
+/// The node as kube-scheduler sees it, with the devices DRA drivers
+/// publish for it (`None`: none published, or the cluster serves no DRA).
+pub fn scheduler_view(node: &ClusterNode, devices: Option<Vec<Device>>) -> SchedulerView {
+    SchedulerView {
+        labels: node.labels.clone(),
+        taints: node.taints.clone(),
+        allocatable: node.allocatable.clone(),
+        devices,
+    }
 }
 
 pub fn cluster_node(n: &Node) -> ClusterNode {

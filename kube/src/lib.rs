@@ -1,11 +1,14 @@
-//! Accord's Kubernetes side. [`manifests`] reads objects from YAML files,
-//! [`watch`] keeps them from a live cluster (kube-rs watchers and
-//! reflector stores: the same types), [`translate`] turns them into the
-//! planner's demand the way kube-scheduler sees them, [`cluster`] reads
-//! Nodes and ResourceSlices, and [`write`] publishes labels, events and
-//! ProvisioningRequest conditions.
+//! Accord's Kubernetes side. [`manifests`] reads objects from YAML
+//! files, [`discovery`] finds which of the kinds Accord reads a cluster
+//! serves (and at which version), [`watch`] keeps them from a live cluster
+//! (kube-rs watchers and reflector stores: the same types), [`translate`](mod@translate)
+//! turns them into the planner's demand the way kube-scheduler sees them,
+//! [`cluster`] reads Nodes and ResourceSlices, and [`write`](mod@write) publishes
+//! Accord's Node labels and taints, events and ProvisioningRequest
+//! conditions.
 
 pub mod cluster;
+pub mod discovery;
 pub mod manifests;
 pub mod translate;
 pub mod watch;

@@ -1,6 +1,8 @@
 //! Kubernetes manifests (multi-document YAML, `List`s included) read into
 //! typed objects. Kinds Accord plans from are decoded with k8s-openapi's
-//! types for the newest API it offers; CRDs it needs (JobSet, the
+//! types for the newest API it offers (DRA's `resource.k8s.io/v1beta2` and
+//! `v1beta1` objects are converted to v1 first: [`dra_as_v1`], also used
+//! for what the watchers read at those versions); CRDs it needs (JobSet, the
 //! coscheduling PodGroup, ProvisioningRequest) with small local types.
 //! Versions it does not model are kept as "unsupported" (said once per
 //! version and kind), objects that do not decode as "invalid" with the
@@ -224,11 +226,9 @@ impl Manifests {
             return;
         }
         let name = object_name(&value);
-        let mut value = value;
-        if api == "resource.k8s.io/v1beta2" {
-            // Same shape as v1: read as v1.
-            value["apiVersion"] = Value::from("resource.k8s.io/v1");
-        }
+        // DRA's beta versions are read as v1 (v1beta2: the same shape;
+        // v1beta1: converted).
+        let value = dra_as_v1(value);
         let result = match (api.as_str(), kind.as_str()) {
             ("v1", "Pod") => decode(value).map(Object::Pod),
             ("v1", "PodTemplate") => decode(value).map(Object::PodTemplate),
@@ -236,14 +236,14 @@ impl Manifests {
             ("batch/v1", "Job") => decode(value).map(Object::Job),
             ("apps/v1", "Deployment") => decode(value).map(Object::Deployment),
             ("jobset.x-k8s.io/v1alpha2", "JobSet") => decode(value).map(Object::JobSet),
-            // v1beta2 has v1's shape (exactly / firstAvailable).
-            ("resource.k8s.io/v1" | "resource.k8s.io/v1beta2", "ResourceClaim") => {
+            // Converted to v1 above.
+            (DRA_V1 | DRA_V1BETA2 | DRA_V1BETA1, "ResourceClaim") => {
                 decode(value).map(Object::ResourceClaim)
             }
-            ("resource.k8s.io/v1" | "resource.k8s.io/v1beta2", "ResourceClaimTemplate") => {
+            (DRA_V1 | DRA_V1BETA2 | DRA_V1BETA1, "ResourceClaimTemplate") => {
                 decode(value).map(Object::ResourceClaimTemplate)
             }
-            ("resource.k8s.io/v1" | "resource.k8s.io/v1beta2", "DeviceClass") => {
+            (DRA_V1 | DRA_V1BETA2 | DRA_V1BETA1, "DeviceClass") => {
                 decode(value).map(Object::DeviceClass)
             }
             ("scheduling.k8s.io/v1beta1", "PodGroup") => decode(value).map(Object::PodGroup),
@@ -288,6 +288,81 @@ impl Manifests {
             Ok(o) => self.objects.push(o),
             Err(e) => self.invalid.push(format!("{at} ({kind} {name}): {e}")),
         }
+    }
+}
+
+/// `resource.k8s.io` versions Accord reads, best first: v1 (Kubernetes
+/// 1.34+), v1beta2 (1.33) and v1beta1 (1.32), the betas converted to v1.
+pub const DRA_V1: &str = "resource.k8s.io/v1";
+pub const DRA_V1BETA2: &str = "resource.k8s.io/v1beta2";
+pub const DRA_V1BETA1: &str = "resource.k8s.io/v1beta1";
+pub const DRA_VERSIONS: [&str; 3] = [DRA_V1, DRA_V1BETA2, DRA_V1BETA1];
+
+/// A DRA object (ResourceClaim, ResourceClaimTemplate, DeviceClass,
+/// ResourceSlice) at `resource.k8s.io/v1beta2` or `v1beta1` in
+/// `resource.k8s.io/v1`'s shape, `apiVersion` included: v1beta2 has it
+/// already; v1beta1's device requests move their fields under `exactly`
+/// (unless they are `firstAvailable` requests, which have v1's shape), and
+/// its slices' devices lose the `basic` level. Anything else (another
+/// version or kind, or not an object) comes back as it was. Never fails:
+/// what does not have the expected shape is left for decoding to refuse.
+pub fn dra_as_v1(mut value: Value) -> Value {
+    let api = value["apiVersion"].as_str().unwrap_or("");
+    if api != DRA_V1BETA2 && api != DRA_V1BETA1 {
+        return value;
+    }
+    let beta1 = api == DRA_V1BETA1;
+    let kind = value["kind"].as_str().unwrap_or("").to_owned();
+    let Some(object) = value.as_object_mut() else {
+        return value;
+    };
+    object.insert("apiVersion".into(), Value::from(DRA_V1));
+    if !beta1 {
+        return value;
+    }
+    match kind.as_str() {
+        "ResourceClaim" => claim_spec_to_v1(value.pointer_mut("/spec")),
+        "ResourceClaimTemplate" => claim_spec_to_v1(value.pointer_mut("/spec/spec")),
+        "ResourceSlice" => {
+            if let Some(devices) = value
+                .pointer_mut("/spec/devices")
+                .and_then(Value::as_array_mut)
+            {
+                for d in devices.iter_mut().filter_map(Value::as_object_mut) {
+                    // v1beta1: {name, basic: {attributes, capacity, …}}.
+                    if let Some(Value::Object(fields)) = d.remove("basic") {
+                        for (k, v) in fields {
+                            d.entry(k).or_insert(v);
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    value
+}
+
+/// v1beta1 device requests → v1: `{name, deviceClassName, selectors,
+/// count, …}` becomes `{name, exactly: {deviceClassName, selectors, count,
+/// …}}`; a `firstAvailable` request is already v1's shape.
+fn claim_spec_to_v1(spec: Option<&mut Value>) {
+    let Some(requests) = spec
+        .and_then(|s| s.pointer_mut("/devices/requests"))
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for r in requests.iter_mut().filter_map(Value::as_object_mut) {
+        if r.contains_key("firstAvailable") || r.contains_key("exactly") {
+            continue;
+        }
+        let fields: Vec<String> = r.keys().filter(|k| *k != "name").cloned().collect();
+        let exactly: serde_json::Map<String, Value> = fields
+            .into_iter()
+            .filter_map(|k| r.remove(&k).map(|v| (k, v)))
+            .collect();
+        r.insert("exactly".into(), Value::Object(exactly));
     }
 }
 

@@ -1,12 +1,18 @@
 //! Demand kept current from a live API server: kube-rs watchers feed
 //! reflector stores (list, then watch from the list's resourceVersion;
 //! bookmarks; a 410 Gone re-lists), and a snapshot translates what the
-//! stores hold. Typed (k8s-openapi) for built-in kinds, dynamic for the
-//! CRDs (JobSet, coscheduling PodGroup, ProvisioningRequest), whose absence
-//! from a cluster is reported once, not retried noisily. A watcher never
-//! stops on a bad object: translation reports it per workload.
+//! stores hold. Watchers start only for the kinds the server serves
+//! ([`crate::discovery::ServedApis`]): core kinds always, DRA at the best
+//! `resource.k8s.io` version served (v1 typed; v1beta2 and v1beta1 as
+//! dynamic objects converted to v1), `scheduling.k8s.io/v1beta1` PodGroups
+//! and Workloads and the x-k8s.io CRDs (JobSet, coscheduling PodGroup,
+//! ProvisioningRequest, dynamic) only where served. What is not served is
+//! said once at start and listed by [`DemandWatch::watches`]. A watcher
+//! never stops on a bad object: translation reports it per workload; its
+//! errors are said once per kind and message while it backs off.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -16,35 +22,66 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
+use serde::Serialize;
 use tracing::warn;
 
-use crate::manifests::{Manifests, Object};
+use crate::discovery::{split_api_version, ReadKind, ServedApis, READS};
+use crate::manifests::{dra_as_v1, Manifests, Object, DRA_V1};
 use crate::translate::{translate, Options, Translation};
 
-/// The stores, one per kind.
+/// One kind Accord reads, and whether (at which version) it is watched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WatchedKind {
+    pub kind: String,
+    /// The `apiVersion` watched (`resource.k8s.io/v1beta2`); `None`: the
+    /// server serves the kind at no version Accord reads, so it is not
+    /// watched.
+    pub api_version: Option<String>,
+    /// What not being watched means for planning, or how it is read (a
+    /// beta DRA version converted to v1).
+    pub note: Option<String>,
+}
+
+/// The stores, one per kind watched.
 #[derive(Clone)]
 struct Stores {
     pods: Store<Pod>,
     pod_templates: Store<PodTemplate>,
     jobs: Store<Job>,
     deployments: Store<Deployment>,
-    claims: Store<ResourceClaim>,
-    claim_templates: Store<ResourceClaimTemplate>,
-    classes: Store<DeviceClass>,
-    pod_groups: Store<PodGroup>,
     nodes: Store<Node>,
-    slices: Store<ResourceSlice>,
+    /// DRA at `resource.k8s.io/v1` (typed); at a beta version these are
+    /// `None` and the kinds are in `dynamic`.
+    claims: Option<Store<ResourceClaim>>,
+    claim_templates: Option<Store<ResourceClaimTemplate>>,
+    classes: Option<Store<DeviceClass>>,
+    slices: Option<Store<ResourceSlice>>,
+    pod_groups: Option<Store<PodGroup>>,
+    workloads: Option<Store<Workload>>,
+    /// CRDs, and DRA kinds at v1beta2/v1beta1 (converted when read).
     dynamic: Vec<(ApiResource, Store<DynamicObject>)>,
+}
+
+/// One running watcher: whether its first list is in the store.
+#[derive(Debug)]
+struct Watcher {
+    /// `Kind (apiVersion)`.
+    what: String,
+    listed: Arc<AtomicBool>,
+    /// [`DemandWatch::ready`] waits for it.
+    required: bool,
 }
 
 /// Watches everything demand is made of. Dropping it stops the watchers.
 pub struct DemandWatch {
     stores: Stores,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    watchers: Vec<Watcher>,
+    watches: Vec<WatchedKind>,
     problems: Arc<Mutex<BTreeSet<String>>>,
     /// Raised on every event any watcher applies to its store.
     changes: tokio::sync::watch::Sender<u64>,
@@ -54,6 +91,7 @@ impl std::fmt::Debug for DemandWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DemandWatch")
             .field("watchers", &self.tasks.len())
+            .field("watches", &self.watches)
             .finish()
     }
 }
@@ -66,120 +104,239 @@ impl Drop for DemandWatch {
     }
 }
 
-/// The CRDs Accord reads, by group, version and kind.
-pub fn crds() -> Vec<ApiResource> {
-    [
-        ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
-        ("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
-        ("autoscaling.x-k8s.io", "v1", "ProvisioningRequest"),
-    ]
-    .iter()
-    .map(|(g, v, k)| ApiResource::from_gvk(&GroupVersionKind::gvk(g, v, k)))
-    .collect()
+fn api_resource(kind: &ReadKind, api_version: &str) -> ApiResource {
+    let (group, version) = split_api_version(api_version);
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(group, version, kind.kind),
+        kind.plural,
+    )
 }
 
-/// Runs one watcher into `writer`'s store until dropped; errors are said
-/// once per kind and message while the watcher backs off and retries.
-fn watch_into<K>(
-    api: Api<K>,
-    writer: reflector::store::Writer<K>,
-    what: String,
+/// The CRDs Accord reads, by group, version and kind.
+pub fn crds() -> Vec<ApiResource> {
+    READS
+        .iter()
+        .filter(|r| r.crd)
+        .map(|r| api_resource(r, r.versions[0]))
+        .collect()
+}
+
+/// Starts watchers and keeps what `ready` and `problems` need.
+struct Spawner {
+    client: kube::Client,
     problems: Arc<Mutex<BTreeSet<String>>>,
     changes: tokio::sync::watch::Sender<u64>,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> Store<K>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let reader = writer.as_reader();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default().any_semantic()),
-    )
-    .default_backoff();
-    tasks.push(tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            match &item {
-                // The end of a (re-)list, or one change: the stores moved.
-                Ok(watcher::Event::InitDone)
-                | Ok(watcher::Event::Apply(_))
-                | Ok(watcher::Event::Delete(_)) => changes.send_modify(|c| *c += 1),
-                _ => {}
-            }
-            if let Err(e) = item {
-                let line = format!("{what}: {e}");
-                if problems.lock().expect("lock").insert(line) {
-                    warn!(kind = %what, error = %e, "watch failed (a CRD not installed?); retrying with backoff");
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    watchers: Vec<Watcher>,
+}
+
+impl Spawner {
+    /// A typed watcher on all namespaces.
+    fn typed<K>(&mut self, kind: &str, api_version: &str, required: bool) -> Store<K>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.run(
+            Api::all(self.client.clone()),
+            Default::default(),
+            kind,
+            api_version,
+            required,
+        )
+    }
+
+    /// A dynamic watcher on all namespaces.
+    fn dynamic(&mut self, ar: &ApiResource, required: bool) -> Store<DynamicObject> {
+        self.run(
+            Api::all_with(self.client.clone(), ar),
+            reflector::store::Writer::new(ar.clone()),
+            &ar.kind,
+            &ar.api_version,
+            required,
+        )
+    }
+
+    /// Runs one watcher into `writer`'s store until dropped; errors are
+    /// said once per kind and message while the watcher backs off and
+    /// retries.
+    fn run<K>(
+        &mut self,
+        api: Api<K>,
+        writer: reflector::store::Writer<K>,
+        kind: &str,
+        api_version: &str,
+        required: bool,
+    ) -> Store<K>
+    where
+        K: kube::Resource
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let reader = writer.as_reader();
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default().any_semantic()),
+        )
+        .default_backoff();
+        let listed = Arc::new(AtomicBool::new(false));
+        self.watchers.push(Watcher {
+            what: format!("{kind} ({api_version})"),
+            listed: listed.clone(),
+            required,
+        });
+        let (problems, changes) = (self.problems.clone(), self.changes.clone());
+        let kind = kind.to_owned();
+        let api_version = api_version.to_owned();
+        self.tasks.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                match &item {
+                    // The end of a (re-)list, or one change: the stores moved.
+                    Ok(watcher::Event::InitDone) => {
+                        listed.store(true, Ordering::Release);
+                        changes.send_modify(|c| *c += 1);
+                    }
+                    Ok(watcher::Event::Apply(_)) | Ok(watcher::Event::Delete(_)) => {
+                        changes.send_modify(|c| *c += 1)
+                    }
+                    _ => {}
+                }
+                if let Err(e) = item {
+                    let line = format!("{kind}: {e}");
+                    let new = problems.lock().map(|mut p| p.insert(line)).unwrap_or(false);
+                    if new {
+                        warn!(kind = %kind, api_version = %api_version, error = %e,
+                              "watch failed; retrying with backoff");
+                    }
                 }
             }
-        }
-    }));
-    reader
+        }));
+        reader
+    }
 }
 
 impl DemandWatch {
-    /// Starts one watcher per kind on `client`'s cluster (all namespaces).
+    /// Starts one watcher per kind Accord reads on `client`'s cluster (all
+    /// namespaces), assuming the server serves every one at its best
+    /// version ([`ServedApis::everything`]). [`DemandWatch::ready`] does
+    /// not wait for the CRDs here (the cluster may lack them); prefer
+    /// [`DemandWatch::start_served`] with what discovery found.
     pub fn start(client: kube::Client) -> DemandWatch {
+        DemandWatch::start_inner(client, &ServedApis::everything(), false)
+    }
+
+    /// Starts a watcher for each kind Accord reads that `served` says the
+    /// server serves, at the best version Accord reads it at; says once
+    /// (a warning) each kind that is not served, and lists all in
+    /// [`DemandWatch::watches`]. [`DemandWatch::ready`] waits for every
+    /// watcher started.
+    pub fn start_served(client: kube::Client, served: &ServedApis) -> DemandWatch {
+        DemandWatch::start_inner(client, served, true)
+    }
+
+    fn start_inner(client: kube::Client, served: &ServedApis, crds_required: bool) -> DemandWatch {
         let problems = Arc::new(Mutex::new(BTreeSet::new()));
         let (changes, _) = tokio::sync::watch::channel(0);
-        let mut tasks = Vec::new();
-        let p = &problems;
-        let c = &changes;
-        // One typed watcher per kind, all namespaces.
-        macro_rules! watch {
-            ($kind:literal) => {
-                watch_into(
-                    Api::all(client.clone()),
-                    Default::default(),
-                    $kind.to_owned(),
-                    p.clone(),
-                    c.clone(),
-                    &mut tasks,
-                )
-            };
-        }
-        let stores = Stores {
-            pods: watch!("Pod"),
-            pod_templates: watch!("PodTemplate"),
-            jobs: watch!("Job"),
-            deployments: watch!("Deployment"),
-            claims: watch!("ResourceClaim"),
-            claim_templates: watch!("ResourceClaimTemplate"),
-            classes: watch!("DeviceClass"),
-            pod_groups: watch!("PodGroup"),
-            nodes: watch!("Node"),
-            slices: watch!("ResourceSlice"),
-            dynamic: crds()
-                .into_iter()
-                .map(|ar| {
-                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                    let writer = reflector::store::Writer::new(ar.clone());
-                    let reader = watch_into(
-                        api,
-                        writer,
-                        ar.kind.clone(),
-                        p.clone(),
-                        c.clone(),
-                        &mut tasks,
-                    );
-                    (ar, reader)
-                })
-                .collect(),
+        let mut s = Spawner {
+            client,
+            problems: problems.clone(),
+            changes: changes.clone(),
+            tasks: Vec::new(),
+            watchers: Vec::new(),
         };
+        let mut watches = Vec::new();
+        let mut stores = Stores {
+            pods: s.typed("Pod", "v1", true),
+            pod_templates: s.typed("PodTemplate", "v1", true),
+            jobs: s.typed("Job", "batch/v1", true),
+            deployments: s.typed("Deployment", "apps/v1", true),
+            nodes: s.typed("Node", "v1", true),
+            claims: None,
+            claim_templates: None,
+            classes: None,
+            slices: None,
+            pod_groups: None,
+            workloads: None,
+            dynamic: Vec::new(),
+        };
+        for r in READS {
+            let version = if r.always {
+                Some(r.versions[0])
+            } else {
+                served.read_version(r)
+            };
+            let Some(version) = version else {
+                let note = r.missing_note();
+                warn!(kind = %r.kind, group = %r.group, versions = ?r.versions, note = %note,
+                      "not served by the API server: not watched");
+                watches.push(WatchedKind {
+                    kind: r.kind.to_owned(),
+                    api_version: None,
+                    note: Some(note),
+                });
+                continue;
+            };
+            let mut note = None;
+            match (r.group, r.kind) {
+                // Started above.
+                (_, "Pod" | "PodTemplate" | "Job" | "Deployment" | "Node") if r.always => {}
+                ("resource.k8s.io", kind) if version == DRA_V1 => match kind {
+                    "ResourceClaim" => stores.claims = Some(s.typed(kind, version, true)),
+                    "ResourceClaimTemplate" => {
+                        stores.claim_templates = Some(s.typed(kind, version, true))
+                    }
+                    "DeviceClass" => stores.classes = Some(s.typed(kind, version, true)),
+                    _ => stores.slices = Some(s.typed(kind, version, true)),
+                },
+                ("resource.k8s.io", _) => {
+                    note = Some(format!("read as {DRA_V1}"));
+                    let ar = api_resource(r, version);
+                    let store = s.dynamic(&ar, true);
+                    stores.dynamic.push((ar, store));
+                }
+                ("scheduling.k8s.io", "PodGroup") => {
+                    stores.pod_groups = Some(s.typed(r.kind, version, true))
+                }
+                ("scheduling.k8s.io", "Workload") => {
+                    stores.workloads = Some(s.typed(r.kind, version, true))
+                }
+                _ => {
+                    let ar = api_resource(r, version);
+                    let store = s.dynamic(&ar, crds_required || !r.crd);
+                    stores.dynamic.push((ar, store));
+                }
+            }
+            watches.push(WatchedKind {
+                kind: r.kind.to_owned(),
+                api_version: Some(version.to_owned()),
+                note,
+            });
+        }
         DemandWatch {
             stores,
-            tasks,
+            tasks: s.tasks,
+            watchers: s.watchers,
+            watches,
             problems,
             changes,
         }
+    }
+
+    /// Every kind Accord reads, in [`READS`] order: the version watched,
+    /// or `None` with what its absence means.
+    pub fn watches(&self) -> Vec<WatchedKind> {
+        self.watches.clone()
     }
 
     /// A receiver that sees a new value whenever any store changed: what
@@ -188,55 +345,73 @@ impl DemandWatch {
         self.changes.subscribe()
     }
 
-    /// Whether every store has had its first list.
+    /// Returns once every watcher started (bar, with
+    /// [`DemandWatch::start`], the CRDs') has had its first list. A kind
+    /// whose list keeps failing (not allowed by RBAC, a CRD removed since
+    /// discovery) holds it up: wrap it in a deadline and report
+    /// [`DemandWatch::not_ready`] and [`DemandWatch::problems`].
     pub async fn ready(&self) {
-        let s = &self.stores;
-        let _ = s.pods.wait_until_ready().await;
-        let _ = s.claims.wait_until_ready().await;
-        let _ = s.claim_templates.wait_until_ready().await;
-        let _ = s.classes.wait_until_ready().await;
-        let _ = s.pod_groups.wait_until_ready().await;
+        // Subscribed before looking, so a list that ends in between is
+        // seen either way.
+        let mut changed = self.changes.subscribe();
+        while !self.not_ready().is_empty() {
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The watchers [`DemandWatch::ready`] still waits for, as
+    /// `Kind (apiVersion)`.
+    pub fn not_ready(&self) -> Vec<String> {
+        self.watchers
+            .iter()
+            .filter(|w| w.required && !w.listed.load(Ordering::Acquire))
+            .map(|w| w.what.clone())
+            .collect()
     }
 
     /// Watch problems so far (each said once).
     pub fn problems(&self) -> Vec<String> {
         self.problems
             .lock()
-            .expect("lock")
-            .iter()
-            .cloned()
-            .collect()
+            .map(|p| p.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
-    /// What the stores hold now, as objects for translation.
+    /// What the stores hold now, as objects for translation (DRA objects
+    /// watched at a beta version converted to v1).
     pub fn manifests(&self) -> Manifests {
         let s = &self.stores;
         let mut m = Manifests::default();
-        fn copy<K>(store: &Store<K>, wrap: fn(Box<K>) -> Object, out: &mut Vec<Object>)
+        fn copy<K>(store: Option<&Store<K>>, wrap: fn(Box<K>) -> Object, out: &mut Vec<Object>)
         where
             K: kube::Resource + Clone + 'static,
             K::DynamicType: Eq + std::hash::Hash + Clone,
         {
+            let Some(store) = store else { return };
             out.extend(store.state().iter().map(|o| wrap(Box::new((**o).clone()))));
         }
-        copy(&s.pods, Object::Pod, &mut m.objects);
-        copy(&s.pod_templates, Object::PodTemplate, &mut m.objects);
-        copy(&s.jobs, Object::Job, &mut m.objects);
-        copy(&s.deployments, Object::Deployment, &mut m.objects);
-        copy(&s.claims, Object::ResourceClaim, &mut m.objects);
+        copy(Some(&s.pods), Object::Pod, &mut m.objects);
+        copy(Some(&s.pod_templates), Object::PodTemplate, &mut m.objects);
+        copy(Some(&s.jobs), Object::Job, &mut m.objects);
+        copy(Some(&s.deployments), Object::Deployment, &mut m.objects);
+        copy(s.claims.as_ref(), Object::ResourceClaim, &mut m.objects);
         copy(
-            &s.claim_templates,
+            s.claim_templates.as_ref(),
             Object::ResourceClaimTemplate,
             &mut m.objects,
         );
-        copy(&s.classes, Object::DeviceClass, &mut m.objects);
-        copy(&s.pod_groups, Object::PodGroup, &mut m.objects);
+        copy(s.classes.as_ref(), Object::DeviceClass, &mut m.objects);
+        copy(s.pod_groups.as_ref(), Object::PodGroup, &mut m.objects);
+        copy(s.workloads.as_ref(), Object::Workload, &mut m.objects);
         for (ar, store) in &s.dynamic {
+            if ar.kind == "ResourceSlice" {
+                // Supply, not demand: see `devices`.
+                continue;
+            }
             for o in store.state() {
-                let mut v = serde_json::to_value(&*o).expect("plain data");
-                v["apiVersion"] = serde_json::Value::from(ar.api_version.clone());
-                v["kind"] = serde_json::Value::from(ar.kind.clone());
-                m.add(v, &format!("watch {}", ar.kind));
+                m.add(dynamic_value(ar, &o), &format!("watch {}", ar.kind));
             }
         }
         m
@@ -264,11 +439,33 @@ impl DemandWatch {
         std::collections::BTreeMap<String, Vec<accord::device::Device>>,
         Vec<String>,
     ) {
-        let mut slices = self.stores.slices.state();
+        let mut problems = Vec::new();
+        let mut slices: Vec<ResourceSlice> = self
+            .stores
+            .slices
+            .iter()
+            .flat_map(|s| s.state())
+            .map(|s| (*s).clone())
+            .collect();
+        // Watched at a beta version: converted to v1.
+        for (ar, store) in &self.stores.dynamic {
+            if ar.kind != "ResourceSlice" {
+                continue;
+            }
+            for o in store.state() {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                match serde_json::from_value(dra_as_v1(dynamic_value(ar, &o))) {
+                    Ok(s) => slices.push(s),
+                    Err(e) => problems.push(format!(
+                        "ResourceSlice {name} ({}): not readable as {DRA_V1}: {e}",
+                        ar.api_version
+                    )),
+                }
+            }
+        }
         slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut out: std::collections::BTreeMap<String, Vec<accord::device::Device>> =
             Default::default();
-        let mut problems = Vec::new();
         for s in slices {
             let name = s.metadata.name.clone().unwrap_or_default();
             match crate::cluster::slice_devices(&s) {
@@ -287,6 +484,17 @@ impl DemandWatch {
     pub fn snapshot(&self, options: &Options) -> Translation {
         translate_live(&self.manifests(), options)
     }
+}
+
+/// A dynamic object as JSON with its `apiVersion` and `kind` (the store
+/// keeps them in its `ApiResource`).
+fn dynamic_value(ar: &ApiResource, o: &DynamicObject) -> serde_json::Value {
+    let mut v = serde_json::to_value(o).unwrap_or_default();
+    if let Some(map) = v.as_object_mut() {
+        map.insert("apiVersion".into(), ar.api_version.clone().into());
+        map.insert("kind".into(), ar.kind.clone().into());
+    }
+    v
 }
 
 /// Translates objects read from a live cluster: only pods the scheduler

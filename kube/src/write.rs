@@ -1,50 +1,165 @@
-//! What Accord writes back: node labels (the topology it plans with, so
-//! kube-scheduler, Kueue TAS and PodGroup constraints see the same
-//! domains), events on pending pods and groups, and ProvisioningRequest
-//! status conditions. The control loop decides what; these write it.
+//! What Accord writes back: its labels and taints on Nodes (the topology
+//! it plans with, so kube-scheduler, Kueue TAS and PodGroup constraints
+//! see the same domains; reservations as taints), events on pending pods
+//! and groups, and ProvisioningRequest status conditions. The control loop
+//! decides what; these write it.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
-use accord::fleet::Fleet;
+use accord::demand::{Taint, TaintEffect};
+use accord::truth::Publication;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
 /// Who Accord says it is on events and patches.
 pub const MANAGER: &str = "accordd";
 
-/// The labels Accord owns on a node: `<label_prefix><level>` for each
-/// topology level the node has a value for, and every `also_label` key.
-pub fn topology_labels(fleet: &Fleet, node: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let Some(n) = fleet.nodes.iter().find(|n| n.name == node) else {
-        return out;
-    };
-    for (level, value) in &n.domains {
-        out.insert(
-            format!("{}{level}", fleet.topology.label_prefix),
-            value.clone(),
-        );
-        for key in fleet.topology.also_label.get(level).into_iter().flatten() {
-            out.insert(key.clone(), value.clone());
-        }
-    }
-    out
+/// What [`publish_node`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// The Node already showed the publication: nothing written.
+    Unchanged,
+    /// One merge patch written.
+    Written,
+    /// No such Node (gone, or not registered yet).
+    NotFound,
 }
 
-/// Sets `labels` on a node (a merge patch: other labels stay).
-pub async fn label_node(
+fn effect_name(e: TaintEffect) -> &'static str {
+    match e {
+        TaintEffect::NoSchedule => "NoSchedule",
+        TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+        TaintEffect::NoExecute => "NoExecute",
+    }
+}
+
+/// Whether a Node's taint (as the API server sent it) is `t`.
+fn same_taint(node_taint: &Value, t: &Taint) -> bool {
+    let value = node_taint["value"].as_str().filter(|v| !v.is_empty());
+    node_taint["key"].as_str() == Some(t.key.as_str())
+        && node_taint["effect"].as_str() == Some(effect_name(t.effect))
+        && value == t.value.as_deref()
+}
+
+/// Publishes Accord's labels and taints on Node `node`: the keys Accord
+/// owns (`owns_label`, `owns_taint`) get `want`'s values, owned keys the
+/// Node has and `want` lacks are removed, every other key stays as it is
+/// (a key of `want` that Accord does not own is not written). The Node's
+/// taints become those whose key Accord does not own plus `want.taints`
+/// (one per key and effect; a taint already there keeps its
+/// `timeAdded`).
+///
+/// One GET; nothing more when the Node already shows it
+/// ([`PublishOutcome::Unchanged`]); else one JSON merge patch (field
+/// manager `accordd`) carrying the GET's `metadata.resourceVersion`, so
+/// a Node changed in between is not overwritten: the API server answers
+/// `409 Conflict`, returned as the error (the caller tries again next
+/// round, from a fresh GET).
+pub async fn publish_node(
     client: &kube::Client,
     node: &str,
-    labels: &BTreeMap<String, String>,
-) -> Result<(), kube::Error> {
+    want: &Publication,
+    owns_label: &dyn Fn(&str) -> bool,
+    owns_taint: &dyn Fn(&str) -> bool,
+) -> Result<PublishOutcome, kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
-    let patch = json!({"metadata": {"labels": labels}});
-    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(drop)
+    let Some(current) = api.get_opt(node).await? else {
+        return Ok(PublishOutcome::NotFound);
+    };
+    let Some(patch) = publication_patch(&current, want, owns_label, owns_taint) else {
+        return Ok(PublishOutcome::Unchanged);
+    };
+    let params = PatchParams {
+        field_manager: Some(MANAGER.to_owned()),
+        ..Default::default()
+    };
+    match api.patch(node, &params, &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(PublishOutcome::Written),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(PublishOutcome::NotFound),
+        Err(e) => Err(e),
+    }
+}
+
+/// The merge patch that makes `node` show `want` (see [`publish_node`]),
+/// or `None` when it already does. Pure.
+pub fn publication_patch(
+    node: &Node,
+    want: &Publication,
+    owns_label: &dyn Fn(&str) -> bool,
+    owns_taint: &dyn Fn(&str) -> bool,
+) -> Option<Value> {
+    let empty = Default::default();
+    let have = node.metadata.labels.as_ref().unwrap_or(&empty);
+    let mut labels = Map::new();
+    for (k, v) in &want.labels {
+        if owns_label(k) && have.get(k) != Some(v) {
+            labels.insert(k.clone(), Value::from(v.as_str()));
+        }
+    }
+    for k in have.keys() {
+        if owns_label(k) && !want.labels.contains_key(k) {
+            labels.insert(k.clone(), Value::Null);
+        }
+    }
+
+    // The Node's taints as sent (timeAdded and all).
+    let current: Vec<Value> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|t| serde_json::to_value(t).unwrap_or_default())
+        .collect();
+    let mut taints: Vec<Value> = current
+        .iter()
+        .filter(|t| !owns_taint(t["key"].as_str().unwrap_or("")))
+        .cloned()
+        .collect();
+    let mut seen = BTreeSet::new();
+    for t in &want.taints {
+        // One taint per key and effect (the API server refuses more).
+        if !owns_taint(&t.key) || !seen.insert((t.key.as_str(), effect_name(t.effect))) {
+            continue;
+        }
+        match current.iter().find(|c| same_taint(c, t)) {
+            Some(c) => taints.push(c.clone()),
+            None => {
+                let mut v = json!({"key": t.key, "effect": effect_name(t.effect)});
+                if let Some(value) = &t.value {
+                    v["value"] = Value::from(value.as_str());
+                }
+                taints.push(v);
+            }
+        }
+    }
+    let sorted = |v: &[Value]| {
+        let mut s: Vec<String> = v.iter().map(Value::to_string).collect();
+        s.sort();
+        s
+    };
+    let taints_changed = sorted(&taints) != sorted(&current);
+
+    if labels.is_empty() && !taints_changed {
+        return None;
+    }
+    let mut metadata = json!({});
+    if let Some(rv) = &node.metadata.resource_version {
+        metadata["resourceVersion"] = Value::from(rv.as_str());
+    }
+    if !labels.is_empty() {
+        metadata["labels"] = Value::Object(labels);
+    }
+    let mut patch = json!({"metadata": metadata});
+    if taints_changed {
+        patch["spec"] = json!({
+            "taints": if taints.is_empty() { Value::Null } else { Value::Array(taints) },
+        });
+    }
+    Some(patch)
 }
 
 /// An event about `regarding` (`events.k8s.io/v1`), e.g. reason

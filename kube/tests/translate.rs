@@ -352,3 +352,87 @@ fn a_controllers_pods_are_its_demand_not_its_template_twice() {
     );
     assert!(t.demand.workloads.is_empty(), "{}", t.render());
 }
+
+/// One pod with a claim template and its class, at `api_version`, in that
+/// version's shape (v1beta1: flat requests; v1beta2 and v1: `exactly`).
+fn dra_manifests(api_version: &str) -> String {
+    let request = if api_version.ends_with("v1beta1") {
+        "      - name: gpus\n        deviceClassName: gpu.example.com\n        count: 2\n        \
+         selectors: [{cel: {expression: \"device.attributes['gpu.example.com'].model == 'H100'\"}}]\n      \
+         - name: any\n        firstAvailable: [{name: big, deviceClassName: gpu.example.com}]\n"
+    } else {
+        "      - name: gpus\n        exactly:\n          deviceClassName: gpu.example.com\n          count: 2\n          \
+         selectors: [{cel: {expression: \"device.attributes['gpu.example.com'].model == 'H100'\"}}]\n      \
+         - name: any\n        firstAvailable: [{name: big, deviceClassName: gpu.example.com}]\n"
+    };
+    format!(
+        "apiVersion: {api_version}\nkind: DeviceClass\nmetadata: {{name: gpu.example.com}}\n\
+         spec:\n  selectors: [{{cel: {{expression: \"device.driver == 'gpu.example.com'\"}}}}]\n---\n\
+         apiVersion: {api_version}\nkind: ResourceClaimTemplate\nmetadata: {{namespace: ml, name: two}}\n\
+         spec:\n  spec:\n    devices:\n      requests:\n{request}---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {{namespace: ml, name: p}}\nspec:\n  \
+         resourceClaims: [{{name: gpus, resourceClaimTemplateName: two}}]\n  \
+         containers: [{{name: c, image: i, resources: {{claims: [{{name: gpus}}]}}}}]\n"
+    )
+}
+
+#[test]
+fn dra_beta_versions_read_as_v1() {
+    let options = Options::for_topology(&TopologyConfig::default());
+    let run = |v: &str| {
+        let m = Manifests::parse(&dra_manifests(v), v).unwrap();
+        translate(&m, &options)
+    };
+    let v1 = run("resource.k8s.io/v1");
+    assert!(
+        v1.cannot_plan.is_empty() && v1.invalid.is_empty(),
+        "{}",
+        v1.render()
+    );
+    assert_eq!(v1.demand.workloads.len(), 1);
+    for beta in ["resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1"] {
+        let t = run(beta);
+        assert!(t.unsupported.is_empty(), "{beta}: {:?}", t.unsupported);
+        assert_eq!(t.demand, v1.demand, "{beta} reads as v1");
+    }
+    let claim = &v1.demand.workloads[0].pod_sets[0].pod.claims[0];
+    let exact = claim.requests[0].exactly.as_ref().unwrap();
+    assert_eq!(
+        (exact.device_class.as_str(), exact.count),
+        ("gpu.example.com", 2)
+    );
+    assert_eq!(
+        claim.requests[1].first_available[0].device_class,
+        "gpu.example.com"
+    );
+}
+
+#[test]
+fn dra_beta_conversion_never_panics_on_odd_shapes() {
+    use serde_json::json;
+    for odd in [
+        json!({"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim", "spec": 3}),
+        json!({"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim",
+               "spec": {"devices": {"requests": [1, "x", null, {"name": "r"}]}}}),
+        json!({"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaimTemplate",
+               "spec": {"spec": []}}),
+        json!({"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceSlice",
+               "spec": {"devices": [{"basic": "x"}, 4, {"name": "d", "basic": {"name": "other"}}]}}),
+        json!({"apiVersion": "resource.k8s.io/v1beta1", "kind": "DeviceClass"}),
+        json!("resource.k8s.io/v1beta1"),
+        json!(["resource.k8s.io/v1beta1"]),
+    ] {
+        let out = accord_kube::manifests::dra_as_v1(odd.clone());
+        if odd.is_object() {
+            assert_eq!(out["apiVersion"], "resource.k8s.io/v1", "{odd}");
+        } else {
+            assert_eq!(out, odd);
+        }
+        let mut m = Manifests::default();
+        m.add(odd, "odd");
+    }
+    // The device's own name wins over one inside `basic`.
+    let s = accord_kube::manifests::dra_as_v1(json!({"apiVersion": "resource.k8s.io/v1beta1",
+        "kind": "ResourceSlice", "spec": {"devices": [{"name": "d", "basic": {"name": "other"}}]}}));
+    assert_eq!(s["spec"]["devices"][0], json!({"name": "d"}));
+}

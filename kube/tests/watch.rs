@@ -3,10 +3,9 @@
 //! re-list): the demand snapshot converges after every change, and what
 //! Accord writes lands on the server.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use accord::fleet::{Fleet, TopologyConfig};
+use accord::fleet::TopologyConfig;
 use accord_kube::watch::DemandWatch;
 use accord_kube::write::{self, ProvisioningCondition};
 use accord_kube::{Options, Translation};
@@ -281,51 +280,15 @@ async fn a_crd_the_cluster_lacks_is_said_once_and_the_rest_works() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn labels_events_and_provisioning_conditions_land_on_the_server() {
+async fn events_and_provisioning_conditions_land_on_the_server() {
+    // Node labels and taints: kube/tests/publish.rs.
     let api = FakeApi::start().await;
-    api.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-001", "labels": {"team": "a"}}}));
     api.apply(
         json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
         "metadata": {"namespace": "ml", "name": "pr", "generation": 2},
         "spec": {"provisioningClassName": "check-capacity.autoscaling.x-k8s.io", "podSets": []}}),
     );
     let client = api.client();
-
-    let fleet_toml = r#"
-[topology]
-also_label = { rack = ["topology.kubernetes.io/rack"] }
-[profiles.p]
-gpus = 8
-gpu_model = "NVIDIA H100 80GB HBM3"
-cpu = "192"
-memory = "2Ti"
-[[racks]]
-name = "r3"
-row = "a"
-levels = { nvlink_domain = "nvl-2" }
-[[nodes]]
-name = "gpu-001"
-rack = "r3"
-profile = "p"
-"#;
-    let fleet = Fleet::from_toml(fleet_toml, "fleet.toml", &mut |_| Err("none".into())).unwrap();
-    let labels = write::topology_labels(&fleet, "gpu-001");
-    let expect: BTreeMap<String, String> = [
-        ("topology.accord.dev/rack", "r3"),
-        ("topology.accord.dev/row", "a"),
-        ("topology.accord.dev/nvlink_domain", "nvl-2"),
-        ("topology.kubernetes.io/rack", "r3"),
-    ]
-    .iter()
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-    .collect();
-    assert_eq!(labels, expect);
-    write::label_node(&client, "gpu-001", &labels)
-        .await
-        .unwrap();
-    let node = api.get("v1", "Node", "", "gpu-001").unwrap();
-    assert_eq!(node["metadata"]["labels"]["topology.accord.dev/rack"], "r3");
-    assert_eq!(node["metadata"]["labels"]["team"], "a", "other labels stay");
 
     let regarding = k8s_openapi::api::core::v1::ObjectReference {
         api_version: Some("scheduling.k8s.io/v1beta1".into()),

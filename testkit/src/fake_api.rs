@@ -5,10 +5,24 @@
 //! `410 Gone` (an ERROR event with an Expired Status) for a watch from a
 //! compacted version, after which clients re-list. It serves get, create,
 //! replace, merge patch (also for `/status`) and delete, for the resources
-//! Accord reads and writes. It is not a validating server: objects are
-//! stored as given.
+//! Accord reads and writes; a `metadata.resourceVersion` in a patch or
+//! replace must be the stored one (else `409 Conflict`). It is not a
+//! validating server: objects are stored as given, and an object stored
+//! at one version of a group is not converted to the others.
+//!
+//! It serves the API set of a chosen Kubernetes version ([`KubeVersion`],
+//! [`resources_for`]) and answers discovery for exactly that set, as a
+//! real API server does: `/version`; `/api` (`APIVersions`) and `/apis`
+//! (`APIGroupList` with each group's preferred version), or, when the
+//! client accepts `application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`,
+//! aggregated discovery (`APIGroupDiscoveryList`); `/api/v1` and
+//! `/apis/GROUP/VERSION` (`APIResourceList`: name, singularName,
+//! namespaced, kind, verbs, status subresources); `/apis/GROUP`
+//! (`APIGroup`); and a `404` `NotFound` Status for any group, version or
+//! resource not in the set.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,17 +50,155 @@ impl ResourceSpec {
             .or_else(|| self.prefix.strip_prefix("/api/"))
             .unwrap_or(self.prefix)
     }
+
+    /// The API group (`""` for the core group).
+    fn group(&self) -> &'static str {
+        match self.prefix.strip_prefix("/apis/") {
+            Some(gv) => gv.split_once('/').map_or(gv, |(g, _)| g),
+            None => "",
+        }
+    }
+
+    /// The version within the group (`v1`, `v1beta2`).
+    fn version(&self) -> &'static str {
+        let gv = self.api_version();
+        gv.rsplit_once('/').map_or(gv, |(_, v)| v)
+    }
+
+    /// The subresources a real server lists for it in discovery.
+    fn subresources(&self) -> &'static [&'static str] {
+        match (self.group(), self.plural) {
+            ("", "pods") => &["status", "binding", "eviction", "log"],
+            ("", "nodes" | "namespaces") => &["status"],
+            ("batch", "jobs") | ("resource.k8s.io", "resourceclaims") => &["status"],
+            ("apps", "deployments") => &["status", "scale"],
+            (_, "podgroups" | "workloads" | "jobsets" | "provisioningrequests") => &["status"],
+            _ => &[],
+        }
+    }
 }
 
-/// The resources Accord reads and writes.
+/// A Kubernetes minor version whose API set the fake server can serve:
+/// the built-in groups and versions Accord reads that a cluster of that
+/// version serves by default (plus DRA's beta group where noted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KubeVersion {
+    V1_31,
+    V1_32,
+    V1_33,
+    V1_34,
+    V1_35,
+    V1_36,
+    V1_37,
+}
+
+impl KubeVersion {
+    /// The newest version (today's default set).
+    pub const NEWEST: KubeVersion = KubeVersion::V1_37;
+    /// Every version, oldest first.
+    pub const ALL: [KubeVersion; 7] = [
+        KubeVersion::V1_31,
+        KubeVersion::V1_32,
+        KubeVersion::V1_33,
+        KubeVersion::V1_34,
+        KubeVersion::V1_35,
+        KubeVersion::V1_36,
+        KubeVersion::V1_37,
+    ];
+
+    /// The minor version number (31 for 1.31).
+    pub fn minor(self) -> u32 {
+        match self {
+            KubeVersion::V1_31 => 31,
+            KubeVersion::V1_32 => 32,
+            KubeVersion::V1_33 => 33,
+            KubeVersion::V1_34 => 34,
+            KubeVersion::V1_35 => 35,
+            KubeVersion::V1_36 => 36,
+            KubeVersion::V1_37 => 37,
+        }
+    }
+
+    /// `"1.31"` or `"v1.31"` (a patch level, `1.31.4`, is accepted and
+    /// dropped).
+    pub fn parse(text: &str) -> Result<KubeVersion, String> {
+        let t = text.trim();
+        let t = t.strip_prefix('v').unwrap_or(t);
+        let mut parts = t.split('.');
+        let (major, minor) = (parts.next(), parts.next());
+        let patch_ok = match parts.next() {
+            None => true,
+            Some(p) => !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()),
+        };
+        if major == Some("1") && patch_ok && parts.next().is_none() {
+            if let Some(v) = minor
+                .and_then(|m| m.parse::<u32>().ok())
+                .and_then(|m| KubeVersion::ALL.into_iter().find(|v| v.minor() == m))
+            {
+                return Ok(v);
+            }
+        }
+        Err(format!(
+            "unknown Kubernetes version {text:?}: expected one of {}",
+            KubeVersion::ALL.map(|v| v.to_string()).join(", ")
+        ))
+    }
+
+    /// The `resource.k8s.io` version (as `apiVersion`) Accord would read
+    /// DRA objects at: the newest the server serves. `None` for 1.31 (only
+    /// `v1alpha3`, off by default). 1.32 (`v1beta1`) and 1.33 (`v1beta2`,
+    /// with `v1beta1` beside it) serve DRA only on a cluster with the
+    /// feature enabled (the `DynamicResourceAllocation` gate and the beta
+    /// API in `--runtime-config`); the fake serves those versions as such
+    /// a cluster does. From 1.34 `resource.k8s.io/v1` is on by default.
+    pub fn dra_api_version(self) -> Option<&'static str> {
+        match self {
+            KubeVersion::V1_31 => None,
+            KubeVersion::V1_32 => Some("resource.k8s.io/v1beta1"),
+            KubeVersion::V1_33 => Some("resource.k8s.io/v1beta2"),
+            _ => Some("resource.k8s.io/v1"),
+        }
+    }
+
+    /// Whether `scheduling.k8s.io/v1beta1` (PodGroup and Workload) is
+    /// served: 1.37 and later.
+    pub fn serves_pod_group_v1beta1(self) -> bool {
+        self >= KubeVersion::V1_37
+    }
+}
+
+impl std::fmt::Display for KubeVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "1.{}", self.minor())
+    }
+}
+
+impl std::str::FromStr for KubeVersion {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<KubeVersion, String> {
+        KubeVersion::parse(s)
+    }
+}
+
+/// The resources Accord reads and writes: the newest Kubernetes with the
+/// CRDs installed (`resources_for(KubeVersion::NEWEST, true)`).
 pub fn default_resources() -> Vec<ResourceSpec> {
+    resources_for(KubeVersion::NEWEST, true)
+}
+
+/// The resources a cluster of version `v` serves among those Accord reads
+/// and writes (and PriorityClass, so `scheduling.k8s.io` is a group on
+/// every version, as on a real server); `crds`: the x-k8s.io CRDs
+/// (coscheduling PodGroup, ProvisioningRequest, JobSet) are installed.
+pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
     let r = |prefix, plural, kind, namespaced| ResourceSpec {
         prefix,
         plural,
         kind,
         namespaced,
     };
-    vec![
+    let mut out = vec![
         r("/api/v1", "pods", "Pod", true),
         r("/api/v1", "nodes", "Node", false),
         r("/api/v1", "podtemplates", "PodTemplate", true),
@@ -56,55 +208,69 @@ pub fn default_resources() -> Vec<ResourceSpec> {
         r("/apis/batch/v1", "jobs", "Job", true),
         r("/apis/apps/v1", "deployments", "Deployment", true),
         r(
-            "/apis/resource.k8s.io/v1",
-            "resourceclaims",
-            "ResourceClaim",
-            true,
-        ),
-        r(
-            "/apis/resource.k8s.io/v1",
-            "resourceclaimtemplates",
-            "ResourceClaimTemplate",
-            true,
-        ),
-        r(
-            "/apis/resource.k8s.io/v1",
-            "deviceclasses",
-            "DeviceClass",
+            "/apis/scheduling.k8s.io/v1",
+            "priorityclasses",
+            "PriorityClass",
             false,
         ),
-        r(
-            "/apis/resource.k8s.io/v1",
-            "resourceslices",
-            "ResourceSlice",
-            false,
-        ),
-        r(
+    ];
+    let dra = |prefix: &'static str| {
+        [
+            r(prefix, "resourceclaims", "ResourceClaim", true),
+            r(
+                prefix,
+                "resourceclaimtemplates",
+                "ResourceClaimTemplate",
+                true,
+            ),
+            r(prefix, "deviceclasses", "DeviceClass", false),
+            r(prefix, "resourceslices", "ResourceSlice", false),
+        ]
+    };
+    match v {
+        KubeVersion::V1_31 => {}
+        KubeVersion::V1_32 => out.extend(dra("/apis/resource.k8s.io/v1beta1")),
+        KubeVersion::V1_33 => {
+            out.extend(dra("/apis/resource.k8s.io/v1beta2"));
+            out.extend(dra("/apis/resource.k8s.io/v1beta1"));
+        }
+        _ => out.extend(dra("/apis/resource.k8s.io/v1")),
+    }
+    if v.serves_pod_group_v1beta1() {
+        out.push(r(
             "/apis/scheduling.k8s.io/v1beta1",
             "podgroups",
             "PodGroup",
             true,
-        ),
-        r(
+        ));
+        out.push(r(
             "/apis/scheduling.k8s.io/v1beta1",
             "workloads",
             "Workload",
             true,
-        ),
-        r(
+        ));
+    }
+    if crds {
+        out.push(r(
             "/apis/scheduling.x-k8s.io/v1alpha1",
             "podgroups",
             "PodGroup",
             true,
-        ),
-        r(
+        ));
+        out.push(r(
             "/apis/autoscaling.x-k8s.io/v1",
             "provisioningrequests",
             "ProvisioningRequest",
             true,
-        ),
-        r("/apis/jobset.x-k8s.io/v1alpha2", "jobsets", "JobSet", true),
-    ]
+        ));
+        out.push(r(
+            "/apis/jobset.x-k8s.io/v1alpha2",
+            "jobsets",
+            "JobSet",
+            true,
+        ));
+    }
+    out
 }
 
 #[derive(Debug, Clone)]
@@ -136,6 +302,11 @@ struct Shared {
     events: broadcast::Sender<Event>,
     requests: Mutex<Vec<String>>,
     bookmark_every: Duration,
+    /// What `/version` says.
+    version: KubeVersion,
+    /// Whether `/api` and `/apis` answer aggregated discovery
+    /// (`apidiscovery.k8s.io/v2`) when the client asks for it.
+    aggregated: AtomicBool,
 }
 
 /// A running fake API server; stopped on drop.
@@ -162,6 +333,51 @@ fn now_rfc3339() -> String {
 fn status(code: u16, reason: &str, message: String) -> Value {
     json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code,
            "reason": reason, "message": message, "metadata": {}})
+}
+
+/// What a real API server answers for a path it does not serve (an
+/// unserved group, version or resource).
+fn no_such_path() -> Response {
+    let mut body = status(
+        404,
+        "NotFound",
+        "the server could not find the requested resource".into(),
+    );
+    body["details"] = json!({});
+    reply(StatusCode::NOT_FOUND, body)
+}
+
+fn conflict(plural: &str, name: &str) -> Response {
+    let mut body = status(
+        409,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {plural} \"{name}\": the object has been \
+             modified; please apply your changes to the latest version and try again"
+        ),
+    );
+    body["details"] = json!({"name": name, "kind": plural});
+    reply(StatusCode::CONFLICT, body)
+}
+
+/// A request body that is a JSON object whose `metadata`, if any, is an
+/// object; else why not (a 400).
+fn object_body(body: &[u8]) -> Result<Value, &'static str> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| "not JSON")?;
+    if !v.is_object() {
+        return Err("not a JSON object");
+    }
+    if !(v["metadata"].is_null() || v["metadata"].is_object()) {
+        return Err("metadata: not an object");
+    }
+    Ok(v)
+}
+
+fn bad_request(why: &str) -> Response {
+    reply(
+        StatusCode::BAD_REQUEST,
+        status(400, "BadRequest", why.to_owned()),
+    )
 }
 
 fn not_found(plural: &str, name: &str) -> Response {
@@ -202,7 +418,24 @@ impl FakeApi {
         FakeApi::start_with(default_resources(), Duration::from_millis(500)).await
     }
 
+    /// Starts serving what a cluster of version `v` serves, with the
+    /// x-k8s.io CRDs installed: [`resources_for`]`(v, true)`; `/version`
+    /// says `v`.
+    pub async fn start_version(v: KubeVersion) -> FakeApi {
+        FakeApi::start_version_with(v, resources_for(v, true), Duration::from_millis(500)).await
+    }
+
+    /// Starts serving `resources` (e.g. [`default_resources`] less a CRD).
     pub async fn start_with(resources: Vec<ResourceSpec>, bookmark_every: Duration) -> FakeApi {
+        FakeApi::start_version_with(KubeVersion::NEWEST, resources, bookmark_every).await
+    }
+
+    /// Starts serving `resources`, with `/version` saying `version`.
+    pub async fn start_version_with(
+        version: KubeVersion,
+        resources: Vec<ResourceSpec>,
+        bookmark_every: Duration,
+    ) -> FakeApi {
         let (events, _) = broadcast::channel(65_536);
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
@@ -214,6 +447,8 @@ impl FakeApi {
             events,
             requests: Mutex::new(Vec::new()),
             bookmark_every,
+            version,
+            aggregated: AtomicBool::new(true),
         });
         let app = axum::Router::new()
             .fallback(handle)
@@ -308,6 +543,14 @@ impl FakeApi {
         self.shared.inner.lock().expect("lock").rv
     }
 
+    /// Whether `/api` and `/apis` answer aggregated discovery when asked
+    /// (on by default, as every supported version does); off, they answer
+    /// the legacy lists whatever the client accepts, as a server before
+    /// 1.26 (or a proxy that drops the `Accept` parameters) does.
+    pub fn set_aggregated_discovery(&self, on: bool) {
+        self.shared.aggregated.store(on, Ordering::Relaxed);
+    }
+
     /// Requests so far, as `METHOD path?query`.
     pub fn requests(&self) -> Vec<String> {
         self.shared.requests.lock().expect("lock").clone()
@@ -315,8 +558,24 @@ impl FakeApi {
 }
 
 impl Shared {
-    fn put(&self, r: usize, ns: String, name: String, mut object: Value) -> u64 {
+    fn put(&self, r: usize, ns: String, name: String, object: Value) -> u64 {
         let mut inner = self.inner.lock().expect("lock");
+        self.put_locked(&mut inner, r, ns, name, object)
+    }
+
+    /// Stores `object` (a JSON object whose `metadata`, if any, is an
+    /// object: the callers check) under `inner`'s lock.
+    fn put_locked(
+        &self,
+        inner: &mut Inner,
+        r: usize,
+        ns: String,
+        name: String,
+        mut object: Value,
+    ) -> u64 {
+        if !object["metadata"].is_object() {
+            object["metadata"] = json!({});
+        }
         inner.rv += 1;
         let rv = inner.rv;
         let spec = &self.resources[r];
@@ -376,6 +635,240 @@ impl Shared {
     }
 }
 
+/// Sort key of an API version, highest priority first as the API server
+/// orders a group's versions: GA before beta before alpha, then by number
+/// (`v2` > `v1` > `v1beta2` > `v1beta1` > `v1alpha3`).
+fn version_priority(v: &str) -> (u8, u32, u32) {
+    let Some(rest) = v.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let major = rest[..digits].parse().unwrap_or(0);
+    let tail = &rest[digits..];
+    let (stability, minor) = if tail.is_empty() {
+        (3, 0)
+    } else if let Some(n) = tail.strip_prefix("beta") {
+        (2, n.parse().unwrap_or(0))
+    } else if let Some(n) = tail.strip_prefix("alpha") {
+        (1, n.parse().unwrap_or(0))
+    } else {
+        (0, 0)
+    };
+    (stability, major, minor)
+}
+
+/// The groups served, in the order first seen, each with its versions,
+/// preferred (highest priority) first. The core group is `""`.
+fn served_groups(resources: &[ResourceSpec]) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    for r in resources {
+        let (g, v) = (r.group(), r.version());
+        match out.iter_mut().find(|(name, _)| *name == g) {
+            Some((_, versions)) if !versions.contains(&v) => versions.push(v),
+            Some(_) => {}
+            None => out.push((g, vec![v])),
+        }
+    }
+    for (_, versions) in &mut out {
+        versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
+    }
+    out
+}
+
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+fn subresource_verbs(sub: &str) -> &'static [&'static str] {
+    match sub {
+        "binding" | "eviction" => &["create"],
+        "log" => &["get"],
+        _ => &["get", "patch", "update"],
+    }
+}
+
+/// `APIResourceList` for one group/version (`/api/v1`, `/apis/G/V`).
+fn resource_list(resources: &[ResourceSpec], group: &str, version: &str) -> Value {
+    let group_version = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    let mut list = Vec::new();
+    for r in resources
+        .iter()
+        .filter(|r| r.group() == group && r.version() == version)
+    {
+        list.push(
+            json!({"name": r.plural, "singularName": r.kind.to_lowercase(),
+            "namespaced": r.namespaced, "kind": r.kind, "verbs": VERBS}),
+        );
+        for sub in r.subresources() {
+            list.push(
+                json!({"name": format!("{}/{sub}", r.plural), "singularName": "",
+                "namespaced": r.namespaced, "kind": r.kind, "verbs": subresource_verbs(sub)}),
+            );
+        }
+    }
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+           "resources": list})
+}
+
+/// `APIGroup` (`/apis/G`, and each item of `/apis`).
+fn api_group(group: &str, versions: &[&str]) -> Value {
+    let gv = |v: &str| json!({"groupVersion": format!("{group}/{v}"), "version": v});
+    json!({"name": group, "versions": versions.iter().map(|v| gv(v)).collect::<Vec<_>>(),
+           "preferredVersion": gv(versions[0])})
+}
+
+/// One `APIGroupDiscovery` of aggregated discovery (`apidiscovery.k8s.io/v2`).
+fn group_discovery(resources: &[ResourceSpec], group: &str, versions: &[&str]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|v| {
+            let list: Vec<Value> = resources
+                .iter()
+                .filter(|r| r.group() == group && r.version() == *v)
+                .map(|r| {
+                    let kind = json!({"group": group, "version": v, "kind": r.kind});
+                    let subs: Vec<Value> = r
+                        .subresources()
+                        .iter()
+                        .map(|s| {
+                            json!({"subresource": s, "responseKind": kind,
+                                        "verbs": subresource_verbs(s)})
+                        })
+                        .collect();
+                    json!({"resource": r.plural, "responseKind": kind,
+                           "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                           "singularResource": r.kind.to_lowercase(), "verbs": VERBS,
+                           "subresources": subs})
+                })
+                .collect();
+            json!({"version": v, "resources": list, "freshness": "Current"})
+        })
+        .collect();
+    json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": versions})
+}
+
+const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether the client accepts aggregated discovery v2 (kube-rs and
+/// client-go ask for it first, with plain JSON as the fallback).
+fn wants_aggregated(headers: &HeaderMap) -> bool {
+    headers
+        .get_all("accept")
+        .iter()
+        .filter_map(|h| h.to_str().ok())
+        .flat_map(|h| h.split(','))
+        .any(|range| {
+            let params: Vec<&str> = range.split(';').map(str::trim).collect();
+            params.contains(&"g=apidiscovery.k8s.io")
+                && params.contains(&"v=v2")
+                && params.contains(&"as=APIGroupDiscoveryList")
+        })
+}
+
+fn aggregated_reply(items: Vec<Value>) -> Response {
+    let body = json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+                      "metadata": {}, "items": items});
+    (
+        StatusCode::OK,
+        [("content-type", AGGREGATED_V2)],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Answers the discovery endpoints as a real API server does for the
+/// resources served: `/version`, `/api` (`APIVersions`), `/apis`
+/// (`APIGroupList`), both as aggregated discovery when asked, `/api/v1`
+/// and `/apis/G/V` (`APIResourceList`), `/apis/G` (`APIGroup`); 404 for a
+/// group or version not served. `None`: not a discovery path.
+fn discovery(shared: &Shared, path: &str, headers: &HeaderMap) -> Option<Response> {
+    let path = path.trim_end_matches('/');
+    let resources = &shared.resources;
+    let groups = served_groups(resources);
+    let aggregated = shared.aggregated.load(Ordering::Relaxed) && wants_aggregated(headers);
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let response = match parts.as_slice() {
+        ["version"] => {
+            let minor = shared.version.minor();
+            reply(
+                StatusCode::OK,
+                json!({"major": "1", "minor": minor.to_string(),
+                       "gitVersion": format!("v1.{minor}.0"), "gitCommit": "fake",
+                       "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                       "goVersion": "go1.25", "compiler": "gc", "platform": "linux/amd64"}),
+            )
+        }
+        ["api"] => {
+            let core = groups.iter().find(|(g, _)| g.is_empty());
+            if aggregated {
+                aggregated_reply(
+                    core.map(|(_, vs)| group_discovery(resources, "", vs))
+                        .into_iter()
+                        .collect(),
+                )
+            } else {
+                let versions = core.map(|(_, vs)| vs.clone()).unwrap_or_default();
+                reply(
+                    StatusCode::OK,
+                    json!({"kind": "APIVersions", "versions": versions,
+                           "serverAddressByClientCIDRs": [
+                               {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}]}),
+                )
+            }
+        }
+        ["apis"] => {
+            let named = groups.iter().filter(|(g, _)| !g.is_empty());
+            if aggregated {
+                aggregated_reply(
+                    named
+                        .map(|(g, vs)| group_discovery(resources, g, vs))
+                        .collect(),
+                )
+            } else {
+                let list: Vec<Value> = named.map(|(g, vs)| api_group(g, vs)).collect();
+                reply(
+                    StatusCode::OK,
+                    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list}),
+                )
+            }
+        }
+        ["api", v] => match groups.iter().find(|(g, _)| g.is_empty()) {
+            Some((_, vs)) if vs.contains(v) => {
+                reply(StatusCode::OK, resource_list(resources, "", v))
+            }
+            _ => no_such_path(),
+        },
+        ["apis", g] => match groups.iter().find(|(name, _)| name == g) {
+            Some((g, vs)) if !g.is_empty() => {
+                let mut body = api_group(g, vs);
+                body["kind"] = json!("APIGroup");
+                body["apiVersion"] = json!("v1");
+                reply(StatusCode::OK, body)
+            }
+            _ => no_such_path(),
+        },
+        ["apis", g, v] => match groups.iter().find(|(name, _)| name == g) {
+            Some((g, vs)) if !g.is_empty() && vs.contains(v) => {
+                reply(StatusCode::OK, resource_list(resources, g, v))
+            }
+            _ => no_such_path(),
+        },
+        _ => return None,
+    };
+    Some(response)
+}
+
 /// The resource, namespace, name and subresource a path names.
 struct Target {
     resource: usize,
@@ -389,6 +882,10 @@ fn route(shared: &Shared, path: &str) -> Option<Target> {
         let Some(rest) = path.strip_prefix(r.prefix) else {
             continue;
         };
+        // `/apis/G/v1` is no prefix of `/apis/G/v1beta1/…`.
+        if !(rest.is_empty() || rest.starts_with('/')) {
+            continue;
+        }
         let parts: Vec<&str> = rest
             .trim_matches('/')
             .split('/')
@@ -443,15 +940,13 @@ async fn handle(
         "{method} {}",
         uri.path_and_query().map(|p| p.as_str()).unwrap_or("")
     ));
+    if method == Method::GET {
+        if let Some(r) = discovery(&shared, uri.path(), &headers) {
+            return r;
+        }
+    }
     let Some(t) = route(&shared, uri.path()) else {
-        return reply(
-            StatusCode::NOT_FOUND,
-            status(
-                404,
-                "NotFound",
-                format!("the server could not find {}", uri.path()),
-            ),
-        );
+        return no_such_path();
     };
     let spec = shared.resources[t.resource].clone();
     let ns_key = |t: &Target| -> String {
@@ -474,11 +969,9 @@ async fn handle(
             }
         }
         (Method::POST, None) => {
-            let Ok(mut object) = serde_json::from_slice::<Value>(&body) else {
-                return reply(
-                    StatusCode::BAD_REQUEST,
-                    status(400, "BadRequest", "not JSON".into()),
-                );
+            let mut object = match object_body(&body) {
+                Ok(o) => o,
+                Err(why) => return bad_request(why),
             };
             let name = match object["metadata"]["name"].as_str() {
                 Some(n) => n.to_owned(),
@@ -518,19 +1011,28 @@ async fn handle(
         }
         (Method::PUT | Method::PATCH, Some(name)) => {
             let ns = ns_key(&t);
-            let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
-                return reply(
-                    StatusCode::BAD_REQUEST,
-                    status(400, "BadRequest", "not JSON".into()),
-                );
+            let patch = match object_body(&body) {
+                Ok(p) => p,
+                Err(why) => return bad_request(why),
             };
-            let current = shared.inner.lock().expect("lock").objects[t.resource]
-                .get(&(ns.clone(), name.clone()))
-                .cloned();
             let apply = headers
                 .get("content-type")
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|c| c.starts_with("application/apply-patch"));
+            // Read, check, merge and store under one lock, as the API
+            // server's compare-and-swap on etcd does.
+            let mut inner = shared.inner.lock().expect("lock");
+            let current = inner.objects[t.resource]
+                .get(&(ns.clone(), name.clone()))
+                .cloned();
+            // Optimistic concurrency: a resourceVersion in the body must
+            // be the stored one.
+            if let (Some(cur), Some(want)) = (&current, patch["metadata"].get("resourceVersion")) {
+                let have = &cur["metadata"]["resourceVersion"];
+                if !want.is_null() && want != have {
+                    return conflict(spec.plural, name);
+                }
+            }
             let mut object = match (current, apply) {
                 (Some(o), _) => o,
                 (None, true) => json!({"metadata": {"name": name}}),
@@ -546,9 +1048,14 @@ async fn handle(
             } else {
                 merge(&mut object, &patch);
             }
+            if !object["metadata"].is_object() {
+                return reply(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    status(422, "Invalid", "metadata: must be an object".into()),
+                );
+            }
             object["metadata"]["name"] = Value::from(name.clone());
-            shared.put(t.resource, ns.clone(), name.clone(), object);
-            let inner = shared.inner.lock().expect("lock");
+            shared.put_locked(&mut inner, t.resource, ns.clone(), name.clone(), object);
             reply(
                 StatusCode::OK,
                 inner.objects[t.resource][&(ns, name.clone())].clone(),
@@ -716,4 +1223,81 @@ fn watch(
         .header("content-type", "application/json")
         .body(Body::from_stream(stream))
         .expect("valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_and_print() {
+        for v in KubeVersion::ALL {
+            assert_eq!(KubeVersion::parse(&v.to_string()), Ok(v));
+            assert_eq!(KubeVersion::parse(&format!("v{v}")), Ok(v));
+            assert_eq!(KubeVersion::parse(&format!("{v}.4")), Ok(v));
+        }
+        assert_eq!(KubeVersion::parse("1.31"), Ok(KubeVersion::V1_31));
+        assert_eq!("v1.37".parse(), Ok(KubeVersion::NEWEST));
+        for bad in [
+            "", "1", "1.30", "1.38", "2.31", "v", "1.31.", "1.31.x", "1.31.0.1", "x1.31",
+        ] {
+            let e = KubeVersion::parse(bad).unwrap_err();
+            assert!(e.contains("1.31, 1.32"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn each_version_serves_its_set() {
+        let has = |v: KubeVersion, prefix: &str, plural: &str| {
+            resources_for(v, false)
+                .iter()
+                .any(|r| r.prefix == prefix && r.plural == plural)
+        };
+        for v in KubeVersion::ALL {
+            let dra = v.dra_api_version();
+            for d in ["v1", "v1beta2", "v1beta1"] {
+                let prefix = format!("/apis/resource.k8s.io/{d}");
+                let served = has(v, &prefix, "resourceslices");
+                // The version Accord reads is served; v1beta1 also beside
+                // v1beta2 on 1.33.
+                let expect =
+                    dra == Some(&prefix[6..]) || (v == KubeVersion::V1_33 && d == "v1beta1");
+                assert_eq!(served, expect, "{v} {d}");
+            }
+            assert_eq!(
+                has(v, "/apis/scheduling.k8s.io/v1beta1", "podgroups"),
+                v.serves_pod_group_v1beta1()
+            );
+            assert!(!has(v, "/apis/jobset.x-k8s.io/v1alpha2", "jobsets"));
+            assert!(resources_for(v, true).iter().any(|r| r.plural == "jobsets"));
+        }
+        let names = |r: Vec<ResourceSpec>| -> Vec<String> {
+            r.iter()
+                .map(|r| format!("{}/{}", r.prefix, r.plural))
+                .collect()
+        };
+        assert_eq!(
+            names(default_resources()),
+            names(resources_for(KubeVersion::NEWEST, true))
+        );
+    }
+
+    #[test]
+    fn groups_list_their_preferred_version_first() {
+        let groups = served_groups(&resources_for(KubeVersion::V1_33, false));
+        let dra = groups
+            .iter()
+            .find(|(g, _)| *g == "resource.k8s.io")
+            .unwrap();
+        assert_eq!(dra.1, ["v1beta2", "v1beta1"]);
+        let groups = served_groups(&resources_for(KubeVersion::V1_37, false));
+        let sched = groups
+            .iter()
+            .find(|(g, _)| *g == "scheduling.k8s.io")
+            .unwrap();
+        assert_eq!(sched.1, ["v1", "v1beta1"]);
+        let mut vs = ["v1alpha1", "v2", "v1beta1", "v1", "v1beta2", "v10"];
+        vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
+        assert_eq!(vs, ["v10", "v2", "v1", "v1beta2", "v1beta1", "v1alpha1"]);
+    }
 }
