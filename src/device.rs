@@ -162,7 +162,13 @@ pub struct PlannerGpu {
     pub index: usize,
     pub model: String,
     pub memory_bytes: u64,
-    pub mig: Option<crate::hardware::MigState>,
+    /// Shared: a node's GPUs in one MIG state hold one copy.
+    pub mig: Option<std::sync::Arc<crate::hardware::MigState>>,
+    /// The scheduler does not offer all of this GPU (its device plugin
+    /// advertises fewer devices, or the DRA driver's devices cannot be
+    /// tied to it): the planner leaves its MIG layout alone.
+    #[serde(default)]
+    pub withheld: bool,
 }
 
 /// Shared counter sets of a node (ResourceSlice `sharedCounters`): set →
@@ -187,7 +193,7 @@ pub fn devices_from_hardware(
     sharing: Option<Sharing>,
     dynamic_mig: bool,
 ) -> NodeDevices {
-    let mut gpus = Vec::new();
+    let mut gpus: Vec<PlannerGpu> = Vec::new();
     let mut devices = Vec::new();
     let mut counters = CounterSets::new();
     for (gi, g) in hw.gpus.iter().enumerate() {
@@ -206,7 +212,16 @@ pub fn devices_from_hardware(
             index: gi,
             model: model.clone(),
             memory_bytes: memory,
-            mig: g.mig.clone(),
+            // GPUs of one node usually share a MIG state (every profile
+            // table alike): one copy.
+            mig: g.mig.as_ref().map(|m| {
+                gpus.iter()
+                    .filter_map(|p| p.mig.as_ref())
+                    .find(|p| ***p == *m)
+                    .cloned()
+                    .unwrap_or_else(|| std::sync::Arc::new(m.clone()))
+            }),
+            withheld: false,
         });
         let mut common = BTreeMap::new();
         common.insert("gpu.nvidia.com/productName".into(), s(model.clone()));

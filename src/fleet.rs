@@ -6,16 +6,20 @@
 //! by the caller and handed in through a loader.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::demand::{Taint, TaintEffect};
-use crate::device::{devices_from_hardware, Device, NodeDevices, PlannerGpu, Sharing};
+use crate::device::{devices_from_hardware, CounterSets, Device, NodeDevices, PlannerGpu, Sharing};
 use crate::hardware::{
     mig::catalog, Gpu, GpuInstance, MigMode, MigPlacement, MigState, Nic, NicKind, NodeHardware,
-    PciBusId, Source,
+    NumaNode, PciBusId, Source,
 };
 use crate::quantity::{self, Milli};
+use crate::truth::{compare, Drift, Stated};
+
+pub use crate::truth::{owns_label, owns_taint};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -71,6 +75,22 @@ pub struct Policy {
     /// How pods are spread over nodes that are already up.
     #[serde(default)]
     pub placement: Placement,
+    /// What to do with a node whose agent reports hardware other than the
+    /// fleet file declares.
+    #[serde(default)]
+    pub on_drift: OnDrift,
+}
+
+/// What a node whose report differs from its declaration is planned with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDrift {
+    /// Plan with what the agent reports (and say what differs).
+    #[default]
+    PlanWithReport,
+    /// Leave the node out of planning until an admin acts (fixes the
+    /// machine or the declaration).
+    Hold,
 }
 
 /// Node choice among nodes that are up.
@@ -103,6 +123,7 @@ impl Default for Policy {
             warm_spares_per_profile: BTreeMap::new(),
             reconfigure_mig: true,
             placement: Placement::FirstFit,
+            on_drift: OnDrift::PlanWithReport,
         }
     }
 }
@@ -137,14 +158,17 @@ pub struct HardwareProfile {
     /// Power draw when on, for rack budgets.
     #[serde(default)]
     pub power_kw: f64,
-    /// NICs, spread over the PCIe roots after the GPUs' ones.
+    /// RDMA NICs, spread over the PCIe roots after the GPUs' ones (unset:
+    /// none in the synthetic model, and reports are not checked for them).
     #[serde(default)]
-    pub nics: u32,
-    /// GPUs sharing one PCIe root (and one NIC, when `nics` >= roots).
-    #[serde(default = "one")]
-    pub gpus_per_pcie_root: u32,
-    #[serde(default = "two")]
-    pub numa_nodes: u32,
+    pub nics: Option<u32>,
+    /// GPUs sharing one PCIe root (and one NIC, when `nics` >= roots);
+    /// unset: 1 in the synthetic model, reports not checked.
+    #[serde(default)]
+    pub gpus_per_pcie_root: Option<u32>,
+    /// NUMA nodes; unset: 2 in the synthetic model, reports not checked.
+    #[serde(default)]
+    pub numa_nodes: Option<u32>,
     /// MIG enabled on every GPU, with this layout (`"3g.40gb@0"`).
     #[serde(default)]
     pub mig_enabled: bool,
@@ -167,9 +191,9 @@ impl HardwareProfile {
             memory: memory.to_owned(),
             pods: default_pods(),
             power_kw: 0.0,
-            nics: 0,
-            gpus_per_pcie_root: 1,
-            numa_nodes: 2,
+            nics: None,
+            gpus_per_pcie_root: None,
+            numa_nodes: None,
             mig_enabled: false,
             mig_layout: Vec::new(),
             mig_dynamic: false,
@@ -208,12 +232,10 @@ impl NodeConfig {
 fn default_pods() -> i64 {
     110
 }
-fn one() -> u32 {
-    1
-}
-fn two() -> u32 {
-    2
-}
+
+/// Synthetic-model defaults for profile keys left unset.
+const DEFAULT_GPUS_PER_PCIE_ROOT: u32 = 1;
+const DEFAULT_NUMA_NODES: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -390,16 +412,148 @@ pub struct Node {
     pub bios_profile: Option<String>,
     pub bios_profile_applied: Option<String>,
     pub gpus: Vec<PlannerGpu>,
-    pub devices: Vec<Device>,
+    /// The node's DRA devices (also what `nvidia.com/gpu` and
+    /// `nvidia.com/mig-*` requests draw on). Shared: nodes built from one
+    /// declared profile hold one list.
+    pub devices: Arc<[Device]>,
     /// Shared counter sets the node's partitionable devices draw on.
     #[serde(default)]
-    pub counters: crate::device::CounterSets,
+    pub counters: CounterSets,
     /// CEL fingerprints of `devices`, computed once when the fleet is built.
     #[serde(skip)]
-    pub device_prints: Vec<u64>,
+    pub device_prints: Arc<[u64]>,
+    /// Where the node's model comes from (declaration, report) and the
+    /// declared settings a scheduler view falls back to. `None` for a node
+    /// not built by [`FleetFile::build`] (e.g. deserialised).
+    #[serde(skip)]
+    pub(crate) source: Option<Arc<NodeSource>>,
+    /// A scheduler view changed `devices` (or withheld GPUs) since the
+    /// model was installed.
+    #[serde(skip)]
+    pub(crate) viewed: bool,
+}
+
+/// What a node was declared as, and what it is planned with. Kept per node
+/// (one `Arc`, so fleet clones stay cheap); the declared hardware is shared
+/// by the nodes of one profile and MIG layout (or one model file).
+#[derive(Clone, PartialEq)]
+pub(crate) struct NodeSource {
+    /// The declared model: synthetic for a profile, the file for `hardware`.
+    pub declared: Arc<NodeHardware>,
+    /// What the declaration states (what reports are compared on).
+    pub stated: Stated,
+    /// The node is planned with an agent's report.
+    pub reported: bool,
+    pub sharing: Option<Sharing>,
+    pub dynamic_mig: bool,
+    /// Declared labels that override model-implied ones
+    /// (`nvidia.com/gpu.product`, `nvidia.com/gpu.count`).
+    pub pinned_labels: BTreeMap<String, String>,
+    /// Allocatable from the declaration (a scheduler view's missing keys
+    /// fall back to it).
+    pub allocatable: Resources,
+    /// The installed model's devices (restored before a new view applies).
+    pub devices: Arc<[Device]>,
+    pub prints: Arc<[u64]>,
+    pub counters: CounterSets,
+}
+
+impl std::fmt::Debug for NodeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSource")
+            .field("reported", &self.reported)
+            .field("stated", &self.stated)
+            .field("devices", &self.devices.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Labels the model implies (rebuilt when a report replaces the model).
+const MODEL_LABELS: [&str; 2] = ["nvidia.com/gpu.product", "nvidia.com/gpu.count"];
+
+fn model_labels(hw: &NodeHardware) -> Vec<(&'static str, String)> {
+    match hw.gpus.first().and_then(|g| g.model.as_deref()) {
+        Some(model) => vec![
+            (MODEL_LABELS[0], model.replace(' ', "-")),
+            (MODEL_LABELS[1], hw.gpus.len().to_string()),
+        ],
+        None => Vec::new(),
+    }
+}
+
+/// A model's devices as the planner holds them (shareable).
+#[derive(Clone)]
+struct Installed {
+    gpus: Vec<PlannerGpu>,
+    devices: Arc<[Device]>,
+    prints: Arc<[u64]>,
+    counters: CounterSets,
+}
+
+fn installed(hw: &NodeHardware, sharing: Option<Sharing>, dynamic: bool) -> Installed {
+    let NodeDevices {
+        gpus,
+        devices,
+        counters,
+    } = devices_from_hardware(hw, sharing, dynamic);
+    Installed {
+        gpus,
+        prints: devices.iter().map(crate::device::fingerprint).collect(),
+        devices: devices.into(),
+        counters,
+    }
 }
 
 impl Node {
+    /// Plans the node with `hw` from now on: GPUs, devices, counters and
+    /// the model-implied labels come from it; declared settings stay.
+    fn install(&mut self, source: NodeSource, hw: &NodeHardware) {
+        let m = installed(hw, source.sharing, source.dynamic_mig);
+        self.install_devices(source, m, hw);
+    }
+
+    fn install_devices(&mut self, mut source: NodeSource, m: Installed, hw: &NodeHardware) {
+        for key in MODEL_LABELS {
+            if !source.pinned_labels.contains_key(key) {
+                self.labels.remove(key);
+            }
+        }
+        for (key, value) in model_labels(hw) {
+            if !source.pinned_labels.contains_key(key) {
+                self.labels.insert(key.to_owned(), value);
+            }
+        }
+        self.gpus = m.gpus;
+        self.devices = m.devices.clone();
+        self.device_prints = m.prints.clone();
+        self.counters = m.counters.clone();
+        self.viewed = false;
+        source.devices = m.devices;
+        source.prints = m.prints;
+        source.counters = m.counters;
+        self.source = Some(Arc::new(source));
+    }
+
+    /// The source record, or one made up from the node as it is (nothing
+    /// declared that reports could be compared with).
+    fn source_or_default(&self) -> NodeSource {
+        match &self.source {
+            Some(s) => NodeSource::clone(s),
+            None => NodeSource {
+                declared: Arc::new(NodeHardware::empty()),
+                stated: Stated::default(),
+                reported: false,
+                sharing: None,
+                dynamic_mig: false,
+                pinned_labels: BTreeMap::new(),
+                allocatable: self.allocatable.clone(),
+                devices: self.devices.clone(),
+                prints: self.device_prints.clone(),
+                counters: self.counters.clone(),
+            },
+        }
+    }
+
     /// Usable by the planner at all (not failed, not cordoned, not going down).
     pub fn usable(&self) -> bool {
         self.schedulable && self.failed.is_none() && self.power != PowerState::PoweringOff
@@ -456,6 +610,64 @@ pub struct Fleet {
 pub type HardwareLoader<'a> = dyn FnMut(&str) -> Result<NodeHardware, String> + 'a;
 
 impl Fleet {
+    /// The node named `name` (found by binary search: `nodes` stay
+    /// sorted by name, as built).
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.position(name).map(|i| &self.nodes[i])
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.nodes
+            .binary_search_by(|n| n.name.as_str().cmp(name))
+            .ok()
+    }
+
+    /// Plans node `name` with its agent's reported model from now on (its
+    /// GPUs, devices, counters and model-implied labels), keeping what is
+    /// declared configuration (rack, domains, declared labels and taints,
+    /// allocatable, power, GPU sharing, dynamic MIG, BIOS). Returns how the
+    /// report differs from the declaration (empty: they agree), or `None`
+    /// when the fleet has no such node.
+    pub fn apply_report(&mut self, name: &str, hw: &NodeHardware) -> Option<Vec<Drift>> {
+        let i = self.position(name)?;
+        let node = &mut self.nodes[i];
+        let mut source = node.source_or_default();
+        let drift = compare(&source.declared, &source.stated, hw);
+        source.reported = true;
+        node.install(source, hw);
+        Some(drift)
+    }
+
+    /// Plans node `name` with its declared model again. False when there is
+    /// no such node.
+    pub fn forget_report(&mut self, name: &str) -> bool {
+        let Some(i) = self.position(name) else {
+            return false;
+        };
+        let node = &mut self.nodes[i];
+        let mut source = node.source_or_default();
+        if !source.reported {
+            return true;
+        }
+        source.reported = false;
+        let declared = source.declared.clone();
+        node.install(source, &declared);
+        true
+    }
+
+    /// The model node `name` is declared with (synthetic for a profile).
+    pub fn declared_hardware(&self, name: &str) -> Option<&NodeHardware> {
+        self.node(name)?.source.as_deref().map(|s| &*s.declared)
+    }
+
+    /// Whether node `name` is planned with an agent's report (false when
+    /// with its declaration, or when there is no such node).
+    pub fn is_reported(&self, name: &str) -> bool {
+        self.node(name)
+            .and_then(|n| n.source.as_deref())
+            .is_some_and(|s| s.reported)
+    }
+
     /// Parses and validates a fleet TOML text. `file` names it in errors.
     pub fn from_toml(
         text: &str,
@@ -488,6 +700,12 @@ impl FleetFile {
     /// Every problem at once, each naming the key.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        if self.topology.label_prefix.is_empty() {
+            problems.push(
+                "topology.label_prefix: must not be empty (Accord owns the Node labels under it)"
+                    .into(),
+            );
+        }
         for level in self.topology.also_label.keys() {
             if !self.topology.levels.contains(level) {
                 problems.push(format!(
@@ -534,10 +752,13 @@ impl FleetFile {
             if p.gpus > 0 && p.gpu_model.is_none() {
                 problems.push(format!("profiles.{name}.gpu_model: required when gpus > 0"));
             }
-            if p.gpus_per_pcie_root == 0 {
+            if p.gpus_per_pcie_root == Some(0) {
                 problems.push(format!(
                     "profiles.{name}.gpus_per_pcie_root: must be at least 1"
                 ));
+            }
+            if p.numa_nodes == Some(0) {
+                problems.push(format!("profiles.{name}.numa_nodes: must be at least 1"));
             }
             for entry in &p.mig_layout {
                 if parse_layout_entry(entry).is_none() {
@@ -647,42 +868,79 @@ impl FleetFile {
                 )
             })
             .collect();
+        // One declared model per (profile or file, MIG layout), and one
+        // device list per (model, sharing, dynamic MIG): 40,000 nodes of a
+        // few profiles hold a few copies, not 40,000.
+        type ModelKey = (bool, String, Option<Vec<String>>);
+        let mut models: BTreeMap<ModelKey, Arc<NodeHardware>> = BTreeMap::new();
+        type DeviceKey = (usize, Option<(Option<Milli>, Option<Milli>)>, bool);
+        let mut device_lists: BTreeMap<DeviceKey, Installed> = BTreeMap::new();
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for cfg in &self.nodes {
-            let (hw, cpu, memory, pods, power_kw, layout) = match (&cfg.profile, &cfg.hardware) {
+            let (hw, stated, cpu, memory, pods, power_kw) = match (&cfg.profile, &cfg.hardware) {
                 (Some(p), _) => {
                     let prof = &self.profiles[p];
                     let layout = cfg
                         .mig_layout
                         .clone()
                         .unwrap_or_else(|| prof.mig_layout.clone());
+                    let key = (false, p.clone(), prof.mig_enabled.then_some(layout));
+                    let hw = match models.get(&key) {
+                        Some(hw) => hw.clone(),
+                        None => {
+                            let layout = key.2.as_deref().unwrap_or_default();
+                            let hw = Arc::new(hardware_from_profile(prof, layout));
+                            models.insert(key, hw.clone());
+                            hw
+                        }
+                    };
                     (
-                        hardware_from_profile(prof, &layout),
+                        hw,
+                        Stated::profile(prof, self.dynamic_mig(cfg)),
                         quantity::parse(&prof.cpu).unwrap_or(0),
                         quantity::parse(&prof.memory).unwrap_or(0),
                         prof.pods,
                         prof.power_kw,
-                        None,
                     )
                 }
                 (None, Some(path)) => {
-                    let hw = load_hardware(path).map_err(|reason| FleetError::Hardware {
-                        file: file.to_owned(),
-                        node: cfg.name.clone(),
-                        path: path.clone(),
-                        reason,
-                    })?;
+                    let key = (true, path.clone(), cfg.mig_layout.clone());
+                    let hw = match models.get(&key) {
+                        Some(hw) => hw.clone(),
+                        None => {
+                            let mut hw =
+                                load_hardware(path).map_err(|reason| FleetError::Hardware {
+                                    file: file.to_owned(),
+                                    node: cfg.name.clone(),
+                                    path: path.clone(),
+                                    reason,
+                                })?;
+                            if let Some(layout) = &cfg.mig_layout {
+                                apply_layout(&mut hw, layout);
+                            }
+                            let hw = Arc::new(hw);
+                            models.insert(key, hw.clone());
+                            hw
+                        }
+                    };
                     let cpu = i64::from(hw.machine.threads) * 1000;
                     let mem = crate::device::to_milli(hw.machine.memory_bytes / 100 * 95);
-                    (hw, cpu, mem, 110, 0.0, cfg.mig_layout.clone())
+                    (hw, Stated::model(self.dynamic_mig(cfg)), cpu, mem, 110, 0.0)
                 }
                 (None, None) => unreachable!("validated"),
             };
-            let mut hw = hw;
-            if let Some(layout) = layout {
-                apply_layout(&mut hw, &layout);
-            }
-            nodes.push(self.resolve_node(cfg, &hw, cpu, memory, pods, power_kw));
+            let dynamic = self.dynamic_mig(cfg);
+            let sharing = cfg.gpu_sharing;
+            let dkey = (
+                Arc::as_ptr(&hw) as usize,
+                sharing.map(|s| (s.min_compute_milli, s.step_compute_milli)),
+                dynamic,
+            );
+            let m = device_lists
+                .entry(dkey)
+                .or_insert_with(|| installed(&hw, sharing, dynamic))
+                .clone();
+            nodes.push(self.resolve_node(cfg, hw, stated, m, cpu, memory, pods, power_kw));
         }
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let reservations = self
@@ -719,10 +977,23 @@ impl FleetFile {
         })
     }
 
+    /// The node's `mig_dynamic`, else its profile's.
+    fn dynamic_mig(&self, cfg: &NodeConfig) -> bool {
+        cfg.mig_dynamic.unwrap_or_else(|| {
+            cfg.profile
+                .as_ref()
+                .and_then(|p| self.profiles.get(p))
+                .is_some_and(|p| p.mig_dynamic)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn resolve_node(
         &self,
         cfg: &NodeConfig,
-        hw: &NodeHardware,
+        hw: Arc<NodeHardware>,
+        stated: Stated,
+        m: Installed,
         cpu: Milli,
         memory: Milli,
         pods: i64,
@@ -755,27 +1026,46 @@ impl FleetFile {
                 labels.insert(key.clone(), v.clone());
             }
         }
-        if let Some(model) = hw.gpus.first().and_then(|g| g.model.clone()) {
-            labels.insert("nvidia.com/gpu.product".into(), model.replace(' ', "-"));
-            labels.insert("nvidia.com/gpu.count".into(), hw.gpus.len().to_string());
+        for (key, value) in model_labels(&hw) {
+            labels.insert(key.to_owned(), value);
         }
         labels.extend(cfg.labels.clone());
-        let dynamic = cfg.mig_dynamic.unwrap_or_else(|| {
-            cfg.profile
-                .as_ref()
-                .and_then(|p| self.profiles.get(p))
-                .is_some_and(|p| p.mig_dynamic)
-        });
-        let NodeDevices {
-            gpus,
-            devices,
-            counters,
-        } = devices_from_hardware(hw, cfg.gpu_sharing, dynamic);
         let extended = cfg
             .extended
             .iter()
             .map(|(k, v)| (k.clone(), quantity::parse(v).unwrap_or(0)))
             .collect();
+        let allocatable = Resources {
+            cpu: cfg
+                .cpu
+                .as_deref()
+                .and_then(|q| quantity::parse(q).ok())
+                .unwrap_or(cpu),
+            memory: cfg
+                .memory
+                .as_deref()
+                .and_then(|q| quantity::parse(q).ok())
+                .unwrap_or(memory),
+            pods,
+            extended,
+        };
+        let source = NodeSource {
+            declared: hw,
+            stated,
+            reported: false,
+            sharing: cfg.gpu_sharing,
+            dynamic_mig: self.dynamic_mig(cfg),
+            pinned_labels: cfg
+                .labels
+                .iter()
+                .filter(|(k, _)| MODEL_LABELS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            allocatable: allocatable.clone(),
+            devices: m.devices.clone(),
+            prints: m.prints.clone(),
+            counters: m.counters.clone(),
+        };
         Node {
             name: cfg.name.clone(),
             rack: cfg.rack.clone(),
@@ -787,27 +1077,16 @@ impl FleetFile {
             schedulable: cfg.schedulable,
             failed: cfg.failed.clone(),
             idle_since: cfg.idle_since,
-            allocatable: Resources {
-                cpu: cfg
-                    .cpu
-                    .as_deref()
-                    .and_then(|q| quantity::parse(q).ok())
-                    .unwrap_or(cpu),
-                memory: cfg
-                    .memory
-                    .as_deref()
-                    .and_then(|q| quantity::parse(q).ok())
-                    .unwrap_or(memory),
-                pods,
-                extended,
-            },
+            allocatable,
             power_kw: cfg.power_kw.unwrap_or(power_kw),
             bios_profile: cfg.bios_profile.clone(),
             bios_profile_applied: cfg.bios_profile_applied.clone(),
-            device_prints: devices.iter().map(crate::device::fingerprint).collect(),
-            gpus,
-            devices,
-            counters,
+            gpus: m.gpus,
+            devices: m.devices,
+            counters: m.counters,
+            device_prints: m.prints,
+            source: Some(Arc::new(source)),
+            viewed: false,
         }
     }
 }
@@ -856,10 +1135,21 @@ pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> Node
     let mut hw = NodeHardware::empty();
     hw.machine.memory_bytes =
         u64::try_from(quantity::parse(&p.memory).unwrap_or(0) / 1000).unwrap_or(0);
-    let per_root = p.gpus_per_pcie_root.max(1);
+    let per_root = p
+        .gpus_per_pcie_root
+        .unwrap_or(DEFAULT_GPUS_PER_PCIE_ROOT)
+        .max(1);
     let roots = p.gpus.div_ceil(per_root).max(1);
-    let numa = p.numa_nodes.max(1);
+    let numa = p.numa_nodes.unwrap_or(DEFAULT_NUMA_NODES).max(1);
     let root_numa = |r: u32| (r * numa / roots).min(numa - 1);
+    for id in 0..numa {
+        hw.numa_nodes.push(NumaNode {
+            id,
+            cpuset: String::new(),
+            cpus: 0,
+            memory_bytes: hw.machine.memory_bytes / u64::from(numa),
+        });
+    }
     for i in 0..p.gpus {
         let r = i / per_root;
         let bus = PciBusId::new(0, (0x10 + r * 0x10) as u8, (i % per_root) as u8, 0);
@@ -882,7 +1172,7 @@ pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> Node
             sources: vec![Source::Hwloc],
         });
     }
-    for k in 0..p.nics {
+    for k in 0..p.nics.unwrap_or(0) {
         let r = k % roots;
         hw.nics.push(Nic {
             name: format!("ib{k}"),

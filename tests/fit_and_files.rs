@@ -353,6 +353,10 @@ fn reference_config_files_parse() {
                     .unwrap_or_else(|e| panic!("{e}"));
                 assert_eq!(fleet.nodes.len(), 3);
                 assert_eq!(fleet.reservations[0].nodes, ["gpu-002"]);
+                assert_eq!(
+                    fleet.policy.on_drift,
+                    accord::fleet::OnDrift::PlanWithReport
+                );
             }
             // The daemon's, the agent's and the BMC inventory: checked by
             // daemon/tests/config.rs, agent/tests/run.rs and

@@ -225,3 +225,21 @@ fn warm_spares_per_rack_and_per_profile() {
         "{e}"
     );
 }
+
+#[test]
+fn a_gang_mixing_cpu_and_gpu_pods_with_a_topology_is_placed() {
+    // The smallest pod takes no GPU: domain bounds must not divide by it.
+    for mode in ["required", "preferred"] {
+        let d = format!(
+            r#"{{ "workloads": [ {{ "name": "mixed", "namespace": "ml",
+                 "topology": {{ "level": "rack", "mode": "{mode}" }},
+                 "pod_sets": [
+                   {{ "name": "launcher", "count": 1, "pod": {{ "requests": {{ "cpu": "1" }} }} }},
+                   {{ "name": "w", "count": 2, "pod": {{ "requests": {{ "nvidia.com/gpu": "8" }} }} }} ] }} ] }}"#
+        );
+        let p = run("", &d, 0);
+        assert_eq!(p.placements.len(), 1, "{mode}: {p:?}");
+        assert_eq!(p.placements[0].pods.len(), 3, "{mode}");
+        assert_eq!(p.placements[0].domain.as_deref(), Some("rack=r1"), "{mode}");
+    }
+}

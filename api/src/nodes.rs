@@ -104,6 +104,14 @@ pub struct NodeView {
     #[serde(default)]
     pub rack: Option<String>,
     pub state: NodeState,
+    /// From the control loop's last round (absent without `[control]`):
+    /// which model the node is planned with...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::control::ModelSource>,
+    /// ...and where its report and its declaration (or the scheduler's
+    /// view) disagree.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<accord::truth::Drift>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

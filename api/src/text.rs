@@ -38,6 +38,38 @@ pub fn render_status(s: &ControlStatus) -> String {
             n.reason.as_deref().unwrap_or("")
         ));
     }
+    let drifted: Vec<_> = s.nodes.iter().filter(|n| !n.drift.is_empty()).collect();
+    if !drifted.is_empty() {
+        out.push_str("\ndrift (planned with the agent's report and the scheduler's view):\n");
+        for n in drifted {
+            let held = if n.model == crate::control::ModelSource::Held {
+                " [held: left out until an admin acts]"
+            } else {
+                ""
+            };
+            for d in &n.drift {
+                out.push_str(&format!("  {}: {d}{held}\n", n.name));
+            }
+        }
+    }
+    let missing: Vec<_> = s
+        .watches
+        .iter()
+        .filter(|w| w.api_version.is_none())
+        .collect();
+    if !missing.is_empty() {
+        out.push_str("\nnot served by this cluster (not watched):\n");
+        for w in missing {
+            out.push_str(&format!(
+                "  {}{}\n",
+                w.kind,
+                w.note
+                    .as_deref()
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
     out.push('\n');
     if s.workloads.is_empty() {
         out.push_str("no pending workloads\n");

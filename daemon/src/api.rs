@@ -15,7 +15,7 @@ use axum::{Json, Router};
 use subtle::ConstantTimeEq;
 
 use crate::shared::Shared;
-use crate::store::{NodeRecord, StoreError};
+use crate::store::{NodeRecord, ReportOutcome, StoreError};
 
 /// How agents prove who they are.
 #[derive(Clone)]
@@ -198,6 +198,13 @@ async fn report(
             (st.shared.now)(),
         )?;
         tracing::info!(node = %node, generation = record.generation, ?outcome, "report stored");
+        if outcome != ReportOutcome::Unchanged {
+            st.shared
+                .models_changed
+                .lock()
+                .expect("lock")
+                .insert(node.clone());
+        }
         Ok(AgentReply {
             node,
             generation: record.generation,
@@ -255,10 +262,22 @@ fn view(st: &ApiState, record: NodeRecord) -> NodeView {
     } else {
         NodeState::Fresh
     };
+    // What the control loop's last round made of it.
+    let (model, drift) = st
+        .shared
+        .control
+        .read()
+        .expect("lock")
+        .as_ref()
+        .and_then(|c| c.nodes.iter().find(|n| n.name == record.name))
+        .map(|n| (Some(n.model), n.drift.clone()))
+        .unwrap_or_default();
     NodeView {
         rack: st.racks.get(&record.name).cloned(),
         record,
         state,
+        model,
+        drift,
     }
 }
 

@@ -30,6 +30,14 @@ pub struct StageLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeDriftLabel {
+    pub node: String,
+    /// `declaration` (report vs fleet file) or `scheduler` (model vs the
+    /// Kubernetes Node and its ResourceSlices).
+    pub against: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BmcLabel {
     pub bmc: String,
 }
@@ -65,6 +73,8 @@ pub struct RoundMetrics {
     pub pending_to_power_on: Vec<f64>,
     pub pending_to_ready: Vec<f64>,
     pub pending_to_bound: Vec<f64>,
+    /// (node, against) → differences, for nodes with any.
+    pub drift: BTreeMap<(String, &'static str), u32>,
 }
 
 pub struct Metrics {
@@ -75,6 +85,7 @@ pub struct Metrics {
     pub nodes_by_stage: Family<StageLabel, Gauge>,
     pub actions: Family<KindResult, Counter>,
     pub bmc_errors: Family<BmcLabel, Counter>,
+    pub node_drift: Family<NodeDriftLabel, Gauge>,
     pub planner_seconds: Histogram,
     pub pending_to_power_on_seconds: Histogram,
     pub pending_to_ready_seconds: Histogram,
@@ -104,6 +115,7 @@ impl Metrics {
             nodes_by_stage: Family::default(),
             actions: Family::default(),
             bmc_errors: Family::default(),
+            node_drift: Family::default(),
             // 1 ms … ~33 s
             planner_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             // 0.25 s … ~68 min: GPU servers take minutes to boot.
@@ -137,6 +149,11 @@ impl Metrics {
             m.actions.clone(),
         );
         r.register("bmc_errors", "BMC errors, by BMC", m.bmc_errors.clone());
+        r.register(
+            "node_drift",
+            "Differences between a node's agent report and its declaration, or between its model and the scheduler's view (only nodes with any)",
+            m.node_drift.clone(),
+        );
         r.register(
             "planner_duration_seconds",
             "Time to plan one round",
@@ -200,6 +217,15 @@ impl Metrics {
             self.pending_workloads
                 .get_or_create(&Reason {
                     reason: (*reason).to_owned(),
+                })
+                .set(i64::from(*n));
+        }
+        self.node_drift.clear();
+        for ((node, against), n) in &m.drift {
+            self.node_drift
+                .get_or_create(&NodeDriftLabel {
+                    node: node.clone(),
+                    against: (*against).to_owned(),
                 })
                 .set(i64::from(*n));
         }

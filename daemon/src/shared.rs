@@ -2,7 +2,8 @@
 //! store, the metrics, the last round's status and the agent-report
 //! wake-up. Both take it; neither imports the other.
 
-use std::sync::{Arc, RwLock};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, RwLock};
 
 use accord_api::control::ControlStatus;
 use tokio::sync::Notify;
@@ -18,6 +19,9 @@ pub struct Shared {
     pub control: RwLock<Option<ControlStatus>>,
     /// Raised on each accepted agent report: wakes the control loop.
     pub agent_reported: Notify,
+    /// Nodes whose stored hardware model changed since the control loop
+    /// last looked: it reads (and decodes) only these.
+    pub models_changed: Mutex<BTreeSet<String>>,
     /// The clock (Unix seconds), replaceable in tests.
     pub now: fn() -> u64,
 }
@@ -29,8 +33,16 @@ impl Shared {
             metrics: Arc::new(Metrics::new()),
             control: RwLock::new(None),
             agent_reported: Notify::new(),
+            models_changed: Mutex::new(BTreeSet::new()),
             now: unix_now,
         }
+    }
+}
+
+impl Shared {
+    /// The nodes whose model changed since the last call.
+    pub fn take_models_changed(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *self.models_changed.lock().expect("lock"))
     }
 }
 

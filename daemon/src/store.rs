@@ -20,6 +20,9 @@ const CACHE_BYTES: u64 = 8 << 20;
 const NODES: &str = "nodes";
 const LIVENESS: &str = "liveness";
 const JOURNAL: &str = "journal";
+/// The last Kubernetes Node and ResourceSlice devices seen per node: what
+/// fit uses for a node that is off now.
+const SCHEDULER_VIEWS: &str = "scheduler_views";
 const SCHEMA_KEY: &[u8] = b"schema";
 
 /// How long [`Store::close`] is usually given: the flush, sled's flusher
@@ -65,6 +68,7 @@ pub struct Store {
     db: sled::Db,
     nodes: sled::Tree,
     liveness: sled::Tree,
+    views: sled::Tree,
     dir: PathBuf,
 }
 
@@ -139,6 +143,9 @@ impl Store {
         let store = Store {
             nodes: db.open_tree(NODES).map_err(io("open nodes tree"))?,
             liveness: db.open_tree(LIVENESS).map_err(io("open liveness tree"))?,
+            views: db
+                .open_tree(SCHEDULER_VIEWS)
+                .map_err(io("open scheduler views tree"))?,
             db,
             dir: dir.to_owned(),
         };
@@ -166,10 +173,12 @@ impl Store {
             db,
             nodes,
             liveness,
+            views,
             dir,
         } = self;
         drop(nodes);
         drop(liveness);
+        drop(views);
         drop(db);
         wait_released(&dir, within)
     }
@@ -254,6 +263,49 @@ impl Store {
                 Ok((name, live.last_seen))
             })
             .collect()
+    }
+
+    /// Keeps the scheduler's view of a node (its last Kubernetes Node and
+    /// slices). A cache of what the API server said: not flushed here
+    /// (sled flushes within half a second; a crash loses at most a view
+    /// the next watch gives again).
+    pub fn put_scheduler_view(
+        &self,
+        name: &str,
+        view: &accord::truth::SchedulerView,
+    ) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(view).expect("views serialize");
+        self.views
+            .insert(name.as_bytes(), bytes)
+            .map_err(io("write scheduler view"))?;
+        Ok(())
+    }
+
+    /// Every kept scheduler view, by node. One that cannot be decoded (a
+    /// view written by another release) is skipped and named in the
+    /// second list: it is only a cache.
+    pub fn scheduler_views(
+        &self,
+    ) -> Result<
+        (
+            std::collections::BTreeMap<String, accord::truth::SchedulerView>,
+            Vec<String>,
+        ),
+        StoreError,
+    > {
+        let mut out = std::collections::BTreeMap::new();
+        let mut bad = Vec::new();
+        for kv in self.views.iter() {
+            let (k, v) = kv.map_err(io("list scheduler views"))?;
+            let name = String::from_utf8_lossy(&k).into_owned();
+            match serde_json::from_slice(&v) {
+                Ok(view) => {
+                    out.insert(name, view);
+                }
+                Err(_) => bad.push(name),
+            }
+        }
+        Ok((out, bad))
     }
 
     pub fn node_count(&self) -> usize {

@@ -545,7 +545,7 @@ async fn check_capacity_powers_nothing_on_and_says_whether_it_fits_now() {
 #[test]
 fn decide_imports_nothing_async_nor_any_client() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/control");
-    for file in ["decide.rs", "provisioning.rs"] {
+    for file in ["decide.rs", "decide/truth.rs", "provisioning.rs"] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         let uses: Vec<&str> = text
             .lines()
@@ -562,4 +562,165 @@ fn decide_imports_nothing_async_nor_any_client() {
             assert!(!text.contains(banned), "{file} uses {banned}");
         }
     }
+}
+
+/// An 8-GPU H100 node's model as its agent would report it, with `gpus`
+/// GPUs.
+fn reported_h100(gpus: u32) -> accord::hardware::NodeHardware {
+    let profile = accord::fleet::HardwareProfile {
+        gpus,
+        gpu_model: Some("NVIDIA H100 80GB HBM3".into()),
+        gpu_memory_gib: 80,
+        ..accord::fleet::HardwareProfile::new("192", "2Ti")
+    };
+    accord::fleet::hardware_from_profile(&profile, &[])
+}
+
+/// A registered Kubernetes Node as kube-scheduler sees it.
+fn view(node: &str, gpus: u32) -> accord::truth::SchedulerView {
+    accord::truth::SchedulerView {
+        labels: [("kubernetes.io/hostname".to_owned(), node.to_owned())].into(),
+        taints: Vec::new(),
+        allocatable: [
+            ("cpu".to_owned(), "192".to_owned()),
+            ("memory".to_owned(), "2Ti".to_owned()),
+            ("pods".to_owned(), "110".to_owned()),
+            ("nvidia.com/gpu".to_owned(), gpus.to_string()),
+        ]
+        .into(),
+        devices: None,
+    }
+}
+
+#[tokio::test]
+async fn a_node_whose_agent_reports_seven_gpus_is_never_chosen_for_eight_gpu_pods() {
+    let mut t = Twin::new(Mode::Act);
+    // r1-n1 is declared with 8 GPUs; its agent reported 7 (a GPU fell
+    // off the bus). The gang needs two 8-GPU nodes in one rack: only r2.
+    t.world.reports.insert("r1-n1".into(), reported_h100(7));
+    t.world.demand = gang("ml", "train", podgroup("train"));
+    let d = t.round(0).await;
+    assert_eq!(power_ons(&d), ["r2-n1", "r2-n2"], "{:?}", d.status.actions);
+    let n = d.status.nodes.iter().find(|n| n.name == "r1-n1").unwrap();
+    assert_eq!(n.model, accord_api::control::ModelSource::Reported);
+    assert_eq!(n.gpus, 7);
+    assert!(
+        n.drift
+            .iter()
+            .any(|x| x.what == accord::truth::DriftKind::GpuCount
+                && x.declared == "8"
+                && x.reported == "7"),
+        "{:?}",
+        n.drift
+    );
+    let drift_events: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.reason == "HardwareDrift")
+        .collect();
+    assert_eq!(drift_events.len(), 1, "{:?}", d.events);
+    assert!(drift_events[0].warning);
+    assert_eq!(drift_events[0].regarding.name, "r1-n1");
+    assert_eq!(
+        d.metrics.drift.get(&("r1-n1".to_owned(), "declaration")),
+        Some(&1)
+    );
+    // The same report again: no second event.
+    let d = t.round(1).await;
+    assert!(d.events.iter().all(|e| e.reason != "HardwareDrift"));
+    // Nodes that agree with their declaration show none.
+    assert!(d
+        .status
+        .nodes
+        .iter()
+        .filter(|n| n.name != "r1-n1")
+        .all(|n| n.drift.is_empty()));
+}
+
+#[tokio::test]
+async fn with_on_drift_hold_a_drifted_node_is_left_out() {
+    let text = FLEET.replace("[policy]\n", "[policy]\non_drift = \"hold\"\n");
+    let fleet = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+    let mut t = Twin::new(Mode::Act);
+    t.decider = Decider::new(
+        fleet,
+        Settings {
+            mode: Mode::Act,
+            deadlines: Deadlines::default(),
+            booking_s: BOOKING_S,
+        },
+        T0,
+    );
+    // r1-n1 reports 9 GPUs: more than declared, still held.
+    t.world.reports.insert("r1-n1".into(), reported_h100(9));
+    // One single-GPU pod: r1-n1 would be first in preference order.
+    t.world.demand = Demand::from_json(
+        &serde_json::json!({"workloads": [{"name": "one", "namespace": "ml",
+            "pod_sets": [{"name": "w", "count": 1,
+                "pod": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}}]}]})
+        .to_string(),
+        "demand.json",
+    )
+    .unwrap();
+    let d = t.round(0).await;
+    let ons = power_ons(&d);
+    assert_eq!(ons.len(), 1, "{:?}", d.status.actions);
+    assert_ne!(ons[0], "r1-n1");
+    let n = d.status.nodes.iter().find(|n| n.name == "r1-n1").unwrap();
+    assert_eq!(n.model, accord_api::control::ModelSource::Held);
+    let text = accord_api::text::render_status(&d.status);
+    assert!(text.contains("held"), "{text}");
+}
+
+#[tokio::test]
+async fn accords_labels_are_published_in_act_mode_once_and_never_in_observe_mode() {
+    for mode in [Mode::Act, Mode::Observe] {
+        let mut t = Twin::new(mode);
+        t.world.views.insert("r1-n1".into(), view("r1-n1", 8));
+        let d = t.round(0).await;
+        if mode == Mode::Observe {
+            assert!(d.publish.is_empty(), "{:?}", d.publish);
+            continue;
+        }
+        assert_eq!(d.publish.len(), 1, "{:?}", d.publish);
+        let (node, p) = &d.publish[0];
+        assert_eq!(node, "r1-n1");
+        assert_eq!(
+            p.labels.get("topology.accord.dev/rack").map(String::as_str),
+            Some("r1")
+        );
+        // The Node has not changed yet: not sent again at once...
+        let d = t.round(1).await;
+        assert!(d.publish.is_empty(), "{:?}", d.publish);
+        // ...and once the Node shows the labels, nothing more to write.
+        let mut shown = view("r1-n1", 8);
+        shown.labels.extend(p.labels.clone());
+        t.world.views.insert("r1-n1".into(), shown);
+        let d = t.round(1).await;
+        assert!(d.publish.is_empty(), "{:?}", d.publish);
+    }
+}
+
+#[tokio::test]
+async fn a_node_that_goes_off_is_planned_with_its_last_scheduler_view() {
+    let mut t = Twin::new(Mode::Act);
+    // r1-n1's device plugin advertised only 6 GPUs when it was last up.
+    t.world.views.insert("r1-n1".into(), view("r1-n1", 6));
+    let d = t.round(0).await;
+    assert_eq!(d.views_changed.len(), 1);
+    let n = d.status.nodes.iter().find(|n| n.name == "r1-n1").unwrap();
+    assert!(
+        n.drift
+            .iter()
+            .any(|x| x.what == accord::truth::DriftKind::SchedulerResource),
+        "{:?}",
+        n.drift
+    );
+    assert!(d.events.iter().any(|e| e.reason == "SchedulerDrift"));
+    // The Node is gone (the machine is off); its last view still holds.
+    t.world.views.clear();
+    t.world.demand = gang("ml", "train", podgroup("train"));
+    let d = t.round(1).await;
+    assert!(d.views_changed.is_empty());
+    assert_eq!(power_ons(&d), ["r2-n1", "r2-n2"], "{:?}", d.status.actions);
 }

@@ -62,8 +62,8 @@ pub async fn publish_node(
     client: &kube::Client,
     node: &str,
     want: &Publication,
-    owns_label: &dyn Fn(&str) -> bool,
-    owns_taint: &dyn Fn(&str) -> bool,
+    owns_label: &(dyn Fn(&str) -> bool + Sync),
+    owns_taint: &(dyn Fn(&str) -> bool + Sync),
 ) -> Result<PublishOutcome, kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     let Some(current) = api.get_opt(node).await? else {
@@ -88,8 +88,8 @@ pub async fn publish_node(
 pub fn publication_patch(
     node: &Node,
     want: &Publication,
-    owns_label: &dyn Fn(&str) -> bool,
-    owns_taint: &dyn Fn(&str) -> bool,
+    owns_label: &(dyn Fn(&str) -> bool + Sync),
+    owns_taint: &(dyn Fn(&str) -> bool + Sync),
 ) -> Option<Value> {
     let empty = Default::default();
     let have = node.metadata.labels.as_ref().unwrap_or(&empty);

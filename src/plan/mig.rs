@@ -76,7 +76,7 @@ pub(super) fn options(p: &Planner<'_>, pods: &[PodItem<'_>], candidates: &[usize
             continue;
         }
         let node = &p.nodes[i];
-        for g in &node.gpus {
+        for g in node.gpus.iter().filter(|g| !g.withheld) {
             let Some(base) = g
                 .mig
                 .as_ref()
@@ -172,10 +172,10 @@ pub(super) fn build(p: &Planner<'_>, chosen: &[Option_]) -> BTreeMap<usize, Over
             let start = inst.placement.map_or(0, |pl| pl.start);
             layout.push(format!("{}@{start}", inst.profile));
         }
-        o.node.devices = devices;
+        o.node.devices = devices.into();
         o.uses.devices = uses;
-        if let Some(g) = o.node.gpus.get_mut(gi) {
-            g.mig = Some(opt.state.clone());
+        if let Some(g) = o.node.gpus.iter_mut().find(|g| g.index == gi) {
+            g.mig = Some(std::sync::Arc::new(opt.state.clone()));
         }
         o.gpus.push((gi, layout));
     }

@@ -209,6 +209,16 @@ struct Planner<'f> {
     rack_in_flight: Vec<u32>,
     /// Whole GPUs free per node (kept current on commit).
     free_gpus: Vec<usize>,
+    /// Free whole GPUs of all nodes that are up (or planned up), by node:
+    /// a bound that fails a gang's first step without trying.
+    up_slots: Slots,
+    up_free: usize,
+    /// Build failure explanations. Off, a failed step says nothing (a
+    /// later step usually succeeds); a workload that fails every step is
+    /// tried again with explanations for its message.
+    explain: bool,
+    /// Reused buffer for node orders built per gang.
+    order_buf: Vec<usize>,
     /// Node indices by ascending power draw, then name.
     static_order: Vec<usize>,
     /// Pools by (owned reservations, hinted reservation).
@@ -290,11 +300,68 @@ fn count_free_gpus(node: &Node, used: &NodeUse) -> usize {
 struct UpIndex {
     /// Node → position in the list (`u32::MAX`: not in it).
     pos: Vec<u32>,
-    /// Positions of nodes that are up, ascending.
-    up: Vec<usize>,
-    /// `up[..full]` are nodes with no whole GPU free (monotone: no
-    /// departures within a plan).
+    /// Bit per position: the node there is up (a bit set, so a power-on
+    /// is O(1) and a scan skips 64 positions at a time, up or off).
+    up: Vec<u64>,
+    /// Positions in the list.
+    len: usize,
+    /// Up nodes before this position have no whole GPU free (monotone:
+    /// no departures within a plan).
     full: usize,
+}
+
+impl UpIndex {
+    fn new(nodes: usize, len: usize) -> UpIndex {
+        UpIndex {
+            pos: vec![u32::MAX; nodes],
+            up: vec![0; len.div_ceil(64)],
+            len,
+            full: 0,
+        }
+    }
+
+    fn set_up(&mut self, p: usize) {
+        self.up[p / 64] |= 1 << (p % 64);
+    }
+
+    /// The first position at or after `from` whose node is up (`up`) or
+    /// not.
+    fn next(&self, from: usize, up: bool) -> Option<usize> {
+        if from >= self.len {
+            return None;
+        }
+        let word = |w: usize| if up { self.up[w] } else { !self.up[w] };
+        let mut w = from / 64;
+        let mut bits = word(w) & (!0u64 << (from % 64));
+        loop {
+            if bits != 0 {
+                let p = w * 64 + bits.trailing_zeros() as usize;
+                return (p < self.len).then_some(p);
+            }
+            w += 1;
+            if w >= self.up.len() {
+                return None;
+            }
+            bits = word(w);
+        }
+    }
+
+    /// Moves `full` past up nodes with no whole GPU free.
+    fn advance_full(&mut self, is_full: impl Fn(usize) -> bool) {
+        loop {
+            match self.next(self.full, true) {
+                Some(q) if is_full(q) => self.full = q + 1,
+                Some(q) => {
+                    self.full = q;
+                    return;
+                }
+                None => {
+                    self.full = self.len;
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Whole-GPU capacity of one domain's candidate nodes.
@@ -335,12 +402,50 @@ impl Slots {
         }
     }
 
-    /// At least as many pods of `g` whole GPUs as fit (exact below `BIG`).
+    /// At least as many pods of `g` whole GPUs as fit (exact below `BIG`);
+    /// unbounded for pods of no GPU.
+    #[cfg(test)]
     fn pods_of(&self, g: usize) -> usize {
-        let small: usize = (g..Self::BIG)
-            .map(|k| self.by_free[k] as usize * (k / g))
+        self.pods_by(&PodsPer::new(g))
+    }
+
+    /// [`Slots::pods_of`] with the divisions done once per gang.
+    fn pods_by(&self, per: &PodsPer) -> usize {
+        if per.g == 0 {
+            return usize::MAX;
+        }
+        let small: u32 = self
+            .by_free
+            .iter()
+            .zip(&per.quotient)
+            .map(|(n, q)| n * q)
             .sum();
-        small + self.big_free / g
+        small as usize + self.big_free / per.g
+    }
+
+    fn remove(&mut self, free: usize) {
+        if free < Self::BIG {
+            self.by_free[free] -= 1;
+        } else {
+            self.big_free -= free;
+        }
+    }
+}
+
+/// Pods of `g` GPUs a node with `k` free GPUs holds, for `k` below
+/// [`Slots::BIG`].
+struct PodsPer {
+    g: usize,
+    quotient: [u32; Slots::BIG],
+}
+
+impl PodsPer {
+    fn new(g: usize) -> PodsPer {
+        let mut quotient = [0; Slots::BIG];
+        for (k, q) in quotient.iter_mut().enumerate() {
+            *q = k.checked_div(g).unwrap_or(0) as u32;
+        }
+        PodsPer { g, quotient }
     }
 }
 
@@ -355,7 +460,8 @@ enum TooSmall {
 /// Per-domain stats kept current from the log of touched nodes.
 struct StatsCache {
     seen: usize,
-    stats: Vec<DomainStats>,
+    /// Shared with the evaluation reading them (no copy per gang).
+    stats: Rc<Vec<DomainStats>>,
 }
 
 /// The domains of one topology level.
@@ -438,7 +544,7 @@ impl<'f> Planner<'f> {
             .iter()
             .map(|n| match n {
                 Cow::Borrowed(b) if b.device_prints.len() == b.devices.len() => {
-                    Cow::Borrowed(b.device_prints.as_slice())
+                    Cow::Borrowed(&b.device_prints[..])
                 }
                 _ => Cow::Owned(n.devices.iter().map(fingerprint).collect()),
             })
@@ -496,6 +602,10 @@ impl<'f> Planner<'f> {
             rack_up_nodes,
             rack_in_flight,
             free_gpus: Vec::new(),
+            up_slots: Slots::default(),
+            up_free: 0,
+            explain: false,
+            order_buf: Vec::new(),
             static_order,
             candidate_cache: BTreeMap::new(),
             pool_cache: BTreeMap::new(),
@@ -523,7 +633,24 @@ impl<'f> Planner<'f> {
         planner.free_gpus = (0..planner.nodes.len())
             .map(|i| count_free_gpus(&planner.nodes[i], &planner.uses[i]))
             .collect();
+        for i in 0..planner.nodes.len() {
+            if planner.up[i] {
+                planner.up_slots.add(planner.free_gpus[i]);
+                planner.up_free += planner.free_gpus[i];
+            }
+        }
         planner
+    }
+
+    /// Node `i`'s free whole GPUs changed (its use or devices did).
+    fn refresh_free(&mut self, i: usize) {
+        let f = count_free_gpus(&self.nodes[i], &self.uses[i]);
+        if self.up[i] {
+            self.up_slots.remove(self.free_gpus[i]);
+            self.up_slots.add(f);
+            self.up_free = self.up_free - self.free_gpus[i] + f;
+        }
+        self.free_gpus[i] = f;
     }
 
     /// Accounts for pods already bound to nodes.
@@ -812,15 +939,30 @@ impl<'f> Planner<'f> {
             &[Step::Up, Step::PowerOn]
         };
         let mut last_failure = String::new();
-        for pool in pools {
+        let mut last_tried = None;
+        for (pi, pool) in pools.iter().enumerate() {
             for &step in steps {
                 if step == Step::Reconfigure && pods.iter().all(|p| p.req.mig.is_empty()) {
                     continue;
                 }
                 match self.try_pool(w, &pods, pool, step) {
                     Ok(placement) => return Ok(placement),
-                    Err(why) => last_failure = why,
+                    Err(why) => {
+                        last_failure = why;
+                        last_tried = Some((pi, step));
+                    }
                 }
+            }
+        }
+        // Failed everywhere: the last try again, explaining (nothing was
+        // committed in between, so it fails the same way).
+        if let (Some((pi, step)), false) = (last_tried, self.explain) {
+            self.explain = true;
+            let again = self.try_pool(w, &pods, &pools[pi], step);
+            self.explain = false;
+            match again {
+                Ok(placement) => return Ok(placement),
+                Err(why) => last_failure = why,
             }
         }
         let mut reason = last_failure;
@@ -853,15 +995,11 @@ impl<'f> Planner<'f> {
         if !pool.reclaimable.is_empty() {
             c.sort_by_key(|i| pool.reclaimable.contains(i));
         }
-        let mut index = UpIndex {
-            pos: vec![u32::MAX; self.nodes.len()],
-            up: Vec::new(),
-            full: 0,
-        };
+        let mut index = UpIndex::new(self.nodes.len(), c.len());
         for (p, &i) in c.iter().enumerate() {
             index.pos[i] = p as u32;
             if self.up[i] {
-                index.up.push(p);
+                index.set_up(p);
             }
         }
         let c = std::rc::Rc::new(c);
@@ -902,25 +1040,29 @@ impl<'f> Planner<'f> {
         level: &str,
         index: &LevelIndex,
         lists: &[Vec<usize>],
-    ) -> Vec<DomainStats> {
+    ) -> Rc<Vec<DomainStats>> {
         let key = (pool.key.clone(), level.to_owned());
         let mut cache = match self.stats_cache.remove(&key) {
             Some(c) => c,
             None => StatsCache {
                 seen: self.touched.len(),
-                stats: lists.iter().map(|m| self.compute_stats(m)).collect(),
+                stats: Rc::new(lists.iter().map(|m| self.compute_stats(m)).collect()),
             },
         };
-        let mut dirty: BTreeSet<usize> = BTreeSet::new();
-        for &i in &self.touched[cache.seen..] {
-            if let Some(d) = index.of_node[i] {
-                dirty.insert(d);
+        if cache.seen < self.touched.len() {
+            let mut dirty: BTreeSet<usize> = BTreeSet::new();
+            for &i in &self.touched[cache.seen..] {
+                if let Some(d) = index.of_node[i] {
+                    dirty.insert(d);
+                }
             }
+            // The previous evaluation's handle is gone: no copy.
+            let stats = Rc::make_mut(&mut cache.stats);
+            for d in dirty {
+                stats[d] = self.compute_stats(&lists[d]);
+            }
+            cache.seen = self.touched.len();
         }
-        for d in dirty {
-            cache.stats[d] = self.compute_stats(&lists[d]);
-        }
-        cache.seen = self.touched.len();
         let out = cache.stats.clone();
         self.stats_cache.insert(key, cache);
         out
@@ -1002,6 +1144,21 @@ impl<'f> Planner<'f> {
             Step::PowerOn => "no usable nodes".to_owned(),
             _ => "no usable nodes are up".to_owned(),
         };
+        let need_gpus: usize = pods.iter().take(min).map(|p| p.whole_gpus).sum();
+        // The smallest whole-GPU pod: no node with fewer free GPUs takes
+        // any pod of the gang.
+        let least_gpus = pods.iter().map(|p| p.whole_gpus).min().unwrap_or(0);
+        let per = PodsPer::new(least_gpus);
+        // Not all the nodes that are up together hold the gang: this step
+        // fails (said only when explaining, by the full evaluation).
+        if !self.explain
+            && step == Step::Up
+            && need_gpus > 0
+            && overrides.is_empty()
+            && (self.up_free < need_gpus || self.up_slots.pods_by(&per) < min)
+        {
+            return Err(no_nodes());
+        }
         let Some(topology) = &w.topology else {
             let candidates = self.candidates(pool);
             if !candidates
@@ -1036,7 +1193,6 @@ impl<'f> Planner<'f> {
         };
         let names = &index.names;
         let lists = self.domain_members(pool, level, &index);
-        let need_gpus: usize = pods.iter().take(min).map(|p| p.whole_gpus).sum();
         let mut best: Option<(Cost, String, Trial)> = None;
         let mut partial: Vec<(usize, String, Trial)> = Vec::new();
         // Lower bound of power-ons per domain (whole GPUs missing on its up
@@ -1047,9 +1203,6 @@ impl<'f> Planner<'f> {
         // (domain, nodes, why) of domains too small for the gang.
         let mut too_small: Vec<(usize, usize, TooSmall)> = Vec::new();
         let stats = self.domain_stats(pool, level, &index, &lists);
-        // The smallest whole-GPU pod: no node with fewer free GPUs takes
-        // any pod of the gang.
-        let least_gpus = pods.iter().map(|p| p.whole_gpus).min().unwrap_or(0);
         for (d, st) in stats.iter().enumerate() {
             let (count, total, slots) = if step == Step::PowerOn {
                 (st.all_count, st.all_free, &st.all_slots)
@@ -1062,12 +1215,16 @@ impl<'f> Planner<'f> {
             domains_seen += 1;
             if need_gpus > 0 && overrides.is_empty() {
                 if total < need_gpus {
-                    too_small.push((d, count, TooSmall::Gpus(total)));
+                    if self.explain {
+                        too_small.push((d, count, TooSmall::Gpus(total)));
+                    }
                     continue;
                 }
-                let fit = slots.pods_of(least_gpus);
+                let fit = slots.pods_by(&per);
                 if fit < min {
-                    too_small.push((d, count, TooSmall::Pods(fit, least_gpus)));
+                    if self.explain {
+                        too_small.push((d, count, TooSmall::Pods(fit, least_gpus)));
+                    }
                     continue;
                 }
             }
@@ -1085,8 +1242,11 @@ impl<'f> Planner<'f> {
             };
             order.push((bound, d));
         }
-        order.sort_unstable();
-        for (bound, d) in order {
+        // Usually the first domain or two settle it: a heap, not a sort
+        // of every domain.
+        let mut order: std::collections::BinaryHeap<std::cmp::Reverse<(Cost, usize)>> =
+            order.into_iter().map(std::cmp::Reverse).collect();
+        while let Some(std::cmp::Reverse((bound, d))) = order.pop() {
             // Sorted by a lower bound of the cost: nothing later can beat
             // the best found.
             if best.as_ref().is_some_and(|(c, _, _)| *c <= bound) {
@@ -1103,7 +1263,7 @@ impl<'f> Planner<'f> {
                         break;
                     }
                 }
-            } else {
+            } else if self.explain {
                 partial.push((trial.pods.len(), value.to_string(), trial));
             }
         }
@@ -1112,6 +1272,9 @@ impl<'f> Planner<'f> {
         }
         if domains_seen == 0 {
             return Err(no_nodes());
+        }
+        if !self.explain && topology.mode == TopologyMode::Required {
+            return Err(String::new());
         }
         if best.is_none() {
             // Only the best domain is explained (most pods, then first by
@@ -1147,12 +1310,12 @@ impl<'f> Planner<'f> {
             // room for the gang: say so without trying.
             let slots = |st: &DomainStats| {
                 if step == Step::PowerOn {
-                    st.all_slots.pods_of(least_gpus)
+                    st.all_slots.pods_by(&per)
                 } else {
-                    st.up_slots.pods_of(least_gpus)
+                    st.up_slots.pods_by(&per)
                 }
             };
-            let mut fit: usize = stats.iter().map(slots).sum();
+            let mut fit: usize = stats.iter().map(slots).fold(0, usize::saturating_add);
             if fit < min {
                 fit += candidates
                     .iter()
@@ -1173,22 +1336,33 @@ impl<'f> Planner<'f> {
                 ));
             }
         }
+        // Without explanations, domains (and nodes outside any) whose free
+        // GPUs hold no pod of the gang are left out: first fit would pass
+        // over each of their nodes for every pod.
+        let skip_full = !self.explain && least_gpus > 0 && overrides.is_empty();
+        let holds = |st: &DomainStats| {
+            !skip_full
+                || if step == Step::PowerOn {
+                    st.all_slots.pods_by(&per) > 0
+                } else {
+                    st.up_slots.pods_by(&per) > 0
+                }
+        };
         let mut ordered: Vec<(usize, usize)> = (0..names.len())
-            .filter(|&d| !lists[d].is_empty())
+            .filter(|&d| !lists[d].is_empty() && holds(&stats[d]))
             .map(|d| (stats[d].all_free, d))
             .collect();
         ordered.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let order: Vec<usize> = ordered
-            .iter()
-            .flat_map(|&(_, d)| lists[d].iter().copied())
-            .chain(
-                candidates
-                    .iter()
-                    .copied()
-                    .filter(|&i| index.of_node[i].is_none()),
-            )
-            .collect();
+        let mut order = std::mem::take(&mut self.order_buf);
+        order.clear();
+        order.extend(ordered.iter().flat_map(|&(_, d)| lists[d].iter().copied()));
+        order.extend(candidates.iter().copied().filter(|&i| {
+            index.of_node[i].is_none()
+                && (!skip_full
+                    || ((self.up[i] || step == Step::PowerOn) && self.free_gpus[i] >= least_gpus))
+        }));
         let trial = self.trial(pods, &order, overrides, step == Step::PowerOn);
+        self.order_buf = order;
         if trial.pods.len() >= min {
             Ok((None, trial))
         } else {
@@ -1249,7 +1423,7 @@ impl<'f> Planner<'f> {
             let resumed = cursors[ci].1 != [0; 3];
             // A second scan from the start only explains a failure fully.
             for full in [false, true] {
-                if placed.is_some() || (full && !resumed) {
+                if placed.is_some() || (full && (!resumed || !self.explain)) {
                     break;
                 }
                 if full {
@@ -1258,32 +1432,28 @@ impl<'f> Planner<'f> {
                 }
                 'passes: for pass in 0..passes {
                     let start = if full { 0 } else { cursors[ci].1[pass] };
-                    // Pass 0 over an indexed list visits only up nodes past
-                    // the full prefix.
+                    // Over an indexed list, pass 0 visits only up nodes past
+                    // the full prefix, passes 1 and 2 only nodes that are off.
                     let gpu_pod = pod.whole_gpus > 0 && overrides.is_empty();
-                    let mut from = 0;
+                    let mut from = start;
                     if let (Some(idx), 0) = (up_index.as_deref_mut(), pass) {
                         if gpu_pod {
-                            while idx.full < idx.up.len()
-                                && self.free_gpus[order[idx.up[idx.full]]] == 0
-                            {
-                                idx.full += 1;
-                            }
-                        }
-                        from = idx.up.partition_point(|&p| p < start);
-                        if gpu_pod {
+                            idx.advance_full(|q| self.free_gpus[order[q]] == 0);
                             from = from.max(idx.full);
                         }
                     }
-                    let indexed: Option<&[usize]> = match (up_index.as_deref(), pass) {
-                        (Some(idx), 0) => Some(&idx.up[from..]),
-                        _ => None,
-                    };
-                    let positions: Box<dyn Iterator<Item = usize>> = match indexed {
-                        Some(v) => Box::new(v.iter().copied()),
-                        None => Box::new(start..order.len()),
-                    };
-                    for pos in positions {
+                    let idx = up_index.as_deref();
+                    let mut next = from;
+                    loop {
+                        let pos = match idx {
+                            Some(idx) => match idx.next(next, pass == 0) {
+                                Some(p) => p,
+                                None => break,
+                            },
+                            None if next < order.len() => next,
+                            None => break,
+                        };
+                        next = pos + 1;
                         let i = order[pos];
                         // Pass 0: nodes up now; 1: off in racks with power;
                         // 2: off in cold racks.
@@ -1510,7 +1680,7 @@ impl<'f> Planner<'f> {
             self.nodes[i] = Cow::Owned(o.node);
             self.prints[i] = Cow::Owned(o.prints);
             self.uses[i] = Rc::new(o.uses);
-            self.free_gpus[i] = count_free_gpus(&self.nodes[i], &self.uses[i]);
+            self.refresh_free(i);
             self.touched.push(i);
         }
         for &i in &trial.power_ons {
@@ -1531,13 +1701,14 @@ impl<'f> Planner<'f> {
             });
             self.planned_on[i] = true;
             self.up[i] = true;
+            self.up_slots.add(self.free_gpus[i]);
+            self.up_free += self.free_gpus[i];
             self.touched.push(i);
             for (_, idx) in self.candidate_cache.values_mut() {
                 let p = idx.pos[i];
                 if p != u32::MAX {
-                    let at = idx.up.partition_point(|&q| q < p as usize);
-                    idx.up.insert(at, p as usize);
-                    idx.full = idx.full.min(at);
+                    idx.set_up(p as usize);
+                    idx.full = idx.full.min(p as usize);
                 }
             }
             if let Some(r) = self.rack_of[i] {
@@ -1549,7 +1720,7 @@ impl<'f> Planner<'f> {
         for (i, u) in trial.uses {
             // For reconfigured nodes this use already refers to the new devices.
             self.uses[i] = Rc::new(u);
-            self.free_gpus[i] = count_free_gpus(&self.nodes[i], &self.uses[i]);
+            self.refresh_free(i);
             self.touched.push(i);
         }
         WorkloadPlacement {
@@ -1801,7 +1972,7 @@ pub fn render(plan: &Plan) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::Slots;
+    use super::{Slots, UpIndex};
 
     #[test]
     fn slots_count_pods_that_fit_whole_on_each_node() {
@@ -1819,5 +1990,38 @@ mod tests {
         s.add(17);
         assert_eq!(s.pods_of(8), 1 + 4);
         assert_eq!(s.pods_of(16), 2);
+        // Pods of no GPU are not bounded; removing undoes adding.
+        assert_eq!(s.pods_of(0), usize::MAX);
+        s.remove(17);
+        s.remove(8);
+        assert_eq!(s.pods_of(8), 2);
+    }
+
+    #[test]
+    fn up_index_finds_the_next_up_or_off_position() {
+        let mut idx = UpIndex::new(200, 130);
+        for p in [3, 64, 129] {
+            idx.set_up(p);
+        }
+        let walk = |up: bool| {
+            let mut out = Vec::new();
+            let mut from = 0;
+            while let Some(p) = idx.next(from, up) {
+                out.push(p);
+                from = p + 1;
+            }
+            out
+        };
+        assert_eq!(walk(true), [3, 64, 129]);
+        let off = walk(false);
+        assert_eq!(off.len(), 127);
+        assert!(off.iter().all(|p| ![3, 64, 129].contains(p) && *p < 130));
+        assert_eq!(idx.next(130, false), None);
+        // `full` moves past up positions with nothing free, and stops at
+        // the first that has some.
+        idx.advance_full(|p| p < 64);
+        assert_eq!(idx.full, 64);
+        idx.advance_full(|_| true);
+        assert_eq!(idx.full, 130);
     }
 }

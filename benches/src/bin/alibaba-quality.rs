@@ -67,7 +67,7 @@ fn fleet() -> (accord::fleet::Fleet, u64) {
                 gpu_memory_gib: 16,
                 pods: 1000,
                 power_kw: 1.0,
-                numa_nodes: 1,
+                numa_nodes: Some(1),
                 ..HardwareProfile::new("1", "1Gi")
             });
         capacity += u64::from(gpus) * 1000;

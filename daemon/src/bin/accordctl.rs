@@ -319,9 +319,20 @@ fn age(now: u64, then: u64) -> String {
     }
 }
 
+use accord_api::control::ModelSource;
+
 fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
-    let mut rows =
-        vec![["NAME", "RACK", "POWER", "GPUS", "MIG", "LAST SEEN", "STATE"].map(str::to_owned)];
+    let mut rows = vec![[
+        "NAME",
+        "RACK",
+        "GPUS",
+        "MIG",
+        "LAST SEEN",
+        "STATE",
+        "PLANNED WITH",
+        "DRIFT",
+    ]
+    .map(str::to_owned)];
     for n in nodes {
         let hw = &n.record.hardware;
         let mut models: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
@@ -348,8 +359,6 @@ fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
         rows.push([
             n.record.name.clone(),
             n.rack.clone().unwrap_or_else(|| "-".to_owned()),
-            // Power comes from the BMCs, which this release does not read.
-            "-".to_owned(),
             gpus,
             if mig == 0 {
                 "-".to_owned()
@@ -358,9 +367,25 @@ fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
             },
             age(now, n.record.last_seen),
             format!("{:?}", n.state).to_lowercase(),
+            match n.model {
+                Some(ModelSource::Reported) => "report",
+                Some(ModelSource::Declared) => "declaration",
+                Some(ModelSource::Held) => "held (drift)",
+                None => "-",
+            }
+            .to_owned(),
+            if n.drift.is_empty() {
+                "-".to_owned()
+            } else {
+                n.drift
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            },
         ]);
     }
-    let widths: Vec<usize> = (0..7)
+    let widths: Vec<usize> = (0..8)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();

@@ -11,18 +11,23 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use accord::demand::{Demand, ObjectRef};
-use accord::fleet::{Fleet, PowerState};
+use accord::fleet::{Fleet, OnDrift, PowerState};
+use accord::hardware::NodeHardware;
 use accord::lifecycle::{Deadlines, NodeLife, Observation, Stage, Transition};
 use accord::plan::{Action, Plan};
+use accord::truth::{Drift, Publication, SchedulerView};
 use accord_api::control::{
-    describe, stage_label, CannotPlan, ControlStatus, Intent, IntentAction, Mode, NodeStatus,
-    WorkloadState, WorkloadStatus,
+    describe, stage_label, CannotPlan, ControlStatus, Intent, IntentAction, KindWatch, Mode,
+    NodeStatus, WorkloadState, WorkloadStatus,
 };
 use tracing::{debug, info, warn};
 
 use super::provisioning::{self, Condition, ProvisioningClass, ProvisioningSeen};
 use crate::execute::Executed;
 pub use crate::metrics::RoundMetrics;
+use truth::drift_text;
+
+mod truth;
 
 /// Everything one round knows about the world, gathered by *observe*.
 #[derive(Debug, Clone, Default)]
@@ -53,6 +58,14 @@ pub struct Snapshot {
     pub executed: Vec<Executed>,
     /// Power intents still open in the journal.
     pub open_intents: Vec<Intent>,
+    /// Agents' hardware models that changed since the last round (on the
+    /// first round: every stored one).
+    pub reports: BTreeMap<String, NodeHardware>,
+    /// The scheduler's view of every node registered in Kubernetes now:
+    /// its Node and its ResourceSlice devices.
+    pub views: BTreeMap<String, SchedulerView>,
+    /// The kinds Accord reads, as the API server serves them.
+    pub watches: Vec<KindWatch>,
 }
 
 /// An object the translation cannot plan, and why.
@@ -93,6 +106,12 @@ pub struct Decision {
     pub metrics: RoundMetrics,
     /// Nodes on their way up or down: their BMCs are read often.
     pub transitional: BTreeSet<String>,
+    /// Labels and taints to publish on Nodes (keys Accord owns; empty in
+    /// observe mode).
+    pub publish: Vec<(String, Publication)>,
+    /// Scheduler views that changed: kept in the store, for when the node
+    /// is off.
+    pub views_changed: Vec<(String, SchedulerView)>,
 }
 
 /// How the decider is set up (from `[control]`).
@@ -120,6 +139,16 @@ pub struct Decider {
     recent: Vec<String>,
     /// Keys of things already said (events and warnings are not repeated).
     said: BTreeSet<String>,
+    /// Node → where its agent's report differs from its declaration.
+    declared_drift: BTreeMap<String, Vec<Drift>>,
+    /// Node → where its model differs from the scheduler's view (last round).
+    scheduler_drift: BTreeMap<String, Vec<Drift>>,
+    /// Node → the scheduler's view last seen (kept while the node is off).
+    views: BTreeMap<String, SchedulerView>,
+    /// Node → the publication last sent, with the view it corrected and
+    /// when: not sent again until one of them changes, or a write that
+    /// did not land has had `truth::REPUBLISH_S` to show.
+    published: BTreeMap<String, (Publication, SchedulerView, u64)>,
 }
 
 impl Decider {
@@ -140,7 +169,21 @@ impl Decider {
             round: 0,
             recent: Vec::new(),
             said: BTreeSet::new(),
+            declared_drift: BTreeMap::new(),
+            scheduler_drift: BTreeMap::new(),
+            views: BTreeMap::new(),
+            published: BTreeMap::new(),
         }
+    }
+
+    /// Scheduler views kept from before a restart (the store's): nodes
+    /// that are off are planned with what the scheduler last showed.
+    pub fn seed_views(&mut self, views: BTreeMap<String, SchedulerView>) {
+        let known: BTreeSet<&String> = self.lives.keys().collect();
+        self.views = views
+            .into_iter()
+            .filter(|(n, _)| known.contains(n))
+            .collect();
     }
 
     pub fn fleet(&self) -> &Fleet {
@@ -173,10 +216,15 @@ impl Decider {
         let mut events = Vec::new();
         let mut metrics = RoundMetrics::default();
         self.absorb(&snap.executed, now, &mut metrics);
+        self.absorb_reports(&snap.reports, &mut events);
+        let views_changed = self.absorb_views(&snap.views);
         self.step_lifecycles(snap, &mut events);
 
-        // Plan on the fleet as the lifecycles show it.
-        let seen = self.fleet_as_seen(snap);
+        // Plan on the fleet as the lifecycles, the reports and the
+        // scheduler show it.
+        let (seen, scheduler_drift) = self.fleet_as_seen(snap);
+        self.scheduler_drift_events(&scheduler_drift, &mut events);
+        self.scheduler_drift = scheduler_drift;
         // check-capacity requests never power anything on: they are
         // planned apart, on the nodes that are up.
         let check_capacity: BTreeSet<String> = snap
@@ -276,6 +324,25 @@ impl Decider {
             })
             .map(|(n, _)| n.clone())
             .collect();
+        for (node, d) in &self.declared_drift {
+            if !d.is_empty() {
+                metrics
+                    .drift
+                    .insert((node.clone(), "declaration"), d.len() as u32);
+            }
+        }
+        for (node, d) in &self.scheduler_drift {
+            if !d.is_empty() {
+                metrics
+                    .drift
+                    .insert((node.clone(), "scheduler"), d.len() as u32);
+            }
+        }
+        let publish = if self.settings.mode == Mode::Act {
+            self.publications(snap)
+        } else {
+            Vec::new()
+        };
         let status = self.status(snap, &plan, workloads, metrics.planner_seconds);
         Decision {
             power: if self.settings.mode == Mode::Act {
@@ -288,6 +355,8 @@ impl Decider {
             status,
             metrics,
             transitional,
+            publish,
+            views_changed,
         }
     }
 
@@ -355,12 +424,31 @@ impl Decider {
     /// (powering on), failed ones never used, idle ones carry
     /// `idle_since`; in act mode a node whose BMC cannot be read is not
     /// powered on (nor counted as dark capacity) until it can be.
-    fn fleet_as_seen(&self, snap: &Snapshot) -> Fleet {
+    fn fleet_as_seen(&self, snap: &Snapshot) -> (Fleet, BTreeMap<String, Vec<Drift>>) {
         let mut f = self.fleet.clone();
+        let hold = f.policy.on_drift == OnDrift::Hold;
+        let mut scheduler_drift = BTreeMap::new();
         for n in &mut f.nodes {
             let Some(life) = self.lives.get(&n.name) else {
                 continue;
             };
+            // The scheduler's view (now, or last seen), then the keys
+            // Accord publishes: what kube-scheduler will see.
+            if let Some(view) = self.views.get(&n.name) {
+                let d = n.apply_scheduler_view(view);
+                if !d.is_empty() {
+                    scheduler_drift.insert(n.name.clone(), d);
+                }
+            }
+            if let Some(p) = self.fleet.publication(&n.name, snap.now) {
+                n.apply_publication(&p, &self.fleet.topology);
+            }
+            if hold && self.declared_drift.contains_key(&n.name) {
+                n.failed = Some(format!(
+                    "hardware drift ({}); held until an admin acts (policy.on_drift = \"hold\")",
+                    drift_text(&self.declared_drift[&n.name])
+                ));
+            }
             let (power, failed) = life.planner_power();
             n.power = power;
             if failed {
@@ -375,7 +463,7 @@ impl Decider {
                 n.failed = Some("BMC power state unreadable".into());
             }
         }
-        f
+        (f, scheduler_drift)
     }
 
     /// The plan's power-ons, and its power-offs that pass every check:
@@ -637,8 +725,15 @@ impl Decider {
                         pods: snap.pods_per_node.get(&n.name).copied().unwrap_or(0),
                         gpus: n.gpus.len() as u32,
                         bmc_on: snap.bmc.get(&n.name).copied(),
-                        model: Default::default(),
-                        drift: Vec::new(),
+                        model: self.model_source(&n.name),
+                        drift: self
+                            .declared_drift
+                            .get(&n.name)
+                            .into_iter()
+                            .chain(self.scheduler_drift.get(&n.name))
+                            .flatten()
+                            .cloned()
+                            .collect(),
                     }
                 })
                 .collect(),
@@ -658,7 +753,7 @@ impl Decider {
             scheduler: snap.scheduler.clone(),
             open_intents: snap.open_intents.clone(),
             recent: self.recent.clone(),
-            watches: Vec::new(),
+            watches: snap.watches.clone(),
         }
     }
 

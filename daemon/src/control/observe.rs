@@ -9,6 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accord::demand::ObjectRef;
+use accord::hardware::NodeHardware;
+use accord::truth::SchedulerView;
+use accord_api::control::KindWatch;
 use accord_kube::manifests::{Object, ProvisioningRequest};
 use accord_kube::translate::{Options, ACCORD_STRICT, BEST_EFFORT_ATOMIC, CHECK_CAPACITY};
 use accord_kube::watch::DemandWatch;
@@ -26,6 +29,9 @@ pub struct Observer {
     pub options: Options,
     pub shared: Arc<Shared>,
     pub stale_after_s: u64,
+    /// Every stored model has been read once (the first round); later
+    /// rounds read only those the API says changed.
+    pub models_loaded: bool,
 }
 
 impl std::fmt::Debug for Observer {
@@ -36,7 +42,7 @@ impl std::fmt::Debug for Observer {
 
 impl Observer {
     pub fn snapshot(
-        &self,
+        &mut self,
         mono: Duration,
         bmc: &BTreeMap<String, bool>,
         executed: Vec<Executed>,
@@ -59,8 +65,66 @@ impl Observer {
         snap.bmc = bmc.clone();
         snap.executed = executed;
         snap.open_intents = open_intents;
+        snap.reports = self.changed_models();
+        snap.views = scheduler_views(&self.watch);
+        snap.watches = self
+            .watch
+            .watches()
+            .into_iter()
+            .map(|w| KindWatch {
+                kind: w.kind,
+                api_version: w.api_version,
+                note: w.note,
+            })
+            .collect();
         snap
     }
+
+    /// Hardware models stored since the last round: all of them the first
+    /// time, then only the nodes whose report changed something.
+    fn changed_models(&mut self) -> BTreeMap<String, NodeHardware> {
+        let changed = self.shared.take_models_changed();
+        let store = &self.shared.store;
+        let records = if self.models_loaded {
+            changed
+                .iter()
+                .filter_map(|name| match store.node(name) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        warn!(node = %name, error = %accord::config_file::error_chain(&e), "cannot read the node's model from the store");
+                        None
+                    }
+                })
+                .collect()
+        } else {
+            match store.nodes() {
+                Ok(all) => {
+                    self.models_loaded = true;
+                    all
+                }
+                Err(e) => {
+                    warn!(error = %accord::config_file::error_chain(&e), "cannot read the stored models; planning with the declarations until the store can be read");
+                    // Read them all again next round.
+                    Vec::new()
+                }
+            }
+        };
+        records.into_iter().map(|r| (r.name, r.hardware)).collect()
+    }
+}
+
+/// The scheduler's view of each registered node: its Node, and the
+/// devices its ResourceSlices publish (when any do).
+fn scheduler_views(watch: &DemandWatch) -> BTreeMap<String, SchedulerView> {
+    let (mut devices, _problems) = watch.devices();
+    watch
+        .nodes()
+        .into_iter()
+        .map(|n| {
+            let d = devices.remove(&n.name);
+            (n.name.clone(), accord_kube::cluster::scheduler_view(&n, d))
+        })
+        .collect()
 }
 
 /// The Kubernetes part of a snapshot.

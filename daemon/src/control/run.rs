@@ -44,10 +44,20 @@ pub enum Wake {
 /// are left to the journal (a sent intent is verified at the next start).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// How long the first lists of the watched kinds may take before the loop
+/// plans without the ones still missing.
+const FIRST_LIST_WITHIN: Duration = Duration::from_secs(60);
+
 /// The loop and what it owns between rounds.
 pub struct Controller {
     config: ControlConfig,
-    observer: Observer,
+    kube: kube::Client,
+    shared: Arc<Shared>,
+    options: Options,
+    stale_after_s: u64,
+    /// Built at the start of `run`, once the API server has said what it
+    /// serves.
+    observer: Option<Observer>,
     decider: Decider,
     /// Kubernetes writes, in the background.
     writer: KubeWriter,
@@ -104,13 +114,9 @@ impl Controller {
             }
             _ => (None, None),
         };
-        let observer = Observer {
-            watch: DemandWatch::start(kube.clone()),
-            options: Options::for_topology(&fleet.topology),
-            stale_after_s: config.agents.stale_after_s,
-            shared: shared.clone(),
-        };
-        let decider = Decider::new(
+        let options = Options::for_topology(&fleet.topology);
+        let topology = fleet.topology.clone();
+        let mut decider = Decider::new(
             fleet,
             Settings {
                 mode: control.mode,
@@ -119,11 +125,26 @@ impl Controller {
             },
             (shared.now)(),
         );
+        match shared.store.scheduler_views() {
+            Ok((views, unreadable)) => {
+                if !unreadable.is_empty() {
+                    warn!(nodes = %unreadable.join(","), "kept scheduler views that cannot be read are ignored (the watch gives them again)");
+                }
+                decider.seed_views(views);
+            }
+            Err(e) => {
+                warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept scheduler views; nodes that are off are planned with their models")
+            }
+        }
         Ok(Controller {
             config: control,
-            observer,
+            writer: KubeWriter::spawn(kube.clone(), topology),
+            kube,
+            shared,
+            options,
+            stale_after_s: config.agents.stale_after_s,
+            observer: None,
             decider,
-            writer: KubeWriter::spawn(kube),
             executor,
             power,
             bmc: BTreeMap::new(),
@@ -137,6 +158,19 @@ impl Controller {
     /// Runs until `shutdown` resolves; then lets in-flight power actions
     /// finish (up to a grace period: what is left is in the journal).
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        // Watch what this API server serves, and only that.
+        let served = tokio::select! {
+            s = discover(&self.kube) => s,
+            _ = &mut shutdown => return self.stop(Vec::new()).await,
+        };
+        self.observer = Some(Observer {
+            watch: DemandWatch::start_served(self.kube.clone(), &served),
+            options: self.options.clone(),
+            shared: self.shared.clone(),
+            stale_after_s: self.stale_after_s,
+            models_loaded: false,
+        });
         let (tx, mut rx) = mpsc::channel::<Wake>(4096);
         let mut tasks = vec![self.spawn_kube_forwarder(tx.clone())];
         tasks.push(self.spawn_agent_forwarder(tx.clone()));
@@ -159,15 +193,25 @@ impl Controller {
         });
         let mut bmc_read = polling.is_none();
         tasks.extend(polling);
-        tokio::pin!(shutdown);
         info!(mode = ?self.config.mode, nodes = self.decider.fleet().nodes.len(), "control loop starting");
         // Reconcile the journal with the BMCs before anything new is
         // planned: an intent sent before a crash is verified, not resent.
         if let Some(ex) = self.executor.clone() {
             self.resume(&ex).await;
         }
+        // Wait for the first lists, but not for good: a kind the server
+        // serves and still refuses to list (RBAC, a broken conversion
+        // webhook) is named and the loop runs with what there is.
         let listed = tokio::select! {
-            _ = self.observer.watch.ready() => true,
+            _ = self.observer().watch.ready() => true,
+            _ = tokio::time::sleep(FIRST_LIST_WITHIN) => {
+                warn!(
+                    waiting_for = %self.observer().watch.not_ready().join(", "),
+                    within_s = FIRST_LIST_WITHIN.as_secs(),
+                    "not every watched kind has been listed; planning with what there is"
+                );
+                true
+            }
             _ = &mut shutdown => false,
         };
         if !listed {
@@ -270,7 +314,7 @@ impl Controller {
         if open.is_empty() {
             return;
         }
-        let now = (self.observer.shared.now)();
+        let now = (self.shared.now)();
         info!(
             intents = open.len(),
             "reconciling open intents with the BMCs before planning"
@@ -297,9 +341,11 @@ impl Controller {
             }
         }
         let open_intents = self.open_intents.clone();
-        let snapshot = self.observer.snapshot(
-            self.started.elapsed(),
-            &self.bmc,
+        let started = self.started;
+        let bmc = &self.bmc;
+        let snapshot = self.observer.as_mut().expect("run started it").snapshot(
+            started.elapsed(),
+            bmc,
             std::mem::take(&mut self.executed),
             open_intents,
         );
@@ -327,19 +373,25 @@ impl Controller {
         while let Some(done) = self.in_flight.try_join_next() {
             log_join(done);
         }
-        let shared = self.observer.shared.clone();
+        let shared = self.shared.clone();
         *shared.control.write().expect("lock") = Some(d.status);
+        for (node, view) in &d.views_changed {
+            if let Err(e) = shared.store.put_scheduler_view(node, view) {
+                warn!(node = %node, error = %accord::config_file::error_chain(&e), "cannot keep the node's scheduler view");
+            }
+        }
         self.writer
             .send(Writes {
                 events: d.events,
                 conditions: d.conditions,
+                nodes: d.publish,
             })
             .await;
         shared.metrics.record_round(&d.metrics);
     }
 
     fn spawn_kube_forwarder(&self, tx: mpsc::Sender<Wake>) -> tokio::task::JoinHandle<()> {
-        let mut changes = self.observer.watch.changes();
+        let mut changes = self.observer().watch.changes();
         tokio::spawn(async move {
             while changes.changed().await.is_ok() {
                 if tx.send(Wake::Kubernetes).await.is_err() {
@@ -350,7 +402,7 @@ impl Controller {
     }
 
     fn spawn_agent_forwarder(&self, tx: mpsc::Sender<Wake>) -> tokio::task::JoinHandle<()> {
-        let shared = self.observer.shared.clone();
+        let shared = self.shared.clone();
         tokio::spawn(async move {
             loop {
                 shared.agent_reported.notified().await;
@@ -359,6 +411,39 @@ impl Controller {
                 }
             }
         })
+    }
+}
+
+impl Controller {
+    fn observer(&self) -> &Observer {
+        self.observer.as_ref().expect("run started it")
+    }
+}
+
+/// Asks the API server what it serves, until it answers: the first
+/// failure is a warning, later ones are logged at debug level (the loop
+/// cannot plan without the cluster; SIGTERM still stops it).
+async fn discover(kube: &kube::Client) -> accord_kube::discovery::ServedApis {
+    let mut backoff = accord::backoff::Backoff::new(500, 30_000, u64::from(std::process::id()));
+    let mut failures = 0u32;
+    loop {
+        match accord_kube::discovery::ServedApis::discover(kube).await {
+            Ok(s) => {
+                if failures > 0 {
+                    info!(failures, "the API server answered discovery");
+                }
+                return s;
+            }
+            Err(e) => {
+                failures += 1;
+                if failures == 1 {
+                    warn!(error = %e, "cannot ask the API server what it serves; retrying with backoff");
+                } else {
+                    tracing::debug!(error = %e, failures, "API discovery failed again");
+                }
+                tokio::time::sleep(backoff.next_wait()).await;
+            }
+        }
     }
 }
 

@@ -10,6 +10,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::warn;
 
+use accord::fleet::TopologyConfig;
+use accord::truth::Publication;
+
 use super::decide::{ConditionWrite, Event};
 
 /// What one round writes.
@@ -17,11 +20,13 @@ use super::decide::{ConditionWrite, Event};
 pub struct Writes {
     pub events: Vec<Event>,
     pub conditions: Vec<ConditionWrite>,
+    /// Accord's labels and taints, per Node.
+    pub nodes: Vec<(String, Publication)>,
 }
 
 impl Writes {
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty() && self.conditions.is_empty()
+        self.events.is_empty() && self.conditions.is_empty() && self.nodes.is_empty()
     }
 }
 
@@ -37,12 +42,13 @@ pub struct KubeWriter {
 }
 
 impl KubeWriter {
-    pub fn spawn(kube: kube::Client) -> KubeWriter {
+    /// `topology` says which label keys Accord owns on Nodes.
+    pub fn spawn(kube: kube::Client, topology: TopologyConfig) -> KubeWriter {
         let (tx, mut rx) = mpsc::channel::<Writes>(QUEUE);
         let task = tokio::spawn(async move {
             let mut said = BTreeSet::new();
             while let Some(w) = rx.recv().await {
-                write(&kube, w, &mut said).await;
+                write(&kube, &topology, w, &mut said).await;
             }
         });
         KubeWriter { tx, task }
@@ -69,12 +75,40 @@ impl KubeWriter {
     }
 }
 
-async fn write(kube: &kube::Client, w: Writes, said: &mut BTreeSet<String>) {
+async fn write(
+    kube: &kube::Client,
+    topology: &TopologyConfig,
+    w: Writes,
+    said: &mut BTreeSet<String>,
+) {
     let mut warn_once = |key: String, line: String| {
         if said.insert(key) {
             warn!("{line}");
         }
     };
+    // Labels and taints first: they decide where kube-scheduler puts pods.
+    for (node, p) in &w.nodes {
+        let owns_label = |k: &str| accord::fleet::owns_label(topology, k);
+        match accord_kube::write::publish_node(
+            kube,
+            node,
+            p,
+            &owns_label,
+            &accord::fleet::owns_taint,
+        )
+        .await
+        {
+            Ok(outcome) => {
+                tracing::debug!(node = %node, ?outcome, "Node labels and taints published")
+            }
+            // A conflict (the Node changed since it was read) or a failed
+            // write: the next round sees the Node as it is and decides again.
+            Err(err) => warn_once(
+                format!("node {node} {err}"),
+                format!("Node {node}: cannot publish Accord's labels and taints: {err}"),
+            ),
+        }
+    }
     for e in w.events {
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some(e.regarding.api_version.clone()),

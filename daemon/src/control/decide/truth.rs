@@ -1,0 +1,171 @@
+//! *Decide*'s part about what nodes are: agents' reports against the
+//! fleet file's declarations (drift), the scheduler's view of each node
+//! (kept while it is off), and the labels and taints Accord publishes.
+//! Pure, like the rest of *decide*.
+
+use std::collections::BTreeMap;
+
+use accord::fleet::OnDrift;
+use accord::hardware::NodeHardware;
+use accord::truth::{Drift, Publication, SchedulerView};
+use accord_api::control::ModelSource;
+use tracing::{info, warn};
+
+use super::{node_ref, Decider, Event, Snapshot};
+
+impl Decider {
+    /// Agents' new reports: each node is planned with its reported model
+    /// from now on; where it differs from the declaration, that is said
+    /// (log and a Warning event on the Node) once per difference.
+    pub(super) fn absorb_reports(
+        &mut self,
+        reports: &BTreeMap<String, NodeHardware>,
+        events: &mut Vec<Event>,
+    ) {
+        for (node, hw) in reports {
+            let Some(drift) = self.fleet.apply_report(node, hw) else {
+                self.say_once(
+                    format!("unknown node {node}"),
+                    format!("node {node}: its agent reports, but the fleet file does not declare it; not planned with"),
+                );
+                continue;
+            };
+            if drift.is_empty() {
+                if self.declared_drift.remove(node).is_some() {
+                    info!(node = %node, "the report agrees with the declaration again");
+                }
+                continue;
+            }
+            let text = drift_text(&drift);
+            if self.declared_drift.get(node) != Some(&drift) {
+                let hold = self.fleet.policy.on_drift == OnDrift::Hold;
+                warn!(node = %node, drift = %text, hold, "hardware drift: the agent's report differs from the fleet file's declaration");
+                events.push(Event {
+                    regarding: node_ref(node),
+                    reason: "HardwareDrift",
+                    action: "Compare",
+                    note: if hold {
+                        format!("{text}; left out of planning until an admin acts (policy.on_drift = \"hold\")")
+                    } else {
+                        format!("{text}; planned with what the agent reports")
+                    },
+                    warning: true,
+                });
+            }
+            self.declared_drift.insert(node.clone(), drift);
+        }
+    }
+
+    /// The scheduler's view of registered nodes: kept (a node that goes
+    /// away keeps its last view); the changed ones are returned for the
+    /// store.
+    pub(super) fn absorb_views(
+        &mut self,
+        views: &BTreeMap<String, SchedulerView>,
+    ) -> Vec<(String, SchedulerView)> {
+        let mut changed = Vec::new();
+        for (node, v) in views {
+            if !self.lives.contains_key(node) {
+                continue;
+            }
+            if self.views.get(node) != Some(v) {
+                self.views.insert(node.clone(), v.clone());
+                changed.push((node.clone(), v.clone()));
+            }
+        }
+        changed
+    }
+
+    /// A Warning event on the Node when its model and the scheduler's
+    /// view start to differ (once per difference).
+    pub(super) fn scheduler_drift_events(
+        &mut self,
+        drift: &BTreeMap<String, Vec<Drift>>,
+        events: &mut Vec<Event>,
+    ) {
+        for (node, d) in drift {
+            if d.is_empty() || self.scheduler_drift.get(node) == Some(d) {
+                continue;
+            }
+            let text = drift_text(d);
+            if self.say_once(
+                format!("scheduler drift {node} {text}"),
+                format!("node {node}: the scheduler's view differs from the model: {text}; planned with the scheduler's"),
+            ) {
+                events.push(Event {
+                    regarding: node_ref(node),
+                    reason: "SchedulerDrift",
+                    action: "Compare",
+                    note: format!("{text}; Accord plans with what the scheduler sees"),
+                    warning: true,
+                });
+            }
+        }
+    }
+
+    /// What to publish on registered Nodes: Accord's keys where the Node
+    /// shows other values, each sent once per (publication, view).
+    pub(super) fn publications(&mut self, snap: &Snapshot) -> Vec<(String, Publication)> {
+        let topology = &self.fleet.topology;
+        let mut out = Vec::new();
+        for (node, view) in &snap.views {
+            let Some(want) = self.fleet.publication(node, snap.now) else {
+                continue;
+            };
+            let labels_ok = want
+                .labels
+                .iter()
+                .all(|(k, v)| view.labels.get(k) == Some(v))
+                && view
+                    .labels
+                    .keys()
+                    .filter(|k| accord::fleet::owns_label(topology, k))
+                    .all(|k| want.labels.contains_key(k));
+            let mut have_taints: Vec<_> = view
+                .taints
+                .iter()
+                .filter(|t| accord::fleet::owns_taint(&t.key))
+                .cloned()
+                .collect();
+            have_taints.sort();
+            let mut want_taints = want.taints.clone();
+            want_taints.sort();
+            if labels_ok && have_taints == want_taints {
+                continue;
+            }
+            if self.published.get(node).is_some_and(|(p, v, at)| {
+                p == &want && v == view && snap.now.saturating_sub(*at) < REPUBLISH_S
+            }) {
+                continue;
+            }
+            info!(node = %node, labels = want.labels.len(), taints = want.taints.len(), "publishing Accord's labels and taints on the Node");
+            self.published
+                .insert(node.clone(), (want.clone(), view.clone(), snap.now));
+            out.push((node.clone(), want));
+        }
+        out
+    }
+
+    pub(super) fn model_source(&self, node: &str) -> ModelSource {
+        if self.fleet.policy.on_drift == OnDrift::Hold && self.declared_drift.contains_key(node) {
+            ModelSource::Held
+        } else if self.fleet.is_reported(node) {
+            ModelSource::Reported
+        } else {
+            ModelSource::Declared
+        }
+    }
+}
+
+/// A publication the Node still does not show is sent again after this
+/// long (a write that failed without the Node changing).
+pub(super) const REPUBLISH_S: u64 = 30;
+
+/// Differences as one line.
+pub(super) fn drift_text(drift: &[Drift]) -> String {
+    drift
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}

@@ -1,0 +1,2 @@
+//! Helpers shared by the daemon's test binaries.
+pub mod lab;
