@@ -198,12 +198,15 @@ pub fn devices_from_hardware(
     let mut counters = CounterSets::new();
     for (gi, g) in hw.gpus.iter().enumerate() {
         // Only NVIDIA GPUs are published by the NVIDIA DRA driver; others
-        // (an AMD card beside them) stay out of this model for now.
-        if !g
+        // (an AMD card beside them) stay out of this model for now. NVML
+        // sees only NVIDIA GPUs, and names no vendor: a GPU it reported is
+        // one.
+        let nvidia = g
             .vendor
             .as_deref()
             .is_some_and(|v| v.to_ascii_lowercase().contains("nvidia"))
-        {
+            || g.sources.contains(&crate::hardware::Source::Nvml);
+        if !nvidia {
             continue;
         }
         let model = g.model.clone().unwrap_or_else(|| "unknown".into());

@@ -917,3 +917,28 @@ fn same_inputs_give_the_same_drift_and_plans_byte_for_byte() {
     assert_eq!(first, run(&[1, 2, 0]));
     assert!(first.0.contains("gpu_count"), "{}", first.0);
 }
+
+/// What the agent reports (the recorded H100 machine: hwloc merged with
+/// NVML, whose GPUs name no PCI vendor) is planned with all its GPUs.
+#[test]
+fn an_agents_recorded_report_is_planned_with_its_gpus() {
+    let fleet_toml = r#"
+[profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "4"
+memory = "1Ti"
+[[nodes]]
+name = "n1"
+profile = "h100"
+"#;
+    let mut f = Fleet::from_toml(fleet_toml, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+    let text = include_str!("fixtures/models/h100-8gpu-mig.json");
+    let hw: accord::hardware::NodeHardware = serde_json::from_str(text).unwrap();
+    assert!(hw.gpus.iter().all(|g| g.vendor.is_none()));
+    f.apply_report("n1", &hw).unwrap();
+    let n = f.node("n1").unwrap();
+    assert_eq!(n.gpus.len(), 8);
+    // GPUs 0-3 whole; GPU 4 has 7 MIG instances, GPU 5 three.
+    assert!(n.devices.len() >= 4 + 7 + 3, "{}", n.devices.len());
+}

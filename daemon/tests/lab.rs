@@ -30,7 +30,7 @@ async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
     .await;
     let to_bound = bound(&lab, "train", Duration::from_secs(120)).await;
 
-    // r1 has three nodes and r3 the wrong GPUs: all of r2, nothing else.
+    // r1 and r3 have three and two nodes: all of r2, nothing else.
     assert_eq!(lab.nodes_powered_on(), r2());
     assert_eq!(nodes_of(&lab, "ml/train-"), r2(), "{:?}", lab.bound_pods());
     // One Reset per node, as the emulator logged them.
@@ -455,7 +455,7 @@ async fn wait_condition(lab: &Lab, ns: &str, name: &str, type_: &str, want: (&st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
-    let spec = "{nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}, containers: [{name: main, image: t, resources: {requests: {cpu: \"16\", memory: 64Gi, nvidia.com/gpu: \"8\"}}}]}";
+    let spec = "{nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}, containers: [{name: main, image: t, resources: {requests: {cpu: \"1\", memory: 64Gi, nvidia.com/gpu: \"8\"}}}]}";
     let request = |name: &str, class: &str, count: u32| {
         format!(
             "{{apiVersion: v1, kind: PodTemplate, metadata: {{namespace: team-b, name: {name}-main}}, template: {{spec: {spec}}}}}\n---\n\
@@ -582,7 +582,7 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
             "metadata": {"namespace": "team-b", "name": format!("job-1-{i}")},
             "spec": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
                      "containers": [{"name": "main", "image": "t", "resources":
-                        {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}}}]},
+                        {"requests": {"cpu": "1", "memory": "64Gi", "nvidia.com/gpu": "8"}}}]},
         });
         lab.api.apply(pod);
     }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use accord_testkit::fake_api::KubeVersion;
 use clap::Parser;
 
 use crate::{Lab, LabOptions, Scenario};
@@ -51,6 +52,15 @@ pub struct Cli {
     /// this program, else on PATH.
     #[arg(long, value_name = "PATH")]
     pub accordd: Option<PathBuf>,
+    /// The Kubernetes version the lab's API server emulates (`1.31`),
+    /// over the scenario's `lab.kube_version`; default: the newest.
+    #[arg(long, value_name = "VERSION", value_parser = KubeVersion::parse)]
+    pub kube_version: Option<KubeVersion>,
+    /// Print what every machine publishes when it is up (its Node and, where
+    /// DRA is served, its ResourceSlice: built from its recording) as JSON,
+    /// and exit; runs no accordd.
+    #[arg(long)]
+    pub print_nodes: bool,
 }
 
 /// `accord-lab`'s main: parses the command line, runs the lab.
@@ -107,11 +117,19 @@ pub fn find_accordd(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
 const DAEMON_STOP_WITHIN: Duration = Duration::from_secs(30);
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let accordd = find_accordd(cli.accordd.as_deref())?;
-    let scenario = match &cli.scenario {
+    let mut scenario = match &cli.scenario {
         Some(f) => Scenario::load(f)?,
         None => Scenario::default_scenario(),
     };
+    if let Some(v) = cli.kube_version {
+        scenario.lab.kube_version = Some(v.to_string());
+    }
+    if cli.print_nodes {
+        let objects = crate::published_objects(&scenario)?;
+        println!("{}", serde_json::to_string_pretty(&objects)?);
+        return Ok(());
+    }
+    let accordd = find_accordd(cli.accordd.as_deref())?;
     let until_off = scenario.lab.until_off;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
@@ -180,4 +198,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `scripts/run --kube-version 1.31 --json` reaches the lab as this.
+    #[test]
+    fn the_kube_version_flag_parses_and_is_checked() {
+        let cli = Cli::try_parse_from([
+            "accord-lab",
+            "--until-idle",
+            "--kube-version",
+            "1.31",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.kube_version.map(|v| v.to_string()).as_deref(),
+            Some("1.31")
+        );
+        assert!(cli.until_idle && cli.json);
+        let e = Cli::try_parse_from(["accord-lab", "--kube-version", "2.0"]).unwrap_err();
+        assert!(e.to_string().contains("unknown Kubernetes version"), "{e}");
+    }
 }

@@ -8,9 +8,13 @@
 //!   broken machines);
 //! - Kubernetes: the in-repo fake API server (real list/watch over HTTP);
 //! - machines: when a node's BMC shows On, after `boot_delay_ms` its agent
-//!   starts (accord-agent's own `run`, replaying a recorded DGX-2 board and
-//!   H100 NVML snapshot) and after `kubelet_delay_ms` its Kubernetes Node
-//!   registers Ready; when the BMC shows Off both go away;
+//!   starts (accord-agent's own `run`, replaying the machine's recording:
+//!   [`recordings`]) and after `kubelet_delay_ms` its Kubernetes Node
+//!   registers Ready, with the NVIDIA device plugin's resources, GPU
+//!   Feature Discovery's labels and (where the emulated Kubernetes serves
+//!   DRA) the NVIDIA DRA driver's ResourceSlice, all from that recording
+//!   ([`kubelet`]), not from the fleet file; when the BMC shows Off all
+//!   go away;
 //! - a scheduler: [`binder`], written independently of the planner, binds
 //!   pending pods to Ready nodes that fit, or marks them Unschedulable;
 //! - a scenario ([`scenario`]): workloads submitted over time, finished
@@ -32,7 +36,9 @@ macro_rules! say {
 pub mod binder;
 pub mod cli;
 pub mod fixtures;
+pub mod kubelet;
 pub mod proxy;
+pub mod recordings;
 pub mod scenario;
 mod summary;
 mod world;
@@ -44,20 +50,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use accord::fleet::Fleet;
-use accord_testkit::fake_api::FakeApi;
+use accord_testkit::fake_api::{FakeApi, KubeVersion};
 use anyhow::Context;
 use serde_json::Value;
 use tokio::time::Instant;
 use tracing::info;
 
-use accord_api::control::{ControlStatus, Mode, WorkloadState};
+use accord_api::control::{ControlStatus, Mode, ModelSource, WorkloadState};
+pub use recordings::Recording;
 pub use scenario::Scenario;
 pub use summary::{NodeSummary, Summary, WorkloadSummary};
-
-/// Recorded hardware every lab agent replays: one HGX baseboard of a real
-/// DGX-2 (hwloc export) with a recorded 8 x H100 NVML view.
-const HWLOC_XML: &str = include_str!("../../tests/fixtures/hwloc/derived/dgx2-board0-no-nvml.xml");
-const NVML_SNAPSHOT: &str = include_str!("../../tests/fixtures/nvml/h100-8gpu-mig.json");
 
 const ADMIN_TOKEN: &str = "lab-admin-token";
 const AGENT_TOKEN: &str = "lab-agent-token";
@@ -113,6 +115,79 @@ struct NodeSim {
     agent: Option<tokio::sync::oneshot::Sender<()>>,
     agent_started: bool,
     registered: bool,
+    /// What accordd last said it plans the node with.
+    model: Option<ModelSource>,
+    /// accordd's last non-empty drift for the node (`Drift`'s words).
+    drift: Vec<String>,
+}
+
+/// The recording one machine replays, and what its agent sees in it.
+#[derive(Debug, Clone)]
+pub struct MachineRecording {
+    pub recording: Recording,
+    /// Where it was named (`lab.machines.r1-n1.recording`,
+    /// `lab.recordings.hgx-h100`, the default).
+    pub from: String,
+    /// GPUs NVML shows in it.
+    pub gpus: usize,
+    /// `7 x NVIDIA H100 80GB HBM3, MIG off`.
+    pub describe: String,
+}
+
+/// Each fleet node's recording (built-ins written under `dir`), each
+/// discovered once with the agent's library: a recording that does not
+/// discover is an error naming the node, the key and the file.
+pub fn resolve_recordings(
+    scenario: &Scenario,
+    fleet: &Fleet,
+    dir: &Path,
+) -> anyhow::Result<BTreeMap<String, MachineRecording>> {
+    let mut seen: BTreeMap<Recording, (usize, String)> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for n in &fleet.nodes {
+        let (spec, from) = scenario.recording_of(&n.name);
+        let recording = Recording::resolve(&spec, &scenario.base, dir)
+            .with_context(|| format!("machine {} ({from})", n.name))?;
+        let (gpus, describe) = match seen.get(&recording) {
+            Some(v) => v.clone(),
+            None => {
+                let m = recording
+                    .discover()
+                    .with_context(|| format!("machine {} ({from})", n.name))?;
+                let v = (m.gpus().len(), m.describe());
+                seen.insert(recording.clone(), v.clone());
+                v
+            }
+        };
+        out.insert(
+            n.name.clone(),
+            MachineRecording {
+                recording,
+                from,
+                gpus,
+                describe,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// What every machine of `scenario` publishes when it is up (its Node and,
+/// where the Kubernetes version serves DRA, its ResourceSlice), built
+/// from its recording by the lab's stand-ins: `accord-lab --print-nodes`.
+pub fn published_objects(scenario: &Scenario) -> anyhow::Result<Vec<Value>> {
+    let fleet = scenario.resolve_fleet().context("the scenario's fleet")?;
+    let version = scenario.kube_version().map_err(anyhow::Error::msg)?;
+    let dir = tempfile::tempdir()?;
+    let mut out = Vec::new();
+    for (name, m) in resolve_recordings(scenario, &fleet, dir.path())? {
+        let machine = m.recording.discover()?;
+        out.push(kubelet::node_object(&name, &machine));
+        if let Some(api) = version.dra_api_version() {
+            out.extend(kubelet::resource_slice(&name, &machine, api));
+        }
+    }
+    Ok(out)
 }
 
 #[derive(Debug, Default)]
@@ -128,6 +203,10 @@ struct Record {
 pub struct Lab {
     pub scenario: Scenario,
     pub fleet: Fleet,
+    /// The Kubernetes version the fake API server emulates.
+    pub kube_version: KubeVersion,
+    /// What each machine replays.
+    pub recordings: Arc<BTreeMap<String, MachineRecording>>,
     pub api: Arc<FakeApi>,
     pub emulator: accord_testkit::sushy::Peer,
     pub proxy: proxy::BmcProxy,
@@ -184,6 +263,8 @@ struct Ctx {
     http: reqwest::Client,
     narrate: bool,
     started: Instant,
+    kube: KubeVersion,
+    recordings: Arc<BTreeMap<String, MachineRecording>>,
 }
 
 impl Lab {
@@ -192,10 +273,26 @@ impl Lab {
     /// ([`Lab::start_daemon`]) so a test can kill and restart it.
     pub async fn start(scenario: Scenario, options: LabOptions) -> anyhow::Result<Lab> {
         let fleet = scenario.resolve_fleet().context("the scenario's fleet")?;
+        let kube = scenario
+            .kube_version()
+            .map_err(|e| anyhow::anyhow!("lab.kube_version: {e}"))?;
+        // Said before anything starts, rather than a submission that hangs.
+        let unserved = scenario.unserved(kube);
+        if !unserved.is_empty() {
+            anyhow::bail!(
+                "the scenario needs what Kubernetes {kube} does not serve: {}",
+                unserved.join("; ")
+            );
+        }
         let dir = tempfile::Builder::new()
             .prefix("accord-lab")
             .tempdir()
             .context("cannot make the lab directory")?;
+        let recordings = Arc::new(resolve_recordings(
+            &scenario,
+            &fleet,
+            &dir.path().join("recordings"),
+        )?);
         let systems: Vec<accord_testkit::sushy::FakeSystem> = fleet
             .nodes
             .iter()
@@ -211,12 +308,10 @@ impl Lab {
             scenario.lab.broken.iter().cloned().collect(),
         )
         .await?;
-        let api = Arc::new(FakeApi::start().await);
+        let api = Arc::new(FakeApi::start_version(kube).await);
         let port = accord_testkit::sushy::free_port();
         let daemon_url = format!("http://127.0.0.1:{port}");
         let d = dir.path();
-        std::fs::write(d.join("topology.xml"), HWLOC_XML)?;
-        std::fs::write(d.join("nvml.json"), NVML_SNAPSHOT)?;
         private(&d.join("admin-token"), ADMIN_TOKEN)?;
         private(&d.join("agent-token"), AGENT_TOKEN)?;
         std::fs::write(d.join("fleet.toml"), scenario.fleet_toml())?;
@@ -326,6 +421,8 @@ impl Lab {
             http,
             narrate: options.narrate,
             started,
+            kube,
+            recordings: recordings.clone(),
         };
         let tasks = vec![
             tokio::spawn(world::machines(ctx.clone())),
@@ -333,10 +430,15 @@ impl Lab {
             tokio::spawn(world::submitter(ctx.clone())),
             tokio::spawn(world::watch_status(ctx)),
         ];
-        say!(options, dir = %d.display(), nodes = fleet.nodes.len(), bmcs = %emulator.url(), kube = %api.url, "lab up: {} emulated BMCs, fake Kubernetes API, accordd config {}", fleet.nodes.len(), config_path.display());
+        say!(options, dir = %d.display(), nodes = fleet.nodes.len(), bmcs = %emulator.url(), kube = %api.url, "lab up: {} emulated BMCs, fake Kubernetes API (Kubernetes {kube}{}), accordd config {}", fleet.nodes.len(), kube.dra_api_version().map_or(", no DRA".to_owned(), |v| format!(", DRA {v}")), config_path.display());
+        for (name, m) in recordings.iter() {
+            say!(options, node = %name, "replays {} ({}; {})", m.recording.name, m.describe, m.from);
+        }
         Ok(Lab {
             scenario: (*scenario).clone(),
             fleet: (*fleet).clone(),
+            kube_version: kube,
+            recordings,
             api,
             emulator,
             proxy,
@@ -530,6 +632,37 @@ impl Lab {
             .all(|(name, n)| !n.on || (!dark && n.registered && !busy.contains(name.as_str())))
     }
 
+    /// What keeps the scenario from settling: submissions not done, nodes
+    /// busy or on their way up.
+    fn unsettled(&self) -> String {
+        let r = self.record.lock().expect("lock");
+        let mut out = Vec::new();
+        for (sub, s) in self.scenario.submit.iter().zip(&r.subs) {
+            if s.finished.is_some() {
+                continue;
+            }
+            let state = match (s.submitted, s.bound) {
+                (None, _) => "not submitted".to_owned(),
+                (Some(_), None) => format!("{} pods not all bound", s.pods.len()),
+                (Some(_), Some(_)) => "running".to_owned(),
+            };
+            out.push(format!("{}: {state}", sub.name));
+        }
+        let busy: BTreeSet<&str> = r.bound.values().map(|(_, _, n)| n.as_str()).collect();
+        for (name, n) in &r.nodes {
+            if n.on && !n.registered {
+                out.push(format!("{name}: on, its Node not registered yet"));
+            } else if n.on && busy.contains(name.as_str()) {
+                out.push(format!("{name}: on, with pods"));
+            }
+        }
+        if out.is_empty() {
+            "accordd has power actions in flight, or nodes are on".to_owned()
+        } else {
+            out.join("; ")
+        }
+    }
+
     /// Runs until the scenario is done and every node is idle or off (and
     /// accordd has no power action in flight); with `dark`, until every
     /// node is off. Errors after `lab.max_s`, or if accordd exits.
@@ -548,8 +681,9 @@ impl Lab {
             }
             if Instant::now() > deadline {
                 anyhow::bail!(
-                    "the scenario did not settle within lab.max_s = {} s; {}",
+                    "the scenario did not settle within lab.max_s = {} s ({}); {}",
                     self.scenario.lab.max_s,
+                    self.unsettled(),
                     self.daemon_report()
                 );
             }
@@ -707,14 +841,8 @@ impl Lab {
             })
             .collect();
         let mut powered_gpu_s = 0.0;
-        let gpus_of = |name: &str| {
-            self.fleet
-                .nodes
-                .iter()
-                .find(|n| n.name == name)
-                .map(|n| n.gpus.len() as f64)
-                .unwrap_or(0.0)
-        };
+        // The GPUs the machine has (its recording), not the declared ones.
+        let gpus_of = |name: &str| self.recordings.get(name).map_or(0.0, |m| m.gpus as f64);
         let nodes: Vec<NodeSummary> = r
             .nodes
             .iter()
@@ -724,18 +852,29 @@ impl Lab {
                         .map(|t| now.duration_since(t).as_secs_f64())
                         .unwrap_or(0.0);
                 powered_gpu_s += on_s * gpus_of(name);
+                let st = status.and_then(|s| s.nodes.iter().find(|x| &x.name == name));
+                // accordd's drift now, else the last it said while the run
+                // went on.
+                let drift = match st {
+                    Some(x) if !x.drift.is_empty() => {
+                        x.drift.iter().map(ToString::to_string).collect()
+                    }
+                    _ => n.drift.clone(),
+                };
                 NodeSummary {
                     name: name.clone(),
                     power_cycles: n.power_cycles,
                     on_now: n.on,
                     used: n.used,
                     on_s,
-                    stage: status.and_then(|s| {
-                        s.nodes
-                            .iter()
-                            .find(|x| &x.name == name)
-                            .map(|x| accord_api::control::stage_label(x.stage))
-                    }),
+                    stage: st.map(|x| accord_api::control::stage_label(x.stage)),
+                    recording: self
+                        .recordings
+                        .get(name)
+                        .map(|m| m.recording.name.clone())
+                        .unwrap_or_default(),
+                    model: st.map(|x| x.model).or(n.model).map(model_label),
+                    drift,
                 }
             })
             .collect();
@@ -751,6 +890,7 @@ impl Lab {
             .filter(|r| r.starts_with("POST ") && r.contains("/Actions/ComputerSystem.Reset"))
             .count();
         Summary {
+            kube_version: self.kube_version.to_string(),
             elapsed_s: now.duration_since(self.started).as_secs_f64(),
             nodes_powered_on: nodes.iter().filter(|n| n.power_cycles > 0).count(),
             nodes_powered_on_never_used: nodes
@@ -844,7 +984,63 @@ fn cannot_place_reason(status: &ControlStatus, keys: &BTreeSet<String>) -> Optio
         .find_map(|w| w.reason.clone())
 }
 
+/// How the summary names where accordd's model of a node comes from.
+fn model_label(m: ModelSource) -> String {
+    match m {
+        ModelSource::Declared => "declared",
+        ModelSource::Reported => "reported",
+        ModelSource::Held => "held",
+    }
+    .to_owned()
+}
+
 /// accordd's last round; `None` while it is not up (or has no round yet).
 async fn fetch_status(admin: &accord_api::Client) -> Option<ControlStatus> {
     admin.status().await.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the default scenario's machines publish when up: each its own
+    /// recording, whatever the fleet file declares (r1-n1 is declared with
+    /// 8 GPUs and has 7); ResourceSlices only where DRA is served.
+    #[test]
+    fn the_default_scenarios_machines_publish_their_recordings() {
+        let mut s = Scenario::default_scenario();
+        let objects = published_objects(&s).unwrap();
+        let node = |name: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == "Node" && o["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("no Node {name}"))
+        };
+        let gpu = |name: &str, r: &str| node(name)["status"]["allocatable"][r].clone();
+        assert_eq!(gpu("r1-n1", "nvidia.com/gpu"), "7");
+        assert_eq!(gpu("r1-n2", "nvidia.com/gpu"), "8");
+        assert_eq!(gpu("r3-n1", "nvidia.com/gpu"), "0");
+        assert_eq!(gpu("r3-n1", "nvidia.com/mig-1g.10gb"), "56");
+        assert_eq!(gpu("r3-n2", "cpu"), "4");
+        assert_eq!(node("r3-n2")["spec"], serde_json::json!({}));
+        let slices: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == "ResourceSlice")
+            .collect();
+        assert_eq!(slices.len(), 11);
+        assert!(slices
+            .iter()
+            .all(|s| s["apiVersion"] == "resource.k8s.io/v1"));
+
+        s.lab.kube_version = Some("1.31".into());
+        let objects = published_objects(&s).unwrap();
+        assert!(objects.iter().all(|o| o["kind"] == "Node"));
+        s.lab.kube_version = Some("1.32".into());
+        let objects = published_objects(&s).unwrap();
+        assert!(objects
+            .iter()
+            .filter(|o| o["kind"] == "ResourceSlice")
+            .all(|s| s["apiVersion"] == "resource.k8s.io/v1beta1"
+                && s["spec"]["devices"][0]["basic"].is_object()));
+    }
 }

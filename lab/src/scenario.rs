@@ -4,8 +4,10 @@
 //! manifests. Parsed strictly (unknown keys name file, line and column),
 //! then validated as a whole.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use accord_testkit::fake_api::KubeVersion;
 use serde::Deserialize;
 
 /// The default scenario: a few racks of 8-GPU nodes, gangs with rack
@@ -51,6 +53,74 @@ pub struct LabSettings {
     /// With `--until-idle`, also wait until every node is off again (the
     /// idle ones powered off), not only idle.
     pub until_off: bool,
+    /// The Kubernetes version the fake API server serves (`"1.37"`);
+    /// default: the newest it knows. `--kube-version` overrides it.
+    pub kube_version: Option<String>,
+    /// Per fleet profile: the recording its machines replay. A machine
+    /// whose profile has none (and that names none itself) replays
+    /// [`crate::recordings::DEFAULT_BUILTIN`].
+    pub recordings: BTreeMap<String, RecordingSpec>,
+    /// Per fleet node: what differs for that machine.
+    pub machines: BTreeMap<String, MachineSettings>,
+}
+
+/// Recorded hardware: exactly one of `builtin` (an embedded recording),
+/// `capture` (a directory `accord-agent capture` wrote: `topology.xml`
+/// and, where NVML was there, `nvml.json`) or `hwloc_xml` (with an
+/// optional `nvml_snapshot`). Paths are relative to the scenario file.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordingSpec {
+    pub builtin: Option<String>,
+    pub capture: Option<PathBuf>,
+    pub hwloc_xml: Option<PathBuf>,
+    pub nvml_snapshot: Option<PathBuf>,
+}
+
+impl RecordingSpec {
+    pub fn builtin(name: &str) -> RecordingSpec {
+        RecordingSpec {
+            builtin: Some(name.to_owned()),
+            ..Default::default()
+        }
+    }
+
+    /// Its problems, each naming `key` (`lab.machines.r1-n1.recording`).
+    fn problems(&self, key: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let forms = [
+            self.builtin.is_some(),
+            self.capture.is_some(),
+            self.hwloc_xml.is_some(),
+        ];
+        if forms.iter().filter(|f| **f).count() != 1 {
+            out.push(format!(
+                "{key}: set exactly one of builtin, capture or hwloc_xml"
+            ));
+        }
+        if self.nvml_snapshot.is_some() && self.hwloc_xml.is_none() {
+            out.push(format!(
+                "{key}.nvml_snapshot: only with hwloc_xml (a capture has its own nvml.json)"
+            ));
+        }
+        if let Some(b) = &self.builtin {
+            if crate::recordings::builtin(b).is_none() {
+                out.push(format!(
+                    "{key}.builtin: no built-in recording {b:?} (there are: {})",
+                    crate::recordings::builtin_names()
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// One machine's settings (`[lab.machines.NODE]`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineSettings {
+    /// The recording it replays, whatever its profile's.
+    pub recording: Option<RecordingSpec>,
 }
 
 impl Default for LabSettings {
@@ -64,6 +134,9 @@ impl Default for LabSettings {
             power_on_timeout_s: 30,
             max_s: 600,
             until_off: false,
+            kube_version: None,
+            recordings: BTreeMap::new(),
+            machines: BTreeMap::new(),
         }
     }
 }
@@ -134,6 +207,101 @@ impl Scenario {
         })
     }
 
+    /// The Kubernetes version the lab's API server emulates.
+    pub fn kube_version(&self) -> Result<KubeVersion, String> {
+        match &self.lab.kube_version {
+            Some(v) => KubeVersion::parse(v),
+            None => Ok(KubeVersion::NEWEST),
+        }
+    }
+
+    /// The recording fleet node `node` replays, and where that was said:
+    /// its own `[lab.machines.NODE] recording`, else its profile's
+    /// `[lab.recordings]` entry, else the default built-in.
+    pub fn recording_of(&self, node: &str) -> (RecordingSpec, String) {
+        if let Some(r) = self
+            .lab
+            .machines
+            .get(node)
+            .and_then(|m| m.recording.as_ref())
+        {
+            return (r.clone(), format!("lab.machines.{node}.recording"));
+        }
+        let profile = self
+            .fleet
+            .nodes
+            .iter()
+            .find(|n| n.name == node)
+            .and_then(|n| n.profile.as_deref());
+        if let Some((p, r)) = profile.and_then(|p| Some((p, self.lab.recordings.get(p)?))) {
+            return (r.clone(), format!("lab.recordings.{p}"));
+        }
+        (
+            RecordingSpec::builtin(crate::recordings::DEFAULT_BUILTIN),
+            "the default recording".to_owned(),
+        )
+    }
+
+    /// What the submissions apply that Kubernetes `version` does not serve
+    /// (the fake API server serves what such a cluster does, with the
+    /// x-k8s.io CRDs installed): scheduling.k8s.io/v1beta1 PodGroups before
+    /// 1.37, resource.k8s.io at a version it does not serve. Each names the
+    /// submission, the object and the version. Reads `file` submissions.
+    pub fn unserved(&self, version: KubeVersion) -> Vec<String> {
+        let served: Vec<(String, &str)> = accord_testkit::fake_api::resources_for(version, true)
+            .into_iter()
+            .map(|r| {
+                let api = r
+                    .prefix
+                    .strip_prefix("/apis/")
+                    .or_else(|| r.prefix.strip_prefix("/api/"))
+                    .unwrap_or(r.prefix);
+                (api.to_owned(), r.kind)
+            })
+            .collect();
+        let mut out = Vec::new();
+        for s in &self.submit {
+            let objects = match self.objects(s) {
+                Ok(o) => o,
+                Err(e) => {
+                    out.push(format!("submission {}: {e:#}", s.name));
+                    continue;
+                }
+            };
+            for o in objects {
+                let api = o["apiVersion"].as_str().unwrap_or("");
+                let kind = o["kind"].as_str().unwrap_or("");
+                if served.iter().any(|(a, k)| a == api && *k == kind) {
+                    continue;
+                }
+                let what = format!(
+                    "{kind} {}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap_or("default"),
+                    o["metadata"]["name"].as_str().unwrap_or("")
+                );
+                let hint = if api == "scheduling.k8s.io/v1beta1" {
+                    KubeVersion::ALL
+                        .into_iter()
+                        .find(|v| v.serves_pod_group_v1beta1())
+                        .map(|v| format!(" (served from Kubernetes {v})"))
+                        .unwrap_or_default()
+                } else if api.starts_with("resource.k8s.io/") {
+                    match version.dra_api_version() {
+                        Some(v) => format!(" (it serves DRA as {v})"),
+                        None => " (it serves no DRA version by default)".to_owned(),
+                    }
+                } else {
+                    String::new()
+                };
+                out.push(format!(
+                    "submission {}: {what} is {api}, which Kubernetes {version} does not serve{hint}",
+                    s.name
+                ));
+            }
+        }
+        out
+    }
+
     /// A submission's manifests as JSON objects.
     pub fn objects(&self, s: &Submission) -> anyhow::Result<Vec<serde_json::Value>> {
         use anyhow::Context;
@@ -184,6 +352,29 @@ impl Scenario {
             if f.nodes.is_empty() {
                 problems.push("fleet: no [[nodes]]".to_owned());
             }
+            for node in self.lab.machines.keys() {
+                if !f.nodes.iter().any(|n| &n.name == node) {
+                    problems.push(format!("lab.machines.{node}: not a fleet node"));
+                }
+            }
+        }
+        for profile in self.lab.recordings.keys() {
+            if !self.fleet.profiles.contains_key(profile) {
+                problems.push(format!(
+                    "lab.recordings.{profile}: no profile {profile:?} in [fleet.profiles]"
+                ));
+            }
+        }
+        for (profile, r) in &self.lab.recordings {
+            problems.extend(r.problems(&format!("lab.recordings.{profile}")));
+        }
+        for (node, m) in &self.lab.machines {
+            if let Some(r) = &m.recording {
+                problems.extend(r.problems(&format!("lab.machines.{node}.recording")));
+            }
+        }
+        if let Err(e) = self.kube_version() {
+            problems.push(format!("lab.kube_version: {e}"));
         }
         if self.control.contains_key("mode") {
             problems.push("control.mode: set lab.mode instead".to_owned());
@@ -263,5 +454,167 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("fleet.racks.r1.max_concurrent_power_ons"), "{e}");
+    }
+
+    const TWO_NODES: &str = "[[fleet.racks]]\nname = \"r1\"\n\
+        [fleet.profiles.p]\ngpus = 8\ngpu_model = \"H\"\ncpu = \"4\"\nmemory = \"1Ti\"\n\
+        [fleet.profiles.q]\ngpus = 8\ngpu_model = \"H\"\ncpu = \"4\"\nmemory = \"1Ti\"\n\
+        [[fleet.nodes]]\nname = \"n1\"\nrack = \"r1\"\nprofile = \"p\"\n\
+        [[fleet.nodes]]\nname = \"n2\"\nrack = \"r1\"\nprofile = \"q\"\n\
+        [[fleet.nodes]]\nname = \"n3\"\nrack = \"r1\"\nprofile = \"p\"\n";
+
+    fn with_lab(lab: &str) -> Result<Scenario, String> {
+        Scenario::parse(&format!("{lab}\n{TWO_NODES}"), Path::new("dir/s.toml"))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every recording key: per profile, per machine over it (each form),
+    /// the default for the rest; paths relative to the scenario file.
+    #[test]
+    fn recordings_per_profile_and_per_machine() {
+        let s = with_lab(
+            "[lab]\nkube_version = \"1.34\"\n\
+             [lab.recordings]\np = { builtin = \"h100-8gpu-mig-1g\" }\n\
+             [lab.machines.n3]\nrecording = { hwloc_xml = \"rec/t.xml\", nvml_snapshot = \"rec/n.json\" }\n\
+             [lab.machines.n2]\nrecording = { capture = \"cap\" }\n",
+        )
+        .unwrap();
+        assert_eq!(s.kube_version().unwrap().to_string(), "1.34");
+        let (r, from) = s.recording_of("n1");
+        assert_eq!(r, RecordingSpec::builtin("h100-8gpu-mig-1g"));
+        assert_eq!(from, "lab.recordings.p");
+        let (r, from) = s.recording_of("n2");
+        assert_eq!(r.capture.as_deref(), Some(Path::new("cap")));
+        assert_eq!(from, "lab.machines.n2.recording");
+        let (r, _) = s.recording_of("n3");
+        let dir = tempfile::tempdir().unwrap();
+        let rec = crate::Recording::resolve(&r, &s.base, dir.path()).unwrap();
+        assert_eq!(rec.hwloc_xml, Path::new("dir/rec/t.xml"));
+        assert_eq!(
+            rec.nvml_snapshot.as_deref(),
+            Some(Path::new("dir/rec/n.json"))
+        );
+
+        // No entry for its profile: the documented default.
+        let s = with_lab("[lab]\n").unwrap();
+        let (r, from) = s.recording_of("n2");
+        assert_eq!(
+            r,
+            RecordingSpec::builtin(crate::recordings::DEFAULT_BUILTIN)
+        );
+        assert_eq!(from, "the default recording");
+        assert_eq!(s.kube_version().unwrap(), KubeVersion::NEWEST);
+    }
+
+    /// A capture directory: its topology.xml, and nvml.json only where
+    /// the capture had NVML.
+    #[test]
+    fn a_capture_directory_is_what_capture_writes() {
+        let base = tempfile::tempdir().unwrap();
+        let cap = base.path().join("cap");
+        std::fs::create_dir(&cap).unwrap();
+        let spec = RecordingSpec {
+            capture: Some("cap".into()),
+            ..Default::default()
+        };
+        let e = crate::Recording::resolve(&spec, base.path(), base.path()).unwrap_err();
+        assert!(format!("{e:#}").contains("topology.xml"), "{e:#}");
+        std::fs::write(cap.join("topology.xml"), "x").unwrap();
+        let r = crate::Recording::resolve(&spec, base.path(), base.path()).unwrap();
+        assert_eq!(r.nvml_snapshot, None);
+        std::fs::write(cap.join("nvml.json"), "x").unwrap();
+        let r = crate::Recording::resolve(&spec, base.path(), base.path()).unwrap();
+        assert_eq!(r.nvml_snapshot, Some(cap.join("nvml.json")));
+    }
+
+    /// Each mistake names its key.
+    #[test]
+    fn recording_and_version_mistakes_name_their_key() {
+        let cases = [
+            ("[lab]\nkube_version = \"1.12\"", "lab.kube_version"),
+            (
+                "[lab.recordings]\nzz = { builtin = \"h100-8gpu\" }",
+                "lab.recordings.zz: no profile",
+            ),
+            (
+                "[lab.recordings]\np = { builtin = \"a100\" }",
+                "lab.recordings.p.builtin: no built-in recording \"a100\"",
+            ),
+            (
+                "[lab.machines.n9]\nrecording = { builtin = \"h100-8gpu\" }",
+                "lab.machines.n9: not a fleet node",
+            ),
+            (
+                "[lab.machines.n1]\nrecording = { builtin = \"h100-8gpu\", capture = \"d\" }",
+                "lab.machines.n1.recording: set exactly one of builtin, capture or hwloc_xml",
+            ),
+            (
+                "[lab.machines.n1]\nrecording = {}",
+                "lab.machines.n1.recording: set exactly one",
+            ),
+            (
+                "[lab.machines.n1]\nrecording = { capture = \"d\", nvml_snapshot = \"n.json\" }",
+                "lab.machines.n1.recording.nvml_snapshot: only with hwloc_xml",
+            ),
+        ];
+        for (lab, want) in cases {
+            let e = with_lab(lab).unwrap_err();
+            assert!(e.contains(want), "{lab}: {e}");
+        }
+        // Unknown keys: the parse error names file, line and key.
+        let e = with_lab("[lab.machines.n1]\nrecordng = { builtin = \"h100-8gpu\" }").unwrap_err();
+        assert!(e.contains("dir/s.toml:2") && e.contains("recordng"), "{e}");
+        let e = with_lab("[lab.recordings]\np = { bultin = \"h100-8gpu\" }").unwrap_err();
+        assert!(e.contains("dir/s.toml:2") && e.contains("bultin"), "{e}");
+    }
+
+    /// The embedded default: r1-n1 replays the 7-GPU machine, the MIG
+    /// node the all-1g one, the rest 8 x H100; its submissions need the
+    /// newest Kubernetes (scheduling.k8s.io/v1beta1 PodGroups), and an
+    /// older one is refused by name.
+    #[test]
+    fn the_default_scenarios_recordings_and_versions() {
+        let s = Scenario::default_scenario();
+        let name = |n: &str| s.recording_of(n).0.builtin.unwrap();
+        assert_eq!(name("r1-n1"), "h100-7gpu");
+        assert_eq!(name("r1-n4"), "h100-8gpu");
+        assert_eq!(name("r2-n1"), "h100-8gpu");
+        assert_eq!(name("r3-n1"), "h100-8gpu-mig-1g");
+        assert_eq!(name("r3-n3"), "h100-8gpu");
+        let fleet = s.resolve_fleet().unwrap();
+        assert_eq!(fleet.nodes.len(), 11);
+        assert!(s.unserved(KubeVersion::NEWEST).is_empty());
+        let old = KubeVersion::parse("1.31").unwrap();
+        let problems = s.unserved(old);
+        assert!(
+            problems.iter().any(|p| p.contains("submission train-a")
+                && p.contains("PodGroup ml/train-a")
+                && p.contains("scheduling.k8s.io/v1beta1")
+                && p.contains("Kubernetes 1.31")),
+            "{problems:?}"
+        );
+        // Plain pods are served everywhere.
+        assert!(
+            !problems.iter().any(|p| p.contains("notebooks")),
+            "{problems:?}"
+        );
+    }
+
+    /// DRA objects at a version the emulated Kubernetes does not serve.
+    #[test]
+    fn dra_objects_need_a_served_version() {
+        let text = format!(
+            "[lab]\n{TWO_NODES}\n[[submit]]\nname = \"c\"\nmanifests = '''\n\
+             {{apiVersion: resource.k8s.io/v1, kind: ResourceClaim, metadata: {{namespace: a, name: c}}}}\n'''\n"
+        );
+        let s = Scenario::parse(&text, Path::new("s.toml")).unwrap();
+        assert!(s.unserved(KubeVersion::parse("1.34").unwrap()).is_empty());
+        let p = s.unserved(KubeVersion::parse("1.32").unwrap());
+        assert!(
+            p.len() == 1 && p[0].contains("resource.k8s.io/v1beta1") && p[0].contains("1.32"),
+            "{p:?}"
+        );
+        let p = s.unserved(KubeVersion::parse("1.31").unwrap());
+        assert!(p[0].contains("no DRA"), "{p:?}");
     }
 }

@@ -26,10 +26,22 @@ pub struct NodeSummary {
     pub on_s: f64,
     /// accordd's lifecycle stage for it.
     pub stage: Option<String>,
+    /// The recording the machine replays (a built-in's name, or a path).
+    pub recording: String,
+    /// What accordd plans it with: `declared` (the fleet file), `reported`
+    /// (its agent's report) or `held` (left out: it drifts).
+    pub model: Option<String>,
+    /// Where accordd found its agent's report (or the cluster) differing
+    /// from its declaration (or the model), in accordd's words ("GPUs:
+    /// declared 8, reported 7"); at the end, or the last it said.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
+    /// The Kubernetes version the lab's API server emulated.
+    pub kube_version: String,
     pub elapsed_s: f64,
     pub nodes_powered_on: usize,
     pub nodes_powered_on_never_used: usize,
@@ -71,22 +83,35 @@ impl Summary {
         }
         out.push('\n');
         out.push_str(&format!(
-            "{:<8} {:>6} {:>5} {:>6} {:>8}  STAGE\n",
-            "NODE", "CYCLES", "ON", "USED", "ON FOR"
+            "{:<8} {:>6} {:>5} {:>6} {:>8}  {:<11} {:<9} RECORDING\n",
+            "NODE", "CYCLES", "ON", "USED", "ON FOR", "STAGE", "MODEL"
         ));
         for n in &self.nodes {
             out.push_str(&format!(
-                "{:<8} {:>6} {:>5} {:>6} {:>8}  {}\n",
+                "{:<8} {:>6} {:>5} {:>6} {:>8}  {:<11} {:<9} {}\n",
                 n.name,
                 n.power_cycles,
                 if n.on_now { "on" } else { "off" },
                 if n.used { "yes" } else { "no" },
                 format!("{:.0} s", n.on_s),
-                n.stage.as_deref().unwrap_or("-")
+                n.stage.as_deref().unwrap_or("-"),
+                n.model.as_deref().unwrap_or("-"),
+                n.recording
             ));
         }
+        let drifting: Vec<&NodeSummary> =
+            self.nodes.iter().filter(|n| !n.drift.is_empty()).collect();
+        if drifting.is_empty() {
+            out.push_str("\ndrift: none (every machine as declared, as accordd saw them)\n");
+        } else {
+            out.push_str("\ndrift (accordd's words):\n");
+            for n in drifting {
+                out.push_str(&format!("  {:<8} {}\n", n.name, n.drift.join("; ")));
+            }
+        }
         out.push_str(&format!(
-            "\nnodes powered on: {}; powered on but never used: {}; GPU-hours powered {:.2}, used {:.2}; Resets sent: {}; BMC requests: {}; {:.0} s\n",
+            "\nKubernetes {} (emulated); nodes powered on: {}; powered on but never used: {}; GPU-hours powered {:.2}, used {:.2}; Resets sent: {}; BMC requests: {}; {:.0} s\n",
+            self.kube_version,
             self.nodes_powered_on,
             self.nodes_powered_on_never_used,
             self.gpu_hours_powered,

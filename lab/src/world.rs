@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 use tracing::info;
@@ -12,58 +13,6 @@ use tracing::info;
 use accord_api::control::WorkloadState;
 
 use super::{binder, fetch_status, workload_keys, Ctx};
-
-/// The Kubernetes Node a lab machine registers: the fleet's labels (what
-/// NFD / the GPU operator and Accord's topology labels give a real node)
-/// and allocatable from its profile.
-fn node_object(node: &accord::fleet::Node) -> Value {
-    let milli = |m: i64| format!("{m}m");
-    let mut alloc = serde_json::Map::new();
-    alloc.insert("cpu".into(), json!(milli(node.allocatable.cpu)));
-    alloc.insert(
-        "memory".into(),
-        json!(format!("{}", node.allocatable.memory / 1000)),
-    );
-    alloc.insert("pods".into(), json!(node.allocatable.pods.to_string()));
-    let whole = node
-        .devices
-        .iter()
-        .filter(|d| d.kind == accord::device::DeviceKind::Gpu)
-        .count();
-    if whole > 0 {
-        alloc.insert("nvidia.com/gpu".into(), json!(whole.to_string()));
-    }
-    let mut mig: BTreeMap<String, usize> = BTreeMap::new();
-    for d in &node.devices {
-        if d.kind == accord::device::DeviceKind::Mig {
-            if let Some(p) = d.mig_profile() {
-                *mig.entry(format!("nvidia.com/mig-{p}")).or_default() += 1;
-            }
-        }
-    }
-    for (k, v) in mig {
-        alloc.insert(k, json!(v.to_string()));
-    }
-    for (k, v) in &node.allocatable.extended {
-        alloc.insert(k.clone(), json!(milli(*v)));
-    }
-    let taints: Vec<Value> = node
-        .taints
-        .iter()
-        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
-        .collect();
-    json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": node.name, "labels": node.labels},
-        "spec": {"taints": taints},
-        "status": {
-            "allocatable": alloc,
-            "capacity": alloc,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    })
-}
 
 async fn power_state(ctx: &Ctx, node: &str) -> Option<bool> {
     let r = ctx
@@ -76,16 +25,27 @@ async fn power_state(ctx: &Ctx, node: &str) -> Option<bool> {
     Some(v["PowerState"].as_str()? == "On")
 }
 
+/// The machine's agent.toml: accordd, and its recording to replay.
 fn agent_config(ctx: &Ctx, node: &str) -> anyhow::Result<accord_agent::run::AgentConfig> {
     let d = &ctx.dir;
+    let rec = &ctx
+        .recordings
+        .get(node)
+        .context("a fleet node has a recording")?
+        .recording;
+    let quoted = |p: &std::path::Path| toml::Value::from(p.display().to_string()).to_string();
+    let nvml = rec
+        .nvml_snapshot
+        .as_deref()
+        .map(|p| format!("nvml_snapshot = {}\n", quoted(p)))
+        .unwrap_or_default();
     let text = format!(
-        "[daemon]\nurl = \"{}\"\ntoken_file = \"{}\"\n[node]\nname = \"{node}\"\n\
-         [discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\nnvml_snapshot = \"{}\"\n\
+        "[daemon]\nurl = \"{}\"\ntoken_file = {}\n[node]\nname = \"{node}\"\n\
+         [discovery]\ninterval_s = 3600\nhwloc_xml = {}\n{nvml}\
          [heartbeat]\ninterval_ms = {}\n[backoff]\ninitial_ms = 200\nmax_ms = 2000\n",
         ctx.daemon_url,
-        d.join("agent-token").display(),
-        d.join("topology.xml").display(),
-        d.join("nvml.json").display(),
+        quoted(&d.join("agent-token")),
+        quoted(&rec.hwloc_xml),
         ctx.scenario.lab.heartbeat_ms
     );
     Ok(accord_agent::run::AgentConfig::parse(
@@ -111,12 +71,6 @@ pub(super) async fn machines(ctx: Ctx) {
         let now = Instant::now();
         for (name, on) in readings {
             let Some(on) = on else { continue };
-            let node = ctx
-                .fleet
-                .nodes
-                .iter()
-                .find(|n| n.name == name)
-                .expect("fleet node");
             let mut start_agent = false;
             let mut register = false;
             let mut went_off = false;
@@ -179,7 +133,9 @@ pub(super) async fn machines(ctx: Ctx) {
                             .get_mut(&name)
                             .expect("fleet node")
                             .agent = Some(tx);
-                        say!(ctx, node = %name, "booted: accord-agent starting (replaying a recorded DGX-2 board, 8 x H100)");
+                        if let Some(m) = ctx.recordings.get(&name) {
+                            say!(ctx, node = %name, "booted: accord-agent starting (replaying {}: {})", m.recording.name, m.describe);
+                        }
                         tokio::spawn(async move {
                             if let Err(e) = accord_agent::run::run(cfg, async {
                                 let _ = rx.await;
@@ -196,16 +152,65 @@ pub(super) async fn machines(ctx: Ctx) {
                 }
             }
             if register {
-                ctx.api.apply(node_object(node));
-                say!(ctx, node = %name, "Kubernetes Node registered Ready");
+                register_node(&ctx, &name).await;
             }
             if went_off {
                 ctx.api.delete("v1", "Node", "", &name);
+                if let Some(api) = ctx.kube.dra_api_version() {
+                    ctx.api
+                        .delete(api, "ResourceSlice", "", &crate::kubelet::slice_name(&name));
+                }
                 say!(ctx, node = %name, "BMC shows Off: agent stopped, Node removed");
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The machine's kubelet registers its Node, and the NVIDIA device
+/// plugin, GPU Feature Discovery and (where DRA is served) DRA driver
+/// publish what they find: all from the machine's recording, discovered
+/// as its agent discovers it ([`crate::kubelet`]), never from the fleet
+/// file.
+async fn register_node(ctx: &Ctx, name: &str) {
+    let Some(rec) = ctx.recordings.get(name).map(|m| m.recording.clone()) else {
+        return;
+    };
+    let machine = match tokio::task::spawn_blocking(move || rec.discover()).await {
+        Ok(Ok(m)) => m,
+        Ok(Err(e)) => {
+            tracing::error!(target: "lab", node = %name, error = %format!("{e:#}"), "the kubelet cannot read the machine's recording: no Node");
+            return;
+        }
+        Err(e) => {
+            tracing::error!(target: "lab", node = %name, error = %e, "discovery task");
+            return;
+        }
+    };
+    let node = crate::kubelet::node_object(name, &machine);
+    let gpus = node["status"]["allocatable"]["nvidia.com/gpu"]
+        .as_str()
+        .unwrap_or("0")
+        .to_owned();
+    ctx.api.apply(node);
+    let slice = ctx
+        .kube
+        .dra_api_version()
+        .and_then(|api| crate::kubelet::resource_slice(name, &machine, api));
+    let devices = slice
+        .as_ref()
+        .map(|s| {
+            let d = &s["spec"]["devices"];
+            format!(
+                ", ResourceSlice with {} devices",
+                d.as_array().map_or(0, Vec::len)
+            )
+        })
+        .unwrap_or_default();
+    if let Some(s) = slice {
+        ctx.api.apply(s);
+    }
+    say!(ctx, node = %name, "Kubernetes Node registered Ready (nvidia.com/gpu {gpus}{devices})");
 }
 
 fn key_of(p: &Value) -> (String, String) {
@@ -431,6 +436,24 @@ pub(super) async fn watch_status(ctx: Ctx) {
             continue;
         };
         let mut r = ctx.record.lock().expect("lock");
+        for n in &st.nodes {
+            let Some(sim) = r.nodes.get_mut(&n.name) else {
+                continue;
+            };
+            let drift: Vec<String> = n.drift.iter().map(ToString::to_string).collect();
+            let model_changed = sim.model != Some(n.model);
+            sim.model = Some(n.model);
+            if !drift.is_empty() && drift != sim.drift {
+                say!(ctx, node = %n.name, "accordd notices drift: {}; it plans the node as {}", drift.join("; "), match n.model {
+                    accord_api::control::ModelSource::Declared => "declared",
+                    accord_api::control::ModelSource::Reported => "reported",
+                    accord_api::control::ModelSource::Held => "held (left out until an admin acts)",
+                });
+                sim.drift = drift;
+            } else if model_changed && n.model == accord_api::control::ModelSource::Held {
+                say!(ctx, node = %n.name, "accordd holds the node (left out of planning: it drifts)");
+            }
+        }
         for i in 0..r.subs.len() {
             let keys = workload_keys(&r.subs[i]);
             for w in st.workloads.iter().filter(|w| keys.contains(&w.workload)) {

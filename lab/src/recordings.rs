@@ -1,0 +1,175 @@
+//! The recorded hardware the lab's machines replay: an hwloc XML export
+//! and, optionally, an NVML snapshot (what `accord-agent capture` writes).
+//! Each machine's agent replays its recording, and the lab's kubelet,
+//! device plugin and DRA driver stand-ins ([`crate::kubelet`]) publish
+//! what that recording shows, so a machine can differ from what the fleet
+//! file declares, as real ones do.
+//!
+//! Built-in recordings (embedded; tests/fixtures/SOURCES.md says where
+//! they come from): one HGX baseboard of a real DGX-2 (hwloc export) with
+//! recorded 8 x H100 NVML views.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::scenario::RecordingSpec;
+
+const BOARD: &str = include_str!("../../tests/fixtures/hwloc/derived/dgx2-board0-no-nvml.xml");
+const BOARD_7GPU: &str = include_str!("../../tests/fixtures/hwloc/derived/dgx2-board0-7gpu.xml");
+
+/// One embedded recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Builtin {
+    pub name: &'static str,
+    /// What it shows, in a few words.
+    pub about: &'static str,
+    pub hwloc_xml: &'static str,
+    pub nvml_snapshot: &'static str,
+}
+
+/// Every built-in recording, by name.
+pub const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "h100-8gpu",
+        about: "8 x H100, MIG disabled",
+        hwloc_xml: BOARD,
+        nvml_snapshot: include_str!("../../tests/fixtures/nvml/h100-8gpu.json"),
+    },
+    Builtin {
+        name: "h100-8gpu-mig-1g",
+        about: "8 x H100, MIG enabled on all, 7 x 1g.10gb each",
+        hwloc_xml: BOARD,
+        nvml_snapshot: include_str!("../../tests/fixtures/nvml/h100-8gpu-mig-1g.json"),
+    },
+    Builtin {
+        name: "h100-7gpu",
+        about: "7 x H100, MIG disabled: the eighth GPU fell off the bus",
+        hwloc_xml: BOARD_7GPU,
+        nvml_snapshot: include_str!("../../tests/fixtures/nvml/h100-7gpu.json"),
+    },
+    Builtin {
+        name: "h100-8gpu-mixed-mig",
+        about: "8 x H100, MIG mixed: 4 disabled, 3 enabled (7 + 3 + 0 instances), 1 enabled after a reset",
+        hwloc_xml: BOARD,
+        nvml_snapshot: include_str!("../../tests/fixtures/nvml/h100-8gpu-mig.json"),
+    },
+];
+
+/// What a machine replays when neither it (`[lab.machines.NODE]
+/// recording`) nor its profile (`[lab.recordings]`) names a recording.
+pub const DEFAULT_BUILTIN: &str = "h100-8gpu";
+
+pub fn builtin(name: &str) -> Option<&'static Builtin> {
+    BUILTINS.iter().find(|b| b.name == name)
+}
+
+/// The built-in names, for error messages.
+pub fn builtin_names() -> String {
+    BUILTINS
+        .iter()
+        .map(|b| b.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A recording on disk, ready for an agent's `[discovery]` and for the
+/// lab's stand-ins.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Recording {
+    /// The built-in's name, or the hwloc file's path.
+    pub name: String,
+    pub hwloc_xml: PathBuf,
+    /// `None`: the machine has no NVML (no driver): the agent reports what
+    /// hwloc sees, and no GPU reaches Kubernetes.
+    pub nvml_snapshot: Option<PathBuf>,
+}
+
+impl Recording {
+    /// Writes the built-in `b` under `dir` (`<dir>/<name>/topology.xml`
+    /// and `nvml.json`), once.
+    pub fn write_builtin(b: &Builtin, dir: &Path) -> anyhow::Result<Recording> {
+        let d = dir.join(b.name);
+        let hwloc_xml = d.join(accord_agent::capture::TOPOLOGY_FILE);
+        let nvml = d.join(accord_agent::capture::NVML_FILE);
+        if !hwloc_xml.exists() {
+            std::fs::create_dir_all(&d)
+                .with_context(|| format!("{}: cannot create", d.display()))?;
+            std::fs::write(&hwloc_xml, b.hwloc_xml)
+                .with_context(|| format!("{}: cannot write", hwloc_xml.display()))?;
+            std::fs::write(&nvml, b.nvml_snapshot)
+                .with_context(|| format!("{}: cannot write", nvml.display()))?;
+        }
+        Ok(Recording {
+            name: b.name.to_owned(),
+            hwloc_xml,
+            nvml_snapshot: Some(nvml),
+        })
+    }
+
+    /// The recording a (validated) spec names: built-ins are written under
+    /// `dir`, files are relative to `base` (the scenario's directory).
+    pub fn resolve(spec: &RecordingSpec, base: &Path, dir: &Path) -> anyhow::Result<Recording> {
+        if let Some(name) = &spec.builtin {
+            let b = builtin(name).with_context(|| {
+                format!(
+                    "no built-in recording {name:?} (there are: {})",
+                    builtin_names()
+                )
+            })?;
+            return Recording::write_builtin(b, dir);
+        }
+        if let Some(capture) = &spec.capture {
+            // What `accord-agent capture DIR` writes; nvml.json only where
+            // NVML was there.
+            let d = base.join(capture);
+            let hwloc_xml = d.join(accord_agent::capture::TOPOLOGY_FILE);
+            if !hwloc_xml.is_file() {
+                anyhow::bail!(
+                    "capture {}: no {} (a directory `accord-agent capture DIR` wrote)",
+                    d.display(),
+                    accord_agent::capture::TOPOLOGY_FILE
+                );
+            }
+            let nvml = d.join(accord_agent::capture::NVML_FILE);
+            return Ok(Recording {
+                name: d.display().to_string(),
+                hwloc_xml,
+                nvml_snapshot: nvml.is_file().then_some(nvml),
+            });
+        }
+        let Some(hwloc) = &spec.hwloc_xml else {
+            anyhow::bail!("no recording named (builtin, capture or hwloc_xml)");
+        };
+        let hwloc_xml = base.join(hwloc);
+        Ok(Recording {
+            name: hwloc_xml.display().to_string(),
+            hwloc_xml,
+            nvml_snapshot: spec.nvml_snapshot.as_ref().map(|n| base.join(n)),
+        })
+    }
+
+    /// What the machine's agent sees: the recording discovered with
+    /// accord-agent's own library (the agent's code path for a replay),
+    /// and the NVML snapshot's driver-wide facts.
+    pub fn discover(&self) -> anyhow::Result<crate::kubelet::Machine> {
+        let hw = accord_agent::discover(accord_agent::Sources {
+            hwloc_xml: Some(&self.hwloc_xml),
+            nvml_snapshot: self.nvml_snapshot.as_deref(),
+            nvidia_smi_xml: None,
+        })
+        .with_context(|| format!("recording {}", self.name))?;
+        let snapshot = match &self.nvml_snapshot {
+            Some(p) => Some(
+                accord_agent::nvml::load_snapshot(p)
+                    .with_context(|| format!("recording {}", self.name))?,
+            ),
+            None => None,
+        };
+        Ok(crate::kubelet::Machine {
+            hw,
+            driver_version: snapshot.as_ref().and_then(|s| s.driver_version.clone()),
+            cuda_driver_version: snapshot.as_ref().and_then(|s| s.cuda_driver_version),
+        })
+    }
+}
