@@ -208,6 +208,9 @@ pub struct Lab {
     /// What each machine replays.
     pub recordings: Arc<BTreeMap<String, MachineRecording>>,
     pub api: Arc<FakeApi>,
+    /// Submissions skipped because the emulated version does not serve
+    /// what they are made of, with why.
+    pub skipped: Vec<String>,
     pub emulator: accord_testkit::sushy::Peer,
     pub proxy: proxy::BmcProxy,
     pub dir: tempfile::TempDir,
@@ -276,13 +279,13 @@ impl Lab {
         let kube = scenario
             .kube_version()
             .map_err(|e| anyhow::anyhow!("lab.kube_version: {e}"))?;
-        // Said before anything starts, rather than a submission that hangs.
-        let unserved = scenario.unserved(kube);
-        if !unserved.is_empty() {
-            anyhow::bail!(
-                "the scenario needs what Kubernetes {kube} does not serve: {}",
-                unserved.join("; ")
-            );
+        // A submission made of objects this version does not serve would be
+        // refused by its API server (`kubectl apply` fails): it is skipped,
+        // said now and in the summary, and the rest runs.
+        let mut scenario = scenario;
+        let skipped = scenario.skip_unserved(kube);
+        for why in &skipped {
+            tracing::warn!(target: "lab", kube_version = %kube, "skipped: {why}");
         }
         let dir = tempfile::Builder::new()
             .prefix("accord-lab")
@@ -438,6 +441,7 @@ impl Lab {
             scenario: (*scenario).clone(),
             fleet: (*fleet).clone(),
             kube_version: kube,
+            skipped,
             recordings,
             api,
             emulator,
@@ -891,6 +895,7 @@ impl Lab {
             .count();
         Summary {
             kube_version: self.kube_version.to_string(),
+            skipped: self.skipped.clone(),
             elapsed_s: now.duration_since(self.started).as_secs_f64(),
             nodes_powered_on: nodes.iter().filter(|n| n.power_cycles > 0).count(),
             nodes_powered_on_never_used: nodes

@@ -242,6 +242,23 @@ impl Scenario {
         )
     }
 
+    /// Removes the submissions that apply anything Kubernetes `version`
+    /// does not serve; returns why each was removed.
+    pub fn skip_unserved(&mut self, version: KubeVersion) -> Vec<String> {
+        let problems = self.unserved(version);
+        let skipped: Vec<String> = self
+            .submit
+            .iter()
+            .filter(|s| {
+                let prefix = format!("submission {}:", s.name);
+                problems.iter().any(|p| p.starts_with(&prefix))
+            })
+            .map(|s| s.name.clone())
+            .collect();
+        self.submit.retain(|s| !skipped.contains(&s.name));
+        problems
+    }
+
     /// What the submissions apply that Kubernetes `version` does not serve
     /// (the fake API server serves what such a cluster does, with the
     /// x-k8s.io CRDs installed): scheduling.k8s.io/v1beta1 PodGroups before
@@ -598,6 +615,12 @@ mod tests {
             !problems.iter().any(|p| p.contains("notebooks")),
             "{problems:?}"
         );
+        // At 1.31 the gangs are skipped and the notebooks stay.
+        let mut on_old = s.clone();
+        let why = on_old.skip_unserved(old);
+        assert_eq!(why, problems);
+        let left: Vec<&str> = on_old.submit.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(left, ["notebooks"]);
     }
 
     /// DRA objects at a version the emulated Kubernetes does not serve.

@@ -42,6 +42,10 @@ pub struct NodeSummary {
 pub struct Summary {
     /// The Kubernetes version the lab's API server emulated.
     pub kube_version: String,
+    /// Submissions not made: the emulated version does not serve what
+    /// they are made of.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
     pub elapsed_s: f64,
     pub nodes_powered_on: usize,
     pub nodes_powered_on_never_used: usize,
@@ -108,6 +112,12 @@ impl Summary {
             for n in drifting {
                 out.push_str(&format!("  {:<8} {}\n", n.name, n.drift.join("; ")));
             }
+        }
+        for why in &self.skipped {
+            out.push_str(&format!("\nskipped: {why}"));
+        }
+        if !self.skipped.is_empty() {
+            out.push('\n');
         }
         out.push_str(&format!(
             "\nKubernetes {} (emulated); nodes powered on: {}; powered on but never used: {}; GPU-hours powered {:.2}, used {:.2}; Resets sent: {}; BMC requests: {}; {:.0} s\n",
