@@ -2,11 +2,12 @@
 //! like in a ResourceSlice (driver, attributes, capacity), derived from the
 //! hardware model or from a declared hardware profile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::hardware::{MigMode, NicKind, NodeHardware};
+use crate::hardware::{MigMode, MigState, NicKind, NodeHardware};
 use crate::quantity::Milli;
 
 pub const GPU_DRIVER: &str = "gpu.nvidia.com";
@@ -142,6 +143,9 @@ pub fn fingerprint(device: &Device) -> u64 {
     h
 }
 
+/// Memory slices a MIG placement may end at, at most (a GPU has 8 today).
+const MAX_MIG_SLICES: u32 = 64;
+
 /// Capacity names the planner uses.
 pub const MEMORY: &str = "gpu.nvidia.com/memory";
 pub const COMPUTE: &str = "gpu.nvidia.com/compute";
@@ -196,6 +200,9 @@ pub fn devices_from_hardware(
     let mut gpus: Vec<PlannerGpu> = Vec::new();
     let mut devices = Vec::new();
     let mut counters = CounterSets::new();
+    // One shared copy per distinct MIG state: looked up by value (a hash
+    // map, so a report with many GPUs of distinct states stays linear).
+    let mut mig_states: HashMap<&MigState, Arc<MigState>> = HashMap::new();
     for (gi, g) in hw.gpus.iter().enumerate() {
         // Only NVIDIA GPUs are published by the NVIDIA DRA driver; others
         // (an AMD card beside them) stay out of this model for now. NVML
@@ -218,11 +225,10 @@ pub fn devices_from_hardware(
             // GPUs of one node usually share a MIG state (every profile
             // table alike): one copy.
             mig: g.mig.as_ref().map(|m| {
-                gpus.iter()
-                    .filter_map(|p| p.mig.as_ref())
-                    .find(|p| ***p == *m)
-                    .cloned()
-                    .unwrap_or_else(|| std::sync::Arc::new(m.clone()))
+                mig_states
+                    .entry(m)
+                    .or_insert_with(|| Arc::new(m.clone()))
+                    .clone()
             }),
             withheld: false,
         });
@@ -260,9 +266,22 @@ pub fn devices_from_hardware(
             .or_else(|| crate::hardware::mig::catalog::profiles_for_model(&model));
         if let (true, Some(profiles)) = (dynamic_mig, published) {
             let set = format!("gpu-{gi}");
+            // Placements are the agent's: one ending past any real GPU's
+            // memory slices (or overflowing) is left out, so a hostile
+            // report cannot make the counter set huge.
+            let usable = |pl: &&crate::hardware::MigPlacement| {
+                pl.start
+                    .checked_add(pl.size)
+                    .is_some_and(|end| end <= MAX_MIG_SLICES)
+            };
             let slices = profiles
                 .iter()
-                .flat_map(|p| p.placements.iter().map(|pl| pl.start + pl.size))
+                .flat_map(|p| {
+                    p.placements
+                        .iter()
+                        .filter(usable)
+                        .map(|pl| pl.start + pl.size)
+                })
                 .max()
                 .unwrap_or(0);
             let slice = |k: u32| format!("memory-slice-{k}");
@@ -280,7 +299,7 @@ pub fn devices_from_hardware(
             whole.consumes = draw(0, slices);
             devices.push(whole);
             for p in profiles.iter().filter(|p| !p.name.ends_with("+me")) {
-                for pl in &p.placements {
+                for pl in p.placements.iter().filter(usable) {
                     let mut attrs = common.clone();
                     attrs.insert("gpu.nvidia.com/type".into(), s("mig"));
                     attrs.insert("gpu.nvidia.com/profile".into(), s(p.name.clone()));
@@ -290,7 +309,10 @@ pub fn devices_from_hardware(
                         driver: GPU_DRIVER.into(),
                         kind: DeviceKind::Mig,
                         attributes: attrs,
-                        capacity: BTreeMap::from([(MEMORY.into(), to_milli(p.memory_mib << 20))]),
+                        capacity: BTreeMap::from([(
+                            MEMORY.into(),
+                            to_milli(p.memory_mib.saturating_mul(1 << 20)),
+                        )]),
                         shared: None,
                         gpu: Some(gi),
                         consumes: draw(pl.start, pl.size),
@@ -309,7 +331,7 @@ pub fn devices_from_hardware(
                 }
                 let mem = mig
                     .profile(&inst.profile)
-                    .map(|p| p.memory_mib << 20)
+                    .map(|p| p.memory_mib.saturating_mul(1 << 20))
                     .unwrap_or(0);
                 devices.push(Device {
                     name: format!("gpu-{gi}-mig-{}", inst.id).into(),

@@ -20,6 +20,10 @@ use crate::quantity::{self, Milli};
 use crate::truth::{compare, Drift, Stated};
 
 pub use crate::truth::{owns_label, owns_taint};
+use crate::truth::{
+    valid_label_key, valid_label_value, GPU_COUNT_LABEL, GPU_MODEL_LABEL, KUBERNETES_SET_LABELS,
+    RESERVATION_KEY,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -706,12 +710,36 @@ impl FleetFile {
                     .into(),
             );
         }
-        for level in self.topology.also_label.keys() {
+        let levels = self.topology.levels.join(", ");
+        for level in &self.topology.levels {
+            let key = format!("{}{level}", self.topology.label_prefix);
+            if !valid_label_key(&key) || KUBERNETES_SET_LABELS.contains(&key.as_str()) {
+                problems.push(format!(
+                    "topology.levels: {level:?} makes the label key {key:?} (label_prefix \
+                     and level), not a valid Kubernetes label key Accord may own"
+                ));
+            }
+        }
+        let owned = [GPU_MODEL_LABEL, GPU_COUNT_LABEL, RESERVATION_KEY];
+        for (level, keys) in &self.topology.also_label {
             if !self.topology.levels.contains(level) {
                 problems.push(format!(
-                    "topology.also_label.{level}: not one of topology.levels ({})",
-                    self.topology.levels.join(", ")
+                    "topology.also_label.{level}: not one of topology.levels ({levels})"
                 ));
+            }
+            for key in keys {
+                if !valid_label_key(key) {
+                    problems.push(format!(
+                        "topology.also_label.{level}: {key:?} is not a valid Kubernetes label key"
+                    ));
+                } else if KUBERNETES_SET_LABELS.contains(&key.as_str())
+                    || owned.contains(&key.as_str())
+                {
+                    problems.push(format!(
+                        "topology.also_label.{level}: {key:?} is set by Kubernetes or Accord \
+                         itself; Accord cannot own it as a topology label"
+                    ));
+                }
             }
         }
         for p in self.policy.warm_spares_per_profile.keys() {
@@ -724,6 +752,54 @@ impl FleetFile {
         let racks: BTreeSet<&str> = self.racks.iter().map(|r| r.name.as_str()).collect();
         if racks.len() != self.racks.len() {
             problems.push("racks: duplicate rack names".into());
+        }
+        // Rack names, level values and reservation names become Node label
+        // values: each must be one as it is ("rack 1" would else publish as
+        // "rack-1" and merge with a rack of that name).
+        let mut value = |key: String, v: &str| {
+            if v.is_empty() || !valid_label_value(v) {
+                problems.push(format!(
+                    "{key}: {v:?} is not a valid Kubernetes label value (1-63 characters, \
+                     letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
+                ));
+            }
+        };
+        for r in &self.racks {
+            value(format!("racks.{}.name", r.name), &r.name);
+            for (level, v) in [("site", &r.site), ("row", &r.row), ("block", &r.block)] {
+                if let Some(v) = v {
+                    value(format!("racks.{}.{level}", r.name), v);
+                }
+            }
+            for (level, v) in &r.levels {
+                value(format!("racks.{}.levels.{level}", r.name), v);
+            }
+        }
+        for n in &self.nodes {
+            for (level, v) in &n.levels {
+                value(format!("nodes.{}.levels.{level}", n.name), v);
+            }
+        }
+        for r in &self.reservations {
+            value(format!("reservations.{}.name", r.name), &r.name);
+        }
+        for (key, levels_of) in self
+            .racks
+            .iter()
+            .map(|r| (format!("racks.{}.levels", r.name), &r.levels))
+            .chain(
+                self.nodes
+                    .iter()
+                    .map(|n| (format!("nodes.{}.levels", n.name), &n.levels)),
+            )
+        {
+            for level in levels_of.keys() {
+                if !self.topology.levels.contains(level) {
+                    problems.push(format!(
+                        "{key}.{level}: not one of topology.levels ({levels})"
+                    ));
+                }
+            }
         }
         for r in &self.racks {
             if r.power_budget_kw.is_some_and(|b| b.is_nan() || b <= 0.0) {
@@ -1020,7 +1096,10 @@ impl FleetFile {
         domains.extend(cfg.levels.clone());
         let mut labels = BTreeMap::new();
         labels.insert("kubernetes.io/hostname".to_owned(), cfg.name.clone());
-        for (level, v) in &domains {
+        for (level, v) in domains
+            .iter()
+            .filter(|(l, _)| self.topology.levels.contains(l))
+        {
             labels.insert(format!("{}{level}", self.topology.label_prefix), v.clone());
             for key in self.topology.also_label.get(level).into_iter().flatten() {
                 labels.insert(key.clone(), v.clone());

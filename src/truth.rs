@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::demand::{Taint, TaintEffect};
 use crate::device::{
-    fingerprint, AttrValue, CounterSets, Device, DeviceKind, GPU_DRIVER, PCI_BUS_ID,
+    fingerprint, AttrValue, CounterSets, Device, DeviceKind, GPU_DRIVER, NIC_DRIVER, PCI_BUS_ID,
 };
 use crate::fit::{GPU_RESOURCE, MIG_RESOURCE_PREFIX};
 use crate::fleet::{Fleet, HardwareProfile, Node, TopologyConfig};
@@ -344,7 +344,8 @@ fn memory_agrees(declared: &[u64], reported: &[u64]) -> bool {
 fn gib_text(bytes: &[u64]) -> String {
     let mut by: BTreeMap<u64, usize> = BTreeMap::new();
     for b in bytes {
-        *by.entry((b + (1 << 29)) >> 30).or_insert(0) += 1;
+        // Rounded; saturating: `b` is the agent's, and may be anything.
+        *by.entry(b.saturating_add(1 << 29) >> 30).or_insert(0) += 1;
     }
     if by.len() == 1 {
         let gib = by.keys().next().copied().unwrap_or(0);
@@ -433,7 +434,9 @@ fn nvlink_summary(hw: &NodeHardware) -> (Vec<usize>, Option<u32>) {
     let links = if live.is_empty() {
         None
     } else {
-        live.iter().map(|l| l.links).sum::<Option<u32>>()
+        // Checked: link counts are the agent's (a sum past u32 is unknown).
+        live.iter()
+            .try_fold(0u32, |t, l| l.links.and_then(|n| t.checked_add(n)))
     };
     (groups, links)
 }
@@ -452,15 +455,89 @@ fn nvlink_text((groups, links): &(Vec<usize>, Option<u32>)) -> String {
     t
 }
 
-/// Whether Accord owns the Node label `key`: the topology labels
-/// (`<label_prefix>*` and every `also_label` key), [`GPU_MODEL_LABEL`],
-/// [`GPU_COUNT_LABEL`] and [`RESERVATION_KEY`]. Owned keys are set to
-/// what Accord publishes and removed when it publishes none.
+/// Whether Accord owns the Node label `key`: exactly the topology labels
+/// (`<label_prefix><level>` for each of `topology.levels`, and every
+/// `also_label` key), [`GPU_MODEL_LABEL`], [`GPU_COUNT_LABEL`] and
+/// [`RESERVATION_KEY`]. Owned keys are set to what Accord publishes and
+/// removed when it publishes none; other keys under `label_prefix` are
+/// not Accord's (the prefix may be shared, e.g. `topology.kubernetes.io/`
+/// with the cloud provider's zone and region). Keys Kubernetes sets
+/// ([`KUBERNETES_SET_LABELS`]) are never owned.
 pub fn owns_label(topology: &TopologyConfig, key: &str) -> bool {
-    let prefix = topology.label_prefix.as_str();
+    if KUBERNETES_SET_LABELS.contains(&key) {
+        return false;
+    }
     matches!(key, GPU_MODEL_LABEL | GPU_COUNT_LABEL | RESERVATION_KEY)
-        || (!prefix.is_empty() && key.len() > prefix.len() && key.starts_with(prefix))
+        || key
+            .strip_prefix(topology.label_prefix.as_str())
+            .is_some_and(|level| topology.levels.iter().any(|l| l == level))
         || topology.also_label.values().flatten().any(|k| k == key)
+}
+
+/// Node labels the kubelet or the cloud provider sets, that Accord never
+/// owns (validation rejects a topology key naming one).
+/// `topology.kubernetes.io/zone` and `/region` are not here: an admin may
+/// map a level to them explicitly (`also_label`), and then Accord owns
+/// them.
+pub const KUBERNETES_SET_LABELS: [&str; 7] = [
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "node.kubernetes.io/instance-type",
+    "beta.kubernetes.io/instance-type",
+];
+
+/// Whether `key` is a valid Kubernetes label key: an optional DNS
+/// subdomain prefix (at most 253 characters, lowercase) and `/`, then a
+/// name of at most 63 characters, `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`.
+pub fn valid_label_key(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let dns_label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let prefix_ok = prefix.is_none_or(|p| p.len() <= 253 && p.split('.').all(dns_label));
+    prefix_ok && !name.is_empty() && valid_label_value(name)
+}
+
+/// Whether `value` is a valid Kubernetes label value: at most 63
+/// characters, `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, or empty.
+pub fn valid_label_value(value: &str) -> bool {
+    let b = value.as_bytes();
+    let end = |c: &u8| c.is_ascii_alphanumeric();
+    value.len() <= 63
+        && (b.is_empty()
+            || (b.first().is_some_and(end)
+                && b.last().is_some_and(end)
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))))
+}
+
+/// Taints the node lifecycle controller sets for a Node's readiness: a
+/// powered-off or booting machine's Node keeps them until its kubelet
+/// reports Ready. Accord models power and boot itself (the node's
+/// lifecycle), so a scheduler view's taints of these keys are not the
+/// node's: left in, an off node would never fit and never be powered on.
+/// The condition taints for pressure (`memory-pressure`, `disk-pressure`,
+/// `pid-pressure`) and `network-unavailable` stay: they describe a running
+/// node. `node.kubernetes.io/unschedulable` (a cordon) is an admin's
+/// choice and stays too.
+pub const READINESS_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+];
+
+fn is_readiness_taint(key: &str) -> bool {
+    READINESS_TAINTS.contains(&key)
 }
 
 /// Whether Accord owns Node taints with `key`: [`RESERVATION_KEY`].
@@ -489,7 +566,8 @@ pub fn label_value(s: &str) -> String {
 impl Fleet {
     /// What Accord publishes on node `name`'s Kubernetes Node at `now`:
     /// its topology labels (`<label_prefix><level>` and the level's
-    /// `also_label` keys), its GPU model and count (from the model it is
+    /// `also_label` keys, for the levels of `topology.levels`: the keys
+    /// Accord owns), its GPU model and count (from the model it is
     /// planned with), and for a node of a non-lendable reservation active
     /// at `now`, the reservation's label and `NoSchedule` taint (the first
     /// such reservation by name). `None` when there is no such node.
@@ -497,6 +575,9 @@ impl Fleet {
         let node = self.node(name)?;
         let mut p = Publication::default();
         for (level, value) in &node.domains {
+            if !self.topology.levels.contains(level) {
+                continue;
+            }
             let value = label_value(value);
             if value.is_empty() {
                 continue;
@@ -622,24 +703,29 @@ impl Node {
     /// Node, up now or last seen) and returns where that differs from the
     /// node's model.
     ///
-    /// - labels and taints are the Node's;
+    /// - labels and taints are the Node's, less the readiness taints
+    ///   ([`READINESS_TAINTS`]: Accord's lifecycle models power and boot);
     /// - when the Node shows any allocatable: cpu, memory and pods from it
     ///   (each falling back to the declared value when absent or not a
     ///   quantity), and extended resources are exactly its other keys
     ///   (not ephemeral-storage, hugepages-*, `nvidia.com/gpu`,
     ///   `nvidia.com/mig-*`: fit counts those as devices);
-    /// - with `view.devices` (the DRA driver's ResourceSlices), those are
-    ///   the node's devices, each tied to its physical GPU by UUID (parent
-    ///   UUID for MIG) or PCI bus id; a difference from the model's
-    ///   devices (kind and product name or MIG profile, as multisets) is a
-    ///   [`DriftKind::SchedulerDevices`] drift;
+    /// - with `view.devices` (the DRA drivers' ResourceSlices), each
+    ///   driver's devices there replace the model's devices of that
+    ///   driver (see `use_view_devices` for drivers the model lacks),
+    ///   each GPU device tied to its physical GPU by UUID (parent UUID
+    ///   for MIG) or PCI bus id; over the replaced drivers, a difference
+    ///   from the model's devices (kind and product name or MIG profile,
+    ///   as multisets) is a [`DriftKind::SchedulerDevices`] drift;
     /// - `nvidia.com/gpu` and each `nvidia.com/mig-<profile>` the Node
     ///   advertises are compared with the model's whole GPUs (those not in
     ///   MIG mode) and MIG instances of that profile
     ///   ([`DriftKind::SchedulerResource`]); where it advertises fewer,
     ///   the excess devices are dropped (highest GPU index first), so fit
     ///   never allocates more than the scheduler offers. A key the Node
-    ///   does not advertise constrains nothing.
+    ///   does not advertise constrains nothing; nor does anything while
+    ///   all of them add up to 0 on a node the model gives GPUs (the
+    ///   device plugin has not registered yet, as right after a boot).
     ///
     /// A GPU that lost devices this way, or that the view's devices cannot
     /// be tied to, is `withheld`: the planner does not repartition it
@@ -664,7 +750,12 @@ impl Node {
         }
         self.viewed = true;
         self.labels = view.labels.clone();
-        self.taints = view.taints.clone();
+        self.taints = view
+            .taints
+            .iter()
+            .filter(|t| !is_readiness_taint(&t.key))
+            .cloned()
+            .collect();
         if !view.allocatable.is_empty() {
             let declared = self
                 .source
@@ -688,16 +779,56 @@ impl Node {
         }
         let mut drift = Vec::new();
         if let Some(devices) = &view.devices {
-            drift.extend(device_drift(&self.devices, devices));
-            self.use_view_devices(devices);
+            drift.extend(self.use_view_devices(devices));
         }
         drift.extend(self.apply_device_plugin(&view.allocatable));
         drift.sort_by_key(|d| d.what);
         drift
     }
 
-    /// Replaces the devices with the view's, tied to the model's GPUs.
-    fn use_view_devices(&mut self, view: &[Device]) {
+    /// Replaces the model's devices with the view's, driver by driver, tied
+    /// to the model's GPUs; returns how the replaced drivers' devices
+    /// differ.
+    ///
+    /// Only drivers that appear in the view are replaced: the model's
+    /// devices of other drivers stay (a node can publish, say,
+    /// `compute-domain.nvidia.com` channels or dranet NICs in node-local
+    /// slices while its GPUs come from the device plugin). A view driver
+    /// the model has no devices of is taken only when it is one whose
+    /// devices' kind Accord knows ([`GPU_DRIVER`], [`NIC_DRIVER`]); any
+    /// other driver's devices are left out of planning, since the kube
+    /// side cannot tell what they are and would count them as GPUs.
+    fn use_view_devices(&mut self, view: &[Device]) -> Option<Drift> {
+        let model_drivers: BTreeSet<&str> =
+            self.devices.iter().map(|d| d.driver.as_str()).collect();
+        let replaced: BTreeSet<String> = view
+            .iter()
+            .map(|d| d.driver.as_str())
+            .filter(|d| model_drivers.contains(d) || matches!(*d, GPU_DRIVER | NIC_DRIVER))
+            .map(str::to_owned)
+            .collect();
+        if replaced.is_empty() {
+            return None;
+        }
+        let kept_model: Vec<(Device, u64)> = self
+            .devices
+            .iter()
+            .zip(self.device_prints.iter())
+            .filter(|(d, _)| !replaced.contains(&d.driver))
+            .map(|(d, p)| (d.clone(), *p))
+            .collect();
+        let replaced_model: Vec<Device> = self
+            .devices
+            .iter()
+            .filter(|d| replaced.contains(&d.driver))
+            .cloned()
+            .collect();
+        let view: Vec<Device> = view
+            .iter()
+            .filter(|d| replaced.contains(&d.driver))
+            .cloned()
+            .collect();
+        let drift = device_drift(&replaced_model, &view);
         // The model's GPU identities: UUID and PCI bus id → GPU.
         let mut by_uuid: BTreeMap<String, usize> = BTreeMap::new();
         let mut by_bus: BTreeMap<String, usize> = BTreeMap::new();
@@ -715,7 +846,7 @@ impl Node {
                 by_bus.insert(b.to_owned(), g);
             }
         }
-        let mut devices: Vec<Device> = view.to_vec();
+        let mut devices: Vec<Device> = view;
         let mut tied: BTreeSet<usize> = BTreeSet::new();
         let mut untied = false;
         for d in &mut devices {
@@ -739,9 +870,11 @@ impl Node {
                 None => untied = true,
             }
         }
-        for g in &mut self.gpus {
-            if untied || !tied.contains(&g.index) {
-                g.withheld = true;
+        if replaced.contains(GPU_DRIVER) {
+            for g in &mut self.gpus {
+                if untied || !tied.contains(&g.index) {
+                    g.withheld = true;
+                }
             }
         }
         let mut extra: CounterSets = BTreeMap::new();
@@ -761,8 +894,14 @@ impl Node {
             }
         }
         self.counters.extend(extra);
-        self.device_prints = devices.iter().map(fingerprint).collect();
+        let mut prints: Vec<u64> = devices.iter().map(fingerprint).collect();
+        for (d, p) in kept_model {
+            devices.push(d);
+            prints.push(p);
+        }
+        self.device_prints = prints.into();
         self.devices = devices.into();
+        drift
     }
 
     /// Compares and caps device-plugin resources (see
@@ -780,6 +919,18 @@ impl Node {
             for i in g.mig.iter().flat_map(|m| &m.gpu_instances) {
                 *mig.entry(i.profile.clone()).or_insert(0) += 1;
             }
+        }
+        // Right after a boot the Node can be Ready before the device plugin
+        // has registered: it then advertises nothing, or zeros. Nothing at
+        // all advertised while the model has GPUs is read as not
+        // advertised yet (no cap, no drift), not as a node without GPUs.
+        let total = allocatable
+            .iter()
+            .filter(|(k, _)| k.as_str() == GPU_RESOURCE || k.starts_with(MIG_RESOURCE_PREFIX))
+            .filter_map(|(_, q)| count(q))
+            .fold(0usize, usize::saturating_add);
+        if total == 0 && !self.gpus.is_empty() {
+            return drift;
         }
         let mut resource = |name: &str, model: usize, shown: usize| {
             if model != shown {
@@ -876,6 +1027,27 @@ mod tests {
             gib_text(&[80 * GIB, 40 * GIB, 80 * GIB]),
             "40 GiB x1, 80 GiB x2"
         );
+    }
+
+    #[test]
+    fn reported_numbers_do_not_overflow() {
+        assert_eq!(gib_text(&[u64::MAX]), format!("{} GiB", u64::MAX >> 30));
+        let mut hw = NodeHardware::empty();
+        let peer = |b: u8| crate::hardware::NvLinkPeer {
+            kind: crate::hardware::NvLinkPeerKind::Gpu,
+            pci_bus_id: crate::hardware::PciBusId::new(0, b, 0, 0),
+        };
+        for (b, links) in [(1, Some(u32::MAX)), (2, Some(1))] {
+            hw.nvlinks.push(crate::hardware::NvLink {
+                a: peer(b),
+                b: peer(b + 10),
+                links,
+                bandwidth_mbps: 1,
+                version: None,
+                sources: vec![],
+            });
+        }
+        assert_eq!(nvlink_summary(&hw).1, None);
     }
 
     #[test]

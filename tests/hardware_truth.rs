@@ -734,7 +734,7 @@ fn publishing_touches_only_accords_keys() {
     let topology = &f.topology;
     for key in [
         "topology.accord.dev/rack",
-        "topology.accord.dev/anything",
+        "topology.accord.dev/site",
         "topology.kubernetes.io/rack",
         GPU_MODEL_LABEL,
         GPU_COUNT_LABEL,
@@ -747,6 +747,7 @@ fn publishing_touches_only_accords_keys() {
         "kubernetes.io/hostname",
         "nvidia.com/gpu.product",
         "topology.accord.dev/",
+        "topology.accord.dev/anything",
         "team",
     ] {
         assert!(!owns_label(topology, key), "{key}");
@@ -760,7 +761,9 @@ fn publishing_touches_only_accords_keys() {
     v.labels
         .insert("topology.accord.dev/rack".into(), "old".into());
     v.labels
-        .insert("topology.accord.dev/gone".into(), "x".into());
+        .insert("topology.accord.dev/row".into(), "x".into());
+    v.labels
+        .insert("topology.accord.dev/other".into(), "y".into());
     v.labels.insert(GPU_COUNT_LABEL.into(), "3".into());
     v.taints.push(Taint {
         key: RESERVATION_KEY.into(),
@@ -772,7 +775,10 @@ fn publishing_touches_only_accords_keys() {
     n.apply_scheduler_view(&v);
     n.apply_publication(&p, topology);
     assert_eq!(n.labels["topology.accord.dev/rack"], "r1");
-    assert_eq!(n.labels.get("topology.accord.dev/gone"), None);
+    // r1 has no row: Accord's row label goes; a key under the prefix that
+    // is no level is someone else's.
+    assert_eq!(n.labels.get("topology.accord.dev/row"), None);
+    assert_eq!(n.labels["topology.accord.dev/other"], "y");
     assert_eq!(n.labels[GPU_COUNT_LABEL], "8");
     assert_eq!(n.labels[RESERVATION_KEY], "research");
     assert_eq!(n.labels["team"], "blue");
@@ -941,4 +947,350 @@ profile = "h100"
     assert_eq!(n.gpus.len(), 8);
     // GPUs 0-3 whole; GPU 4 has 7 MIG instances, GPU 5 three.
     assert!(n.devices.len() >= 4 + 7 + 3, "{}", n.devices.len());
+}
+
+#[test]
+fn readiness_taints_of_an_off_node_do_not_keep_it_off() {
+    let mut f = fleet();
+    for other in ["r1-a", "r1-b", "r2-mig"] {
+        node_mut(&mut f, other).schedulable = false;
+    }
+    // r2-full is off; its Node, last seen, carries the node lifecycle
+    // controller's taints, and a cordon-like admin taint on another try.
+    let mut v = view(None);
+    v.taints.clear();
+    for key in [
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/not-ready",
+    ] {
+        for effect in [TaintEffect::NoSchedule, TaintEffect::NoExecute] {
+            v.taints.push(Taint {
+                key: key.into(),
+                value: None,
+                effect,
+            });
+        }
+    }
+    let n = node_mut(&mut f, "r2-full");
+    n.apply_scheduler_view(&v);
+    assert!(n.taints.is_empty(), "{:?}", n.taints);
+    let p = plan(&f, &demand(&[("one", 1, gpus(1))]), &f.policy, 0);
+    assert_eq!(placed(&p)["ml/one"], ["r2-full"]);
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, accord::plan::Action::PowerOn { node, .. } if node == "r2-full")),
+        "{p:?}"
+    );
+    // A cordon taint is the admin's: it stays, and the node is not used.
+    v.taints.push(Taint {
+        key: "node.kubernetes.io/unschedulable".into(),
+        value: None,
+        effect: TaintEffect::NoSchedule,
+    });
+    node_mut(&mut f, "r2-full").apply_scheduler_view(&v);
+    assert_eq!(node(&f, "r2-full").taints.len(), 1);
+    let p = plan(&f, &demand(&[("one", 1, gpus(1))]), &f.policy, 0);
+    assert!(p.placements.is_empty(), "{p:?}");
+}
+
+#[test]
+fn other_drivers_slices_leave_the_gpus_alone() {
+    let mut f = fleet();
+    let n = node_mut(&mut f, "r1-a");
+    let gpu = n.devices[0].clone();
+    let channel = |k: usize, driver: &str| {
+        let mut d = gpu.clone();
+        d.name = format!("channel-{k}").into();
+        d.driver = driver.into();
+        d.attributes.clear();
+        d.gpu = None;
+        d
+    };
+    // Only other drivers' node-local devices: the GPUs (from the device
+    // plugin) stay, no drift, nothing withheld, and the unknown drivers'
+    // devices are not planned with.
+    let mut v = view(Some(8));
+    v.devices = Some(vec![
+        channel(0, "compute-domain.nvidia.com"),
+        channel(1, "dra.net"),
+    ]);
+    assert_eq!(n.apply_scheduler_view(&v), vec![]);
+    assert_eq!(n.devices.len(), 8);
+    assert!(n.devices.iter().all(|d| d.kind == DeviceKind::Gpu));
+    assert!(n.devices.iter().all(|d| d.driver == "gpu.nvidia.com"));
+    assert!(n.gpus.iter().all(|g| !g.withheld));
+    // The GPU driver's devices with them: only its devices are replaced
+    // and compared.
+    let mut published: Vec<accord::device::Device> = node(&f, "r1-a")
+        .devices
+        .iter()
+        .filter(|d| d.gpu != Some(7))
+        .cloned()
+        .collect();
+    published.push(channel(2, "compute-domain.nvidia.com"));
+    v.devices = Some(published);
+    let n = node_mut(&mut f, "r1-a");
+    let drift = n.apply_scheduler_view(&v);
+    assert_eq!(kinds(&drift), [DriftKind::SchedulerDevices]);
+    assert_eq!(drift[0].reported, format!("GPU {H100} x7"));
+    assert_eq!(n.devices.len(), 7);
+    assert_eq!(n.device_prints.len(), 7);
+    assert!(n.gpus[7].withheld);
+    // r2-full has NICs (Accord's RDMA driver) and GPUs: a view of the NIC
+    // driver only replaces its NICs, keeps the GPUs, and withholds none.
+    let n = node_mut(&mut f, "r2-full");
+    let nic = n
+        .devices
+        .iter()
+        .find(|d| d.kind == DeviceKind::Nic)
+        .unwrap()
+        .clone();
+    let mut v = view(None);
+    v.devices = Some(vec![nic.clone(), nic]);
+    let drift = n.apply_scheduler_view(&v);
+    assert_eq!(kinds(&drift), [DriftKind::SchedulerDevices]);
+    assert_eq!(drift[0].declared, "NIC infiniband x8");
+    assert_eq!(drift[0].reported, "NIC infiniband x2");
+    assert_eq!(
+        n.devices
+            .iter()
+            .filter(|d| d.kind == DeviceKind::Gpu)
+            .count(),
+        8
+    );
+    assert_eq!(
+        n.devices
+            .iter()
+            .filter(|d| d.kind == DeviceKind::Nic)
+            .count(),
+        2
+    );
+    assert_eq!(n.device_prints.len(), n.devices.len());
+    assert!(n.gpus.iter().all(|g| !g.withheld));
+}
+
+#[test]
+fn a_device_plugin_not_registered_yet_caps_nothing() {
+    let mut f = fleet();
+    // Whole GPUs: "0" while the model has 8.
+    let n = node_mut(&mut f, "r1-a");
+    assert_eq!(n.apply_scheduler_view(&view(Some(0))), vec![]);
+    assert_eq!(
+        n.devices
+            .iter()
+            .filter(|d| d.kind == DeviceKind::Gpu)
+            .count(),
+        8
+    );
+    assert!(n.gpus.iter().all(|g| !g.withheld));
+    // MIG: every key 0.
+    let mut v = view(Some(0));
+    v.allocatable
+        .insert("nvidia.com/mig-3g.40gb".into(), "0".into());
+    let n = node_mut(&mut f, "r2-mig");
+    assert_eq!(n.apply_scheduler_view(&v), vec![]);
+    assert_eq!(
+        n.devices
+            .iter()
+            .filter(|d| d.mig_profile() == Some("3g.40gb"))
+            .count(),
+        16
+    );
+    // Once it advertises anything, the counts are compared again.
+    v.allocatable
+        .insert("nvidia.com/mig-3g.40gb".into(), "2".into());
+    let drift = n.apply_scheduler_view(&v);
+    assert_eq!(kinds(&drift), [DriftKind::SchedulerResource]);
+}
+
+fn invalid(fleet: &str) -> Vec<String> {
+    match Fleet::from_toml(fleet, "fleet.toml", &mut |_| Err("no files".into())) {
+        Ok(_) => vec![],
+        Err(accord::fleet::FleetError::Invalid { problems, .. }) => problems,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn topology_keys_accord_owns_are_valid_and_not_kubernetes_own() {
+    let base = |topology: &str| {
+        format!(
+            "[topology]\n{topology}\n[profiles.p]\ncpu = \"1\"\nmemory = \"1Gi\"\n\
+             [[racks]]\nname = \"r1\"\n[[nodes]]\nname = \"n\"\nrack = \"r1\"\nprofile = \"p\"\n"
+        )
+    };
+    assert_eq!(invalid(&base("")), Vec::<String>::new());
+    // A shared prefix is fine: only <prefix><level> is Accord's.
+    let shared = base("label_prefix = \"topology.kubernetes.io/\"");
+    assert_eq!(invalid(&shared), Vec::<String>::new());
+    let f = Fleet::from_toml(&shared, "fleet.toml", &mut |_| Err("x".into())).unwrap();
+    assert!(owns_label(&f.topology, "topology.kubernetes.io/rack"));
+    assert!(!owns_label(&f.topology, "topology.kubernetes.io/zone"));
+    assert!(!owns_label(&f.topology, "topology.kubernetes.io/region"));
+    // Mapped explicitly, zone is the admin's choice.
+    let zone = base("also_label = { site = [\"topology.kubernetes.io/zone\"] }");
+    assert_eq!(invalid(&zone), Vec::<String>::new());
+    for (topology, says) in [
+        (
+            "also_label = { rack = [\"kubernetes.io/hostname\"] }",
+            "topology.also_label.rack: \"kubernetes.io/hostname\" is set by Kubernetes",
+        ),
+        (
+            "also_label = { rack = [\"kubernetes.io/arch\"] }",
+            "topology.also_label.rack: \"kubernetes.io/arch\"",
+        ),
+        (
+            "also_label = { rack = [\"accord.dev/reservation\"] }",
+            "topology.also_label.rack: \"accord.dev/reservation\"",
+        ),
+        (
+            "also_label = { rack = [\"Bad_Prefix/rack\"] }",
+            "topology.also_label.rack: \"Bad_Prefix/rack\" is not a valid Kubernetes label key",
+        ),
+        (
+            "also_label = { rack = [\"x/rack 1\"] }",
+            "is not a valid Kubernetes label key",
+        ),
+        (
+            "label_prefix = \"kubernetes.io/\"\nlevels = [\"hostname\"]",
+            "topology.levels: \"hostname\"",
+        ),
+        (
+            "levels = [\"my level\"]",
+            "topology.levels: \"my level\" makes the label key",
+        ),
+    ] {
+        let problems = invalid(&base(topology));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with(says) || p.contains(says)),
+            "{topology}: {problems:?}"
+        );
+    }
+    for (key, ok) in [
+        ("rack", true),
+        ("topology.accord.dev/rack", true),
+        ("a.b-c/X_y.z", true),
+        ("", false),
+        ("/rack", false),
+        ("a/", false),
+        ("a/b/c", false),
+        ("-a/b", false),
+        ("a..b/c", false),
+        (&format!("a/{}", "x".repeat(64)), false),
+    ] {
+        assert_eq!(accord::truth::valid_label_key(key), ok, "{key:?}");
+    }
+}
+
+#[test]
+fn rack_level_and_reservation_names_must_be_label_values() {
+    let fleet = |rack: &str, site: &str, level: &str, reservation: &str| {
+        format!(
+            "[profiles.p]\ncpu = \"1\"\nmemory = \"1Gi\"\n\
+             [[racks]]\nname = {rack:?}\nsite = {site:?}\nlevels = {{ block = {level:?} }}\n\
+             [[nodes]]\nname = \"n\"\nrack = {rack:?}\nprofile = \"p\"\n\
+             [[reservations]]\nname = {reservation:?}\nowner = {{ namespace = \"x\" }}\nnodes = [\"n\"]\n"
+        )
+    };
+    assert_eq!(
+        invalid(&fleet("rack-1", "dc_1.a", "b1", "research")),
+        Vec::<String>::new()
+    );
+    let problems = invalid(&fleet("rack 1", "-dc", &"b".repeat(64), "!!"));
+    let keys: Vec<&str> = problems
+        .iter()
+        .map(|p| p.split(':').next().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "racks.rack 1.name",
+            "racks.rack 1.site",
+            "racks.rack 1.levels.block",
+            "reservations.!!.name",
+        ],
+        "{problems:?}"
+    );
+    assert!(problems[0].contains("not a valid Kubernetes label value"));
+    // A level a rack or node names must be one of topology.levels.
+    let undeclared = fleet("r1", "dc", "b1", "x").replace("block = ", "nvlink_domain = ");
+    let problems = invalid(&undeclared);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].starts_with("racks.r1.levels.nvlink_domain: not one of topology.levels"));
+    assert!(accord::truth::valid_label_value(""));
+    assert!(!accord::truth::valid_label_value("a b"));
+}
+
+#[test]
+fn hostile_reports_neither_overflow_nor_take_quadratic_time() {
+    let mut f = fleet();
+    // Memory near u64::MAX: a drift, not an overflow.
+    let mut hw = reported(8);
+    for g in &mut hw.gpus {
+        g.memory_bytes = Some(u64::MAX);
+    }
+    let drift = f.apply_report("r1-a", &hw).unwrap();
+    assert_eq!(kinds(&drift), [DriftKind::GpuMemory]);
+    assert_eq!(drift[0].reported, format!("{} GiB", u64::MAX >> 30));
+    // Many GPUs, each in its own MIG state: built in linear time, and
+    // GPUs in one state share one copy.
+    let gpus = 60_000;
+    let mut hw = reported(gpus);
+    for (i, g) in hw.gpus.iter_mut().enumerate() {
+        g.mig = Some(MigState {
+            capable: true,
+            current_mode: MigMode::Enabled,
+            pending_mode: MigMode::Enabled,
+            profiles: vec![],
+            gpu_instances: vec![instance(i as u32 / 2, "1g.10gb", 0, 1)],
+        });
+    }
+    let start = std::time::Instant::now();
+    let d = accord::device::devices_from_hardware(&hw, None, false);
+    assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(d.gpus.len(), gpus as usize);
+    let (a, b, c) = (&d.gpus[0], &d.gpus[1], &d.gpus[2]);
+    assert!(std::sync::Arc::ptr_eq(
+        a.mig.as_ref().unwrap(),
+        b.mig.as_ref().unwrap()
+    ));
+    assert!(!std::sync::Arc::ptr_eq(
+        a.mig.as_ref().unwrap(),
+        c.mig.as_ref().unwrap()
+    ));
+    // Dynamic MIG with placements past any GPU's memory slices (and one
+    // that overflows): left out, no huge counter set, no panic.
+    let mut hw = reported(1);
+    let profile = accord::hardware::MigProfile {
+        id: 19,
+        name: "1g.10gb".into(),
+        slices: 1,
+        memory_mib: u64::MAX,
+        max_count: 7,
+        sm_count: None,
+        placements: vec![
+            MigPlacement { start: 0, size: 1 },
+            MigPlacement {
+                start: u32::MAX,
+                size: 2,
+            },
+            MigPlacement {
+                start: 1,
+                size: u32::MAX - 1,
+            },
+        ],
+    };
+    hw.gpus[0].mig = Some(MigState {
+        capable: true,
+        current_mode: MigMode::Disabled,
+        pending_mode: MigMode::Disabled,
+        profiles: vec![profile],
+        gpu_instances: vec![],
+    });
+    let d = accord::device::devices_from_hardware(&hw, None, true);
+    assert_eq!(d.counters["gpu-0"].len(), 1);
+    assert_eq!(d.devices.len(), 2); // the whole GPU and 1g.10gb@0
 }

@@ -269,7 +269,13 @@ fn view(st: &ApiState, record: NodeRecord) -> NodeView {
         .read()
         .expect("lock")
         .as_ref()
-        .and_then(|c| c.nodes.iter().find(|n| n.name == record.name))
+        // The status lists nodes sorted by name (the fleet's order).
+        .and_then(|c| {
+            c.nodes
+                .binary_search_by(|n| n.name.as_str().cmp(&record.name))
+                .ok()
+                .map(|i| &c.nodes[i])
+        })
         .map(|n| (Some(n.model), n.drift.clone()))
         .unwrap_or_default();
     NodeView {

@@ -158,3 +158,44 @@ pub fn slice_devices(slice: &ResourceSlice) -> Result<(Option<String>, Vec<Devic
     }
     Ok((spec.node_name.clone(), out))
 }
+
+/// The slices that describe each pool now: a driver republishing a pool
+/// (a restart, an upgrade) writes a new generation before deleting the
+/// old one, so only each (driver, pool)'s highest generation counts, and
+/// only once all of its `resourceSliceCount` slices are there (as the
+/// scheduler's allocator does). Pools left out are named in the second
+/// list. Keeps the input's order.
+pub fn current_pools(slices: Vec<ResourceSlice>) -> (Vec<ResourceSlice>, Vec<String>) {
+    // (driver, pool) → (highest generation, its slice count, slices seen at it)
+    let mut pools: BTreeMap<(String, String), (i64, i64, i64)> = BTreeMap::new();
+    for s in &slices {
+        let key = (s.spec.driver.clone(), s.spec.pool.name.clone());
+        let g = s.spec.pool.generation;
+        let count = s.spec.pool.resource_slice_count;
+        let e = pools.entry(key).or_insert((g, count, 0));
+        if g > e.0 {
+            *e = (g, count, 0);
+        }
+        if g == e.0 {
+            e.2 += 1;
+        }
+    }
+    let mut problems = Vec::new();
+    for ((driver, pool), (g, count, seen)) in &pools {
+        if seen < count {
+            problems.push(format!(
+                "ResourceSlice pool {pool} of {driver}: generation {g} has {seen} of {count} slices; not planned with until complete"
+            ));
+        }
+    }
+    let kept = slices
+        .into_iter()
+        .filter(|s| {
+            let key = (s.spec.driver.clone(), s.spec.pool.name.clone());
+            pools
+                .get(&key)
+                .is_some_and(|(g, count, seen)| s.spec.pool.generation == *g && seen >= count)
+        })
+        .collect();
+    (kept, problems)
+}

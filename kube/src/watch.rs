@@ -69,6 +69,7 @@ struct Stores {
 /// One running watcher: whether its first list is in the store.
 #[derive(Debug)]
 struct Watcher {
+    kind: String,
     /// `Kind (apiVersion)`.
     what: String,
     listed: Arc<AtomicBool>,
@@ -191,6 +192,7 @@ impl Spawner {
         .default_backoff();
         let listed = Arc::new(AtomicBool::new(false));
         self.watchers.push(Watcher {
+            kind: kind.to_owned(),
             what: format!("{kind} ({api_version})"),
             listed: listed.clone(),
             required,
@@ -371,6 +373,16 @@ impl DemandWatch {
             .collect()
     }
 
+    /// Whether Pods and Nodes have had their first list: without them a
+    /// node's pods are unknown, so nothing may be planned (a busy node
+    /// would look idle).
+    pub fn pods_and_nodes_listed(&self) -> bool {
+        self.watchers
+            .iter()
+            .filter(|w| w.kind == "Pod" || w.kind == "Node")
+            .all(|w| w.listed.load(Ordering::Acquire))
+    }
+
     /// Watch problems so far (each said once).
     pub fn problems(&self) -> Vec<String> {
         self.problems
@@ -464,6 +476,8 @@ impl DemandWatch {
             }
         }
         slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let (slices, stale) = crate::cluster::current_pools(slices);
+        problems.extend(stale);
         let mut out: std::collections::BTreeMap<String, Vec<accord::device::Device>> =
             Default::default();
         for s in slices {

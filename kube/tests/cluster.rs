@@ -54,3 +54,43 @@ fn nodes_show_taints_allocatable_and_readiness() {
     assert_eq!(n.taints[0].key, "nvidia.com/gpu");
     assert_eq!(n.labels["topology.accord.dev/rack"], "r1");
 }
+
+fn pool_slice(name: &str, pool: &str, generation: i64, count: i64) -> ResourceSlice {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+                 "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+                 "devices": [{"name": format!("{name}-gpu-0")}]}
+    }))
+    .unwrap()
+}
+
+/// A driver that republishes its pool writes the new generation before
+/// deleting the old: only the newest, complete generation counts.
+#[test]
+fn only_each_pools_newest_complete_generation_counts() {
+    let names = |v: &[ResourceSlice]| -> Vec<String> {
+        v.iter().map(|s| s.metadata.name.clone().unwrap()).collect()
+    };
+    // Generation 1 (one slice) and generation 2 (one slice): 2 wins.
+    let (kept, problems) = accord_kube::cluster::current_pools(vec![
+        pool_slice("old", "n1", 1, 1),
+        pool_slice("new", "n1", 2, 1),
+    ]);
+    assert_eq!(names(&kept), ["new"]);
+    assert!(problems.is_empty(), "{problems:?}");
+    // Generation 3 announces two slices and only one is there yet: the
+    // pool is not planned with (and said).
+    let (kept, problems) = accord_kube::cluster::current_pools(vec![
+        pool_slice("new", "n1", 2, 1),
+        pool_slice("newer-a", "n1", 3, 2),
+        pool_slice("other", "n2", 1, 1),
+    ]);
+    assert_eq!(names(&kept), ["other"]);
+    assert_eq!(problems.len(), 1);
+    assert!(
+        problems[0].contains("generation 3 has 1 of 2"),
+        "{problems:?}"
+    );
+}

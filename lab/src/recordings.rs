@@ -8,12 +8,20 @@
 //! Built-in recordings (embedded; tests/fixtures/SOURCES.md says where
 //! they come from): one HGX baseboard of a real DGX-2 (hwloc export) with
 //! recorded 8 x H100 NVML views.
+//!
+//! Each fleet node's recording, discovered once: [`resolve_recordings`];
+//! what every machine publishes when up: [`published_objects`]
+//! (`accord-lab --print-nodes`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use accord::fleet::Fleet;
 use anyhow::Context;
+use serde_json::Value;
 
-use crate::scenario::RecordingSpec;
+use crate::kubelet;
+use crate::scenario::{RecordingSpec, Scenario};
 
 const BOARD: &str = include_str!("../../tests/fixtures/hwloc/derived/dgx2-board0-no-nvml.xml");
 const BOARD_7GPU: &str = include_str!("../../tests/fixtures/hwloc/derived/dgx2-board0-7gpu.xml");
@@ -171,5 +179,120 @@ impl Recording {
             driver_version: snapshot.as_ref().and_then(|s| s.driver_version.clone()),
             cuda_driver_version: snapshot.as_ref().and_then(|s| s.cuda_driver_version),
         })
+    }
+}
+
+/// The recording one machine replays, and what its agent sees in it.
+#[derive(Debug, Clone)]
+pub struct MachineRecording {
+    pub recording: Recording,
+    /// Where it was named (`lab.machines.r1-n1.recording`,
+    /// `lab.recordings.hgx-h100`, the default).
+    pub from: String,
+    /// GPUs NVML shows in it.
+    pub gpus: usize,
+    /// `7 x NVIDIA H100 80GB HBM3, MIG off`.
+    pub describe: String,
+}
+
+/// Each fleet node's recording (built-ins written under `dir`), each
+/// discovered once with the agent's library: a recording that does not
+/// discover is an error naming the node, the key and the file.
+pub fn resolve_recordings(
+    scenario: &Scenario,
+    fleet: &Fleet,
+    dir: &Path,
+) -> anyhow::Result<BTreeMap<String, MachineRecording>> {
+    let mut seen: BTreeMap<Recording, (usize, String)> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for n in &fleet.nodes {
+        let (spec, from) = scenario.recording_of(&n.name);
+        let recording = Recording::resolve(&spec, &scenario.base, dir)
+            .with_context(|| format!("machine {} ({from})", n.name))?;
+        let (gpus, describe) = match seen.get(&recording) {
+            Some(v) => v.clone(),
+            None => {
+                let m = recording
+                    .discover()
+                    .with_context(|| format!("machine {} ({from})", n.name))?;
+                let v = (m.gpus().len(), m.describe());
+                seen.insert(recording.clone(), v.clone());
+                v
+            }
+        };
+        out.insert(
+            n.name.clone(),
+            MachineRecording {
+                recording,
+                from,
+                gpus,
+                describe,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// What every machine of `scenario` publishes when it is up (its Node and,
+/// where the Kubernetes version serves DRA, its ResourceSlice), built
+/// from its recording by the lab's stand-ins: `accord-lab --print-nodes`.
+pub fn published_objects(scenario: &Scenario) -> anyhow::Result<Vec<Value>> {
+    let fleet = scenario.resolve_fleet().context("the scenario's fleet")?;
+    let version = scenario.kube_version().map_err(anyhow::Error::msg)?;
+    let dir = tempfile::tempdir()?;
+    let mut out = Vec::new();
+    for (name, m) in resolve_recordings(scenario, &fleet, dir.path())? {
+        let machine = m.recording.discover()?;
+        out.push(kubelet::node_object(&name, &machine));
+        if let Some(api) = version.dra_api_version() {
+            out.extend(kubelet::resource_slice(&name, &machine, api));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the default scenario's machines publish when up: each its own
+    /// recording, whatever the fleet file declares (r1-n1 is declared with
+    /// 8 GPUs and has 7); ResourceSlices only where DRA is served.
+    #[test]
+    fn the_default_scenarios_machines_publish_their_recordings() {
+        let mut s = Scenario::default_scenario();
+        let objects = published_objects(&s).unwrap();
+        let node = |name: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == "Node" && o["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("no Node {name}"))
+        };
+        let gpu = |name: &str, r: &str| node(name)["status"]["allocatable"][r].clone();
+        assert_eq!(gpu("r1-n1", "nvidia.com/gpu"), "7");
+        assert_eq!(gpu("r1-n2", "nvidia.com/gpu"), "8");
+        assert_eq!(gpu("r3-n1", "nvidia.com/gpu"), "0");
+        assert_eq!(gpu("r3-n1", "nvidia.com/mig-1g.10gb"), "56");
+        assert_eq!(gpu("r3-n2", "cpu"), "4");
+        assert_eq!(node("r3-n2")["spec"], serde_json::json!({}));
+        let slices: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == "ResourceSlice")
+            .collect();
+        assert_eq!(slices.len(), 11);
+        assert!(slices
+            .iter()
+            .all(|s| s["apiVersion"] == "resource.k8s.io/v1"));
+
+        s.lab.kube_version = Some("1.31".into());
+        let objects = published_objects(&s).unwrap();
+        assert!(objects.iter().all(|o| o["kind"] == "Node"));
+        s.lab.kube_version = Some("1.32".into());
+        let objects = published_objects(&s).unwrap();
+        assert!(objects
+            .iter()
+            .filter(|o| o["kind"] == "ResourceSlice")
+            .all(|s| s["apiVersion"] == "resource.k8s.io/v1beta1"
+                && s["spec"]["devices"][0]["basic"].is_object()));
     }
 }

@@ -1,6 +1,14 @@
-//! The lab's end-of-run summary (what `--until-idle` prints, or `--json`).
+//! The lab's end-of-run summary (what `--until-idle` prints, or `--json`):
+//! assembled from what the lab recorded, the BMC proxy's and emulator's
+//! logs and accordd's last status ([`Lab::summary`]), and rendered.
 
+use std::collections::BTreeSet;
+
+use accord_api::control::{ControlStatus, ModelSource, WorkloadState};
 use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::{proxy, workload_keys, Lab};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkloadSummary {
@@ -132,4 +140,140 @@ impl Summary {
         ));
         out
     }
+}
+
+impl Lab {
+    /// The summary now.
+    pub fn summary(&self, status: Option<&ControlStatus>) -> Summary {
+        let now = Instant::now();
+        let r = self.record.lock().expect("lock");
+        let secs = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) => Some(b.duration_since(a).as_secs_f64()),
+            _ => None,
+        };
+        let log = self.proxy.log();
+        let workloads = self
+            .scenario
+            .submit
+            .iter()
+            .zip(&r.subs)
+            .map(|(sub, s)| {
+                let first_reset = s.submitted.and_then(|t0| {
+                    log.iter()
+                        .filter(|l| {
+                            l.power_on
+                                && l.at >= t0
+                                && s.nodes.iter().any(|n| l.path == proxy::reset_path(n))
+                        })
+                        .map(|l| l.at.duration_since(t0).as_secs_f64())
+                        .reduce(f64::min)
+                });
+                WorkloadSummary {
+                    name: sub.name.clone(),
+                    pods: s.pods.len(),
+                    submitted_s: s
+                        .submitted
+                        .map(|t| t.duration_since(self.started).as_secs_f64()),
+                    bound: s.bound.is_some(),
+                    time_to_bound_s: secs(s.submitted, s.bound),
+                    time_to_first_reset_s: first_reset,
+                    nodes: s.nodes.iter().cloned().collect(),
+                    // The status that ended the run says it (the record
+                    // is filled by another task, a poll behind).
+                    cannot_place: if s.bound.is_none() {
+                        status
+                            .and_then(|st| cannot_place_reason(st, &workload_keys(s)))
+                            .or_else(|| s.cannot_place.clone())
+                    } else {
+                        None
+                    },
+                }
+            })
+            .collect();
+        let mut powered_gpu_s = 0.0;
+        // The GPUs the machine has (its recording), not the declared ones.
+        let gpus_of = |name: &str| self.recordings.get(name).map_or(0.0, |m| m.gpus as f64);
+        let nodes: Vec<NodeSummary> = r
+            .nodes
+            .iter()
+            .map(|(name, n)| {
+                let on_s = n.on_total.as_secs_f64()
+                    + n.powered_at
+                        .map(|t| now.duration_since(t).as_secs_f64())
+                        .unwrap_or(0.0);
+                powered_gpu_s += on_s * gpus_of(name);
+                let st = status.and_then(|s| s.nodes.iter().find(|x| &x.name == name));
+                // accordd's drift now, else the last it said while the run
+                // went on.
+                let drift = match st {
+                    Some(x) if !x.drift.is_empty() => {
+                        x.drift.iter().map(ToString::to_string).collect()
+                    }
+                    _ => n.drift.clone(),
+                };
+                NodeSummary {
+                    name: name.clone(),
+                    power_cycles: n.power_cycles,
+                    on_now: n.on,
+                    used: n.used,
+                    on_s,
+                    stage: st.map(|x| accord_api::control::stage_label(x.stage)),
+                    recording: self
+                        .recordings
+                        .get(name)
+                        .map(|m| m.recording.name.clone())
+                        .unwrap_or_default(),
+                    model: st.map(|x| x.model).or(n.model).map(model_label),
+                    drift,
+                }
+            })
+            .collect();
+        let used_gpu_s = r.used_gpu_s
+            + r.bound
+                .values()
+                .map(|(t, g, _)| now.duration_since(*t).as_secs_f64() * g)
+                .sum::<f64>();
+        let resets = self
+            .emulator
+            .requests()
+            .iter()
+            .filter(|r| r.starts_with("POST ") && r.contains("/Actions/ComputerSystem.Reset"))
+            .count();
+        Summary {
+            kube_version: self.kube_version.to_string(),
+            skipped: self.skipped.clone(),
+            elapsed_s: now.duration_since(self.started).as_secs_f64(),
+            nodes_powered_on: nodes.iter().filter(|n| n.power_cycles > 0).count(),
+            nodes_powered_on_never_used: nodes
+                .iter()
+                .filter(|n| n.power_cycles > 0 && !n.used)
+                .count(),
+            gpu_hours_powered: powered_gpu_s / 3600.0,
+            gpu_hours_used: used_gpu_s / 3600.0,
+            resets_sent: resets,
+            bmc_requests: log.len(),
+            workloads,
+            nodes,
+        }
+    }
+}
+
+/// Accord's reason the workloads `keys` cannot be placed, from `status`:
+/// the first of them it says so of.
+fn cannot_place_reason(status: &ControlStatus, keys: &BTreeSet<String>) -> Option<String> {
+    status
+        .workloads
+        .iter()
+        .filter(|w| keys.contains(&w.workload) && w.state == WorkloadState::CannotPlace)
+        .find_map(|w| w.reason.clone())
+}
+
+/// How the summary names where accordd's model of a node comes from.
+fn model_label(m: ModelSource) -> String {
+    match m {
+        ModelSource::Declared => "declared",
+        ModelSource::Reported => "reported",
+        ModelSource::Held => "held",
+    }
+    .to_owned()
 }

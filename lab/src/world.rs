@@ -155,16 +155,43 @@ pub(super) async fn machines(ctx: Ctx) {
                 register_node(&ctx, &name).await;
             }
             if went_off {
-                ctx.api.delete("v1", "Node", "", &name);
-                if let Some(api) = ctx.kube.dra_api_version() {
-                    ctx.api
-                        .delete(api, "ResourceSlice", "", &crate::kubelet::slice_name(&name));
-                }
-                say!(ctx, node = %name, "BMC shows Off: agent stopped, Node removed");
+                node_lost(&ctx, &name);
+                say!(ctx, node = %name, "BMC shows Off: agent stopped, Node NotReady and tainted unreachable");
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The taints Kubernetes' node lifecycle controller puts on a Node whose
+/// kubelet stopped posting status, and lifts when it is Ready again.
+const READINESS_TAINTS: [&str; 2] = ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"];
+
+/// A machine that went off: its Node object stays (Kubernetes deletes no
+/// Node by itself), its Ready condition turns Unknown and the node
+/// lifecycle controller taints it unreachable (here at once, not after
+/// the node-monitor grace period). Its ResourceSlice stays too, as it
+/// does while the Node exists.
+fn node_lost(ctx: &Ctx, name: &str) {
+    let Some(mut node) = ctx.api.get("v1", "Node", "", name) else {
+        return;
+    };
+    node["status"]["conditions"] = json!([{
+        "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.",
+    }]);
+    let mut taints: Vec<Value> = node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| !READINESS_TAINTS.contains(&t["key"].as_str().unwrap_or("")))
+        .cloned()
+        .collect();
+    for effect in ["NoSchedule", "NoExecute"] {
+        taints.push(json!({"key": READINESS_TAINTS[0], "effect": effect}));
+    }
+    node["spec"]["taints"] = Value::Array(taints);
+    ctx.api.apply(node);
 }
 
 /// The machine's kubelet registers its Node, and the NVIDIA device
@@ -187,7 +214,31 @@ async fn register_node(ctx: &Ctx, name: &str) {
             return;
         }
     };
-    let node = crate::kubelet::node_object(name, &machine);
+    let mut node = crate::kubelet::node_object(name, &machine);
+    // Registering again: the Node object stayed while the machine was off
+    // (with others' labels and taints on it, Accord's among them); the
+    // kubelet updates it, and the node lifecycle controller lifts its
+    // unreachable taint once it is Ready.
+    if let Some(old) = ctx.api.get("v1", "Node", "", name) {
+        if let (Some(labels), Some(mine)) = (
+            old["metadata"]["labels"].as_object(),
+            node["metadata"]["labels"].as_object_mut(),
+        ) {
+            for (k, v) in labels {
+                mine.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        let kept: Vec<Value> = old["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| !READINESS_TAINTS.contains(&t["key"].as_str().unwrap_or("")))
+            .cloned()
+            .collect();
+        if !kept.is_empty() {
+            node["spec"]["taints"] = Value::Array(kept);
+        }
+    }
     let gpus = node["status"]["allocatable"]["nvidia.com/gpu"]
         .as_str()
         .unwrap_or("0")

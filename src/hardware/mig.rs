@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MigMode {
     Enabled,
@@ -15,7 +15,7 @@ pub enum MigMode {
 }
 
 /// MIG state of one physical GPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MigState {
     /// Whether the GPU supports MIG at all.
     pub capable: bool,
@@ -31,7 +31,7 @@ pub struct MigState {
 }
 
 /// A GPU-instance profile (`nvidia-smi mig -lgip`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MigProfile {
     /// NVML's profile id (`nvmlGpuInstanceProfileInfo_t.id`, 19 for
     /// `1g.10gb` on H100).
@@ -55,7 +55,8 @@ pub struct MigPlacement {
 
 impl MigPlacement {
     fn end(self) -> u32 {
-        self.start + self.size
+        // Saturating: placements may come from an agent's report.
+        self.start.saturating_add(self.size)
     }
 
     pub fn overlaps(self, other: MigPlacement) -> bool {
@@ -63,7 +64,7 @@ impl MigPlacement {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GpuInstance {
     pub id: u32,
     /// Profile name, e.g. `3g.40gb`.
@@ -76,7 +77,7 @@ pub struct GpuInstance {
     pub compute_instances: Vec<ComputeInstance>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ComputeInstance {
     pub id: u32,
     /// The MIG device UUID (`MIG-...`) that workloads see.

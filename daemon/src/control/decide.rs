@@ -440,8 +440,11 @@ impl Decider {
                     scheduler_drift.insert(n.name.clone(), d);
                 }
             }
-            if let Some(p) = self.fleet.publication(&n.name, snap.now) {
-                n.apply_publication(&p, &self.fleet.topology);
+            // In observe mode nothing is written: the Nodes stay as they are.
+            if self.settings.mode == Mode::Act {
+                if let Some(p) = self.fleet.publication(&n.name, snap.now) {
+                    n.apply_publication(&p, &self.fleet.topology);
+                }
             }
             if hold && self.declared_drift.contains_key(&n.name) {
                 n.failed = Some(format!(

@@ -32,6 +32,8 @@ pub struct Observer {
     /// Every stored model has been read once (the first round); later
     /// rounds read only those the API says changed.
     pub models_loaded: bool,
+    /// ResourceSlice problems already said (each is said once).
+    pub slice_problems: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Observer {
@@ -66,7 +68,7 @@ impl Observer {
         snap.executed = executed;
         snap.open_intents = open_intents;
         snap.reports = self.changed_models();
-        snap.views = scheduler_views(&self.watch);
+        snap.views = self.scheduler_views();
         snap.watches = self
             .watch
             .watches()
@@ -91,7 +93,12 @@ impl Observer {
                 .filter_map(|name| match store.node(name) {
                     Ok(r) => r,
                     Err(e) => {
-                        warn!(node = %name, error = %accord::config_file::error_chain(&e), "cannot read the node's model from the store");
+                        warn!(node = %name, error = %accord::config_file::error_chain(&e), "cannot read the node's model from the store; trying again next round");
+                        self.shared
+                            .models_changed
+                            .lock()
+                            .expect("lock")
+                            .insert(name.clone());
                         None
                     }
                 })
@@ -113,18 +120,26 @@ impl Observer {
     }
 }
 
-/// The scheduler's view of each registered node: its Node, and the
-/// devices its ResourceSlices publish (when any do).
-fn scheduler_views(watch: &DemandWatch) -> BTreeMap<String, SchedulerView> {
-    let (mut devices, _problems) = watch.devices();
-    watch
-        .nodes()
-        .into_iter()
-        .map(|n| {
-            let d = devices.remove(&n.name);
-            (n.name.clone(), accord_kube::cluster::scheduler_view(&n, d))
-        })
-        .collect()
+impl Observer {
+    /// The scheduler's view of each registered node: its Node, and the
+    /// devices its ResourceSlices publish (when any do). A slice that
+    /// cannot be read is said once and left out.
+    fn scheduler_views(&mut self) -> BTreeMap<String, SchedulerView> {
+        let (mut devices, problems) = self.watch.devices();
+        for p in problems {
+            if self.slice_problems.insert(p.clone()) {
+                warn!(problem = %p, "a ResourceSlice is not planned with");
+            }
+        }
+        self.watch
+            .nodes()
+            .into_iter()
+            .map(|n| {
+                let d = devices.remove(&n.name);
+                (n.name.clone(), accord_kube::cluster::scheduler_view(&n, d))
+            })
+            .collect()
+    }
 }
 
 /// The Kubernetes part of a snapshot.

@@ -170,6 +170,7 @@ impl Controller {
             shared: self.shared.clone(),
             stale_after_s: self.stale_after_s,
             models_loaded: false,
+            slice_problems: Default::default(),
         });
         let (tx, mut rx) = mpsc::channel::<Wake>(4096);
         let mut tasks = vec![self.spawn_kube_forwarder(tx.clone())];
@@ -201,18 +202,22 @@ impl Controller {
         }
         // Wait for the first lists, but not for good: a kind the server
         // serves and still refuses to list (RBAC, a broken conversion
-        // webhook) is named and the loop runs with what there is.
-        let listed = tokio::select! {
-            _ = self.observer().watch.ready() => true,
-            _ = tokio::time::sleep(FIRST_LIST_WITHIN) => {
-                warn!(
-                    waiting_for = %self.observer().watch.not_ready().join(", "),
-                    within_s = FIRST_LIST_WITHIN.as_secs(),
-                    "not every watched kind has been listed; planning with what there is"
-                );
-                true
+        // webhook) is named and the loop runs with what there is. Except
+        // Pods and Nodes: without them every node would look idle.
+        let listed = loop {
+            tokio::select! {
+                _ = self.observer().watch.ready() => break true,
+                _ = tokio::time::sleep(FIRST_LIST_WITHIN) => {
+                    let watch = &self.observer().watch;
+                    let waiting_for = watch.not_ready().join(", ");
+                    if watch.pods_and_nodes_listed() {
+                        warn!(%waiting_for, within_s = FIRST_LIST_WITHIN.as_secs(), "not every watched kind has been listed; planning with what there is");
+                        break true;
+                    }
+                    warn!(%waiting_for, "Pods or Nodes not listed yet: nothing is planned until they are (a node's pods must be known)");
+                }
+                _ = &mut shutdown => break false,
             }
-            _ = &mut shutdown => false,
         };
         if !listed {
             return self.stop(tasks).await;

@@ -1,0 +1,164 @@
+//! Waiting on the lab: until the scenario settles (the summary then), until
+//! accordd's status or the lab itself shows something, each with a
+//! deadline whose error names what it waited for, with accordd's state and
+//! log; at once if accordd exits.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use accord_api::control::{ControlStatus, WorkloadState};
+use tokio::time::Instant;
+
+use crate::{workload_keys, Lab, Summary};
+
+impl Lab {
+    /// Whether every submission is done: finished, or pending while
+    /// accordd says it cannot be placed.
+    fn scenario_done(&self, status: Option<&ControlStatus>) -> bool {
+        let r = self.record.lock().expect("lock");
+        r.subs.iter().all(|s| {
+            if s.finished.is_some() {
+                return true;
+            }
+            if s.submitted.is_none() || s.bound.is_some() {
+                return false;
+            }
+            let keys = workload_keys(s);
+            status.is_some_and(|st| {
+                !keys.is_empty()
+                    && keys.iter().all(|k| {
+                        st.workloads
+                            .iter()
+                            .any(|w| &w.workload == k && w.state == WorkloadState::CannotPlace)
+                    })
+            })
+        })
+    }
+
+    /// Every node off, or on with no pods and nothing coming up.
+    fn fleet_settled(&self, dark: bool) -> bool {
+        let r = self.record.lock().expect("lock");
+        let busy: BTreeSet<&str> = r.bound.values().map(|(_, _, n)| n.as_str()).collect();
+        r.nodes
+            .iter()
+            .all(|(name, n)| !n.on || (!dark && n.registered && !busy.contains(name.as_str())))
+    }
+
+    /// What keeps the scenario from settling: submissions not done, nodes
+    /// busy or on their way up.
+    fn unsettled(&self) -> String {
+        let r = self.record.lock().expect("lock");
+        let mut out = Vec::new();
+        for (sub, s) in self.scenario.submit.iter().zip(&r.subs) {
+            if s.finished.is_some() {
+                continue;
+            }
+            let state = match (s.submitted, s.bound) {
+                (None, _) => "not submitted".to_owned(),
+                (Some(_), None) => format!("{} pods not all bound", s.pods.len()),
+                (Some(_), Some(_)) => "running".to_owned(),
+            };
+            out.push(format!("{}: {state}", sub.name));
+        }
+        let busy: BTreeSet<&str> = r.bound.values().map(|(_, _, n)| n.as_str()).collect();
+        for (name, n) in &r.nodes {
+            if n.on && !n.registered {
+                out.push(format!("{name}: on, its Node not registered yet"));
+            } else if n.on && busy.contains(name.as_str()) {
+                out.push(format!("{name}: on, with pods"));
+            }
+        }
+        if out.is_empty() {
+            "accordd has power actions in flight, or nodes are on".to_owned()
+        } else {
+            out.join("; ")
+        }
+    }
+
+    /// Runs until the scenario is done and every node is idle or off (and
+    /// accordd has no power action in flight); with `dark`, until every
+    /// node is off. Errors after `lab.max_s`, or if accordd exits.
+    pub async fn run_until_idle(&self, dark: bool) -> anyhow::Result<Summary> {
+        let deadline = self.started + Duration::from_secs(self.scenario.lab.max_s);
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if self.daemon_exited().is_some() {
+                anyhow::bail!("the scenario did not settle: {}", self.daemon_report());
+            }
+            let status = self.status().await;
+            let quiet = status.as_ref().is_some_and(|s| s.open_intents.is_empty());
+            if quiet && self.scenario_done(status.as_ref()) && self.fleet_settled(dark) {
+                let summary = self.summary(status.as_ref());
+                return Ok(summary);
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!(
+                    "the scenario did not settle within lab.max_s = {} s ({}); {}",
+                    self.scenario.lab.max_s,
+                    self.unsettled(),
+                    self.daemon_report()
+                );
+            }
+        }
+    }
+
+    /// Waits until `cond` holds for accordd's status, up to `timeout`;
+    /// the error names `what` was waited for, with accordd's last status,
+    /// its state and its log ([`Lab::daemon_report`]). Fails at once if
+    /// accordd exits.
+    pub async fn wait_status(
+        &self,
+        what: &str,
+        timeout: Duration,
+        cond: impl Fn(&ControlStatus) -> bool,
+    ) -> anyhow::Result<ControlStatus> {
+        let end = Instant::now() + timeout;
+        loop {
+            let status = self.status().await;
+            if let Some(s) = &status {
+                if cond(s) {
+                    return Ok(status.expect("checked"));
+                }
+            }
+            if self.daemon_exited().is_some() {
+                anyhow::bail!("waiting for {what}: {}", self.daemon_report());
+            }
+            if Instant::now() > end {
+                anyhow::bail!(
+                    "waited {timeout:?} for {what}; accordd's last status:\n{}\n{}",
+                    status
+                        .as_ref()
+                        .map(accord_api::text::render_status)
+                        .unwrap_or_else(|| "(none)".into()),
+                    self.daemon_report()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until `cond` holds for the lab itself (its machines, the
+    /// fake API, the proxy's log), up to `timeout`; the error names `what`
+    /// was waited for, with accordd's state and log. Fails at once if
+    /// accordd exits.
+    pub async fn wait_lab(
+        &self,
+        what: &str,
+        timeout: Duration,
+        cond: impl Fn(&Lab) -> bool,
+    ) -> anyhow::Result<()> {
+        let end = Instant::now() + timeout;
+        loop {
+            if cond(self) {
+                return Ok(());
+            }
+            if self.daemon_exited().is_some() {
+                anyhow::bail!("waiting for {what}: {}", self.daemon_report());
+            }
+            if Instant::now() > end {
+                anyhow::bail!("waited {timeout:?} for {what}; {}", self.daemon_report());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
