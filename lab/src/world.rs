@@ -165,7 +165,10 @@ pub(super) async fn machines(ctx: Ctx) {
 
 /// The taints Kubernetes' node lifecycle controller puts on a Node whose
 /// kubelet stopped posting status, and lifts when it is Ready again.
-const READINESS_TAINTS: [&str; 2] = ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"];
+const READINESS_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/not-ready",
+];
 
 /// A machine that went off: its Node object stays (Kubernetes deletes no
 /// Node by itself), its Ready condition turns Unknown and the node
