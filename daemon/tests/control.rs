@@ -724,3 +724,28 @@ async fn a_node_that_goes_off_is_planned_with_its_last_scheduler_view() {
     assert!(d.views_changed.is_empty());
     assert_eq!(power_ons(&d), ["r2-n1", "r2-n2"], "{:?}", d.status.actions);
 }
+
+#[tokio::test]
+async fn an_off_nodes_unreachable_taint_does_not_keep_it_off() {
+    let mut t = Twin::new(Mode::Act);
+    // r1's machines are off; their Node objects stay, NotReady and tainted
+    // unreachable by the node lifecycle controller.
+    for n in ["r1-n1", "r1-n2"] {
+        let mut v = view(n, 8);
+        for effect in [
+            accord::demand::TaintEffect::NoSchedule,
+            accord::demand::TaintEffect::NoExecute,
+        ] {
+            v.taints.push(accord::demand::Taint {
+                key: "node.kubernetes.io/unreachable".into(),
+                value: None,
+                effect,
+            });
+        }
+        t.world.views.insert(n.into(), v);
+    }
+    t.world.demand = gang("ml", "train", podgroup("train"));
+    let d = t.round(0).await;
+    // r1 comes first in preference order and is powered on for the gang.
+    assert_eq!(power_ons(&d), ["r1-n1", "r1-n2"], "{:?}", d.status);
+}

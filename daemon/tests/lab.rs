@@ -127,22 +127,7 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
     assert!(by_pod.contains("belongs to workload ml/huge"), "{by_pod}");
 
     // The same through accordctl, against the running accordd.
-    let ctl = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
-            .args(args)
-            .env("ACCORD_URL", &lab.daemon_url)
-            .env(
-                "ACCORD_ADMIN_TOKEN_FILE",
-                lab.dir.path().join("admin-token"),
-            )
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let ctl = |args: &[&str]| accordctl(&lab, args);
     let (ok, out, err) = ctl(&["explain", "huge"]);
     assert!(ok, "{err}");
     assert!(out.contains("ml/huge: 5 pod(s), gang minimum 5"), "{out}");
@@ -206,12 +191,7 @@ async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
     assert!(!lab.proxy.power_ons("r1-n1").is_empty());
     assert!(!lab.nodes_powered_on().contains("r1-n1"));
     // Failed is counted and visible.
-    let metrics = reqwest::get(format!("{}/metrics", lab.daemon_url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&lab).await;
     assert!(
         metrics.contains("accord_bmc_errors_total{bmc=\"r1-n1\"} 1"),
         "{metrics}"

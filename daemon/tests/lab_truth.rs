@@ -152,21 +152,8 @@ async fn a_node_reporting_7_of_8_gpus_is_planned_around_and_accordd_labels_and_t
 
     // The drift, where an admin looks: accordctl nodes, an event on the
     // Node, a metric.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
-        .args(["nodes"])
-        .env("ACCORD_URL", &lab.daemon_url)
-        .env(
-            "ACCORD_ADMIN_TOKEN_FILE",
-            lab.dir.path().join("admin-token"),
-        )
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, text, err) = accordctl(&lab, &["nodes"]);
+    assert!(ok, "{err}");
     let line = text
         .lines()
         .find(|l| l.starts_with("r1-n1 "))
@@ -181,12 +168,7 @@ async fn a_node_reporting_7_of_8_gpus_is_planned_around_and_accordd_labels_and_t
             && e["regarding"]["name"] == "r1-n1"),
         "{events:#?}"
     );
-    let metrics = reqwest::get(format!("{}/metrics", lab.daemon_url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&lab).await;
     assert!(
         metrics.contains("accord_node_drift{node=\"r1-n1\",against=\"declaration\"} 1"),
         "{metrics}"

@@ -166,3 +166,32 @@ pub fn set(names: &[&str]) -> BTreeSet<String> {
 pub fn r2() -> BTreeSet<String> {
     set(&["r2-n1", "r2-n2", "r2-n3", "r2-n4"])
 }
+
+/// accordd's `/metrics` text.
+pub async fn metrics(lab: &Lab) -> String {
+    reqwest::get(format!("{}/metrics", lab.daemon_url))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("the metrics text")
+}
+
+/// Runs the accordctl binary against the lab's accordd as its admin:
+/// (succeeded, stdout, stderr).
+pub fn accordctl(lab: &Lab, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
+        .args(args)
+        .env("ACCORD_URL", &lab.daemon_url)
+        .env(
+            "ACCORD_ADMIN_TOKEN_FILE",
+            lab.dir.path().join("admin-token"),
+        )
+        .output()
+        .expect("accordctl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
