@@ -247,14 +247,82 @@ impl Workload {
         format!("{}/{}", self.namespace, self.name)
     }
 
+    /// Pods in all sets; saturates at `u32::MAX` (a sum past it is
+    /// refused by [`Demand::validate`] and by the planner's
+    /// [`MAX_PODS_PER_WORKLOAD_CEILING`] check).
     pub fn pod_count(&self) -> u32 {
-        self.pod_sets.iter().map(|s| s.count).sum()
+        self.pod_sets
+            .iter()
+            .fold(0u32, |n, s| n.saturating_add(s.count))
+    }
+
+    /// Pods in all sets, exactly (no `u32` overflow).
+    pub fn pod_count_u64(&self) -> u64 {
+        self.pod_sets.iter().map(|s| u64::from(s.count)).sum()
     }
 
     pub fn min(&self) -> u32 {
         self.min_count
             .unwrap_or_else(|| self.pod_count())
             .min(self.pod_count())
+    }
+}
+
+/// No configuration may raise the per-workload limit above this; the
+/// planner refuses a workload with more pods before it expands it into
+/// per-pod entries, whatever produced the demand (a demand file included).
+pub const MAX_PODS_PER_WORKLOAD_CEILING: u32 = 1_000_000;
+
+/// Bounds on the demand one round plans. Defaults fit a 100,000-pod round:
+/// up to 50,000 pods in one workload, 100,000 pending pods in all. A
+/// workload over `max_pods_per_workload` is refused before it is expanded
+/// into pods; workloads are admitted in key order (`namespace/name`) while
+/// the round's total stays within `max_pods_per_round`, the rest refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_pods_per_workload: u32,
+    pub max_pods_per_round: u32,
+}
+
+pub const DEFAULT_MAX_PODS_PER_WORKLOAD: u32 = 50_000;
+pub const DEFAULT_MAX_PODS_PER_ROUND: u32 = 100_000;
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_pods_per_workload: DEFAULT_MAX_PODS_PER_WORKLOAD,
+            max_pods_per_round: DEFAULT_MAX_PODS_PER_ROUND,
+        }
+    }
+}
+
+impl Limits {
+    /// Problems with the limits themselves, each naming its key.
+    pub fn validate(&self, prefix: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.max_pods_per_workload == 0 {
+            problems.push(format!("{prefix}max_pods_per_workload: must be at least 1"));
+        }
+        if self.max_pods_per_workload > MAX_PODS_PER_WORKLOAD_CEILING {
+            problems.push(format!(
+                "{prefix}max_pods_per_workload: {} is above the ceiling of {MAX_PODS_PER_WORKLOAD_CEILING}",
+                self.max_pods_per_workload
+            ));
+        }
+        if self.max_pods_per_round < self.max_pods_per_workload {
+            problems.push(format!(
+                "{prefix}max_pods_per_round: {} is below max_pods_per_workload ({})",
+                self.max_pods_per_round, self.max_pods_per_workload
+            ));
+        }
+        problems
+    }
+
+    /// The per-workload limit in force: never above the ceiling.
+    pub fn per_workload(&self) -> u32 {
+        self.max_pods_per_workload
+            .min(MAX_PODS_PER_WORKLOAD_CEILING)
     }
 }
 
@@ -319,6 +387,76 @@ impl Demand {
             column: e.column(),
             message: e.to_string(),
         })
+    }
+}
+
+impl Demand {
+    /// Every problem with the numbers and keys of a demand (a file, or a
+    /// translation's output), one line each naming the workload or pod:
+    /// unique workload keys, `min_count` ≤ the workload's pods, at least
+    /// one pod, the per-workload and per-round limits, and quantities that
+    /// parse and are not negative. Counts are unsigned by type.
+    pub fn validate(&self, limits: &Limits) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut keys = std::collections::BTreeSet::new();
+        let mut round: u64 = 0;
+        let check_requests =
+            |what: &str, requests: &BTreeMap<String, String>, problems: &mut Vec<String>| {
+                for (k, q) in requests {
+                    match crate::quantity::parse(q) {
+                        Ok(v) if v < 0 => {
+                            problems.push(format!("{what}: {k}: negative quantity {q:?}"))
+                        }
+                        Ok(_) => {}
+                        Err(e) => problems.push(format!("{what}: {k}: {e}")),
+                    }
+                }
+            };
+        for w in &self.workloads {
+            let key = w.key();
+            if !keys.insert(key.clone()) {
+                problems.push(format!("workload {key}: listed more than once"));
+            }
+            let pods = w.pod_count_u64();
+            if pods == 0 {
+                problems.push(format!("workload {key}: no pods"));
+            }
+            if pods > u64::from(limits.per_workload()) {
+                problems.push(format!(
+                    "workload {key}: {pods} pods exceed the limit of {} pods per workload",
+                    limits.per_workload()
+                ));
+            }
+            if let Some(m) = w.min_count {
+                if u64::from(m) > pods {
+                    problems.push(format!(
+                        "workload {key}: min_count {m} is larger than its {pods} pods"
+                    ));
+                }
+            }
+            round = round.saturating_add(pods);
+            for s in &w.pod_sets {
+                check_requests(
+                    &format!("workload {key} pod set {}", s.name),
+                    &s.pod.requests,
+                    &mut problems,
+                );
+            }
+        }
+        if round > u64::from(limits.max_pods_per_round) {
+            problems.push(format!(
+                "{round} pending pods in all exceed the limit of {} pods per round",
+                limits.max_pods_per_round
+            ));
+        }
+        for b in &self.bound {
+            check_requests(
+                &format!("bound pod {}/{}", b.namespace, b.name),
+                &b.requests,
+                &mut problems,
+            );
+        }
+        problems
     }
 }
 

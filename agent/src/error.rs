@@ -18,6 +18,12 @@ pub enum DiscoveryError {
         column: u32,
         reason: String,
     },
+    /// Refused before parsing: nested too deep, or a DTD internal subset.
+    #[error("{path}: {problem}")]
+    XmlShape {
+        path: PathBuf,
+        problem: crate::xml::XmlShapeError,
+    },
     #[error("{path}: not an hwloc XML topology (root element is <{root}>, expected <topology>)")]
     NotHwlocXml { path: PathBuf, root: String },
     #[error(

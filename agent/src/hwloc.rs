@@ -93,6 +93,13 @@ pub fn load_xml_file(path: &Path) -> Result<Topology> {
 
 /// Refuses what hwloc 2.x would refuse, with a message that says why.
 pub fn check_hwloc_xml(path: &Path, text: &str) -> Result<()> {
+    // Before any parser: roxmltree and hwloc recurse per nesting level.
+    crate::xml::check_shape(text, crate::xml::MAX_XML_DEPTH).map_err(|problem| {
+        DiscoveryError::XmlShape {
+            path: path.to_owned(),
+            problem,
+        }
+    })?;
     let doc = roxmltree::Document::parse_with_options(text, crate::xml_options()).map_err(|e| {
         let pos = e.pos();
         DiscoveryError::MalformedXml {

@@ -12,6 +12,7 @@ pub mod merge;
 pub mod nvml;
 pub mod run;
 pub mod summary;
+pub mod xml;
 
 use std::path::Path;
 

@@ -166,6 +166,11 @@ impl AgentConfig {
                 problems.push(format!("daemon.ca_file: {}: {e}", ca.display()));
             }
         }
+        if let Some(name) = &self.node.name {
+            if let Err(e) = accord_api::validate_node_name(name) {
+                problems.push(format!("node.name: {e}"));
+            }
+        }
         if self.discovery.interval_s == 0 {
             problems.push("discovery.interval_s: must be above 0".to_owned());
         }
@@ -248,21 +253,31 @@ pub fn gpu_health(hw: Option<&NodeHardware>) -> String {
     }
 }
 
-fn node_name(config: &AgentConfig, hw: Option<&NodeHardware>) -> String {
-    config
-        .node
-        .name
-        .clone()
-        .or_else(|| hw.and_then(|h| h.machine.hostname.clone()))
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|s| s.trim().to_owned())
-        })
-        .unwrap_or_else(|| "localhost".to_owned())
+/// `node.name`, else the hostname lowercased (as the kubelet names its
+/// Node); either way a Kubernetes node name, or an error saying why not.
+fn node_name(
+    config: &AgentConfig,
+    hw: Option<&NodeHardware>,
+) -> Result<String, accord_api::NodeNameError> {
+    let name = match &config.node.name {
+        Some(n) => n.clone(),
+        None => hw
+            .and_then(|h| h.machine.hostname.clone())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|s| s.trim().to_owned())
+            })
+            .unwrap_or_else(|| "localhost".to_owned())
+            .trim()
+            .to_ascii_lowercase(),
+    };
+    accord_api::validate_node_name(&name)?;
+    Ok(name)
 }
 
-/// Runs until `shutdown` resolves. Errors only for a token it cannot read.
+/// Runs until `shutdown` resolves. Errors only for a token it cannot read
+/// and a node name that is not a Kubernetes node name.
 pub async fn run(
     config: AgentConfig,
     shutdown: impl std::future::Future<Output = ()>,
@@ -290,7 +305,8 @@ pub async fn run(
                 timeout: Duration::from_secs(30),
             },
         )?,
-        node: node_name(&config, current.as_ref()),
+        node: node_name(&config, current.as_ref())
+            .context("this host's node name (set node.name in the agent's configuration)")?,
     };
     let seed = std::process::id() as u64 ^ (started.elapsed().as_nanos() as u64).rotate_left(17);
     let mut backoff = Backoff::new(config.backoff.initial_ms, config.backoff.max_ms, seed);

@@ -220,3 +220,78 @@ fn configuration_errors_exit_78() {
     let help = stdout(&agent(&["--help"]));
     assert!(help.contains("78") && help.contains("EX_CONFIG"), "{help}");
 }
+
+/// hwloc and `nvidia-smi -q -x` XML nested 20,000 deep: a one-line error
+/// naming the file, never a stack overflow (the parsers recurse per level,
+/// so the depth is checked before any of them runs).
+#[test]
+fn deeply_nested_xml_is_refused_not_a_stack_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = |root: &str, inner: &str| {
+        format!(
+            "<?xml version=\"1.0\"?>\n<{root}>\n{}{}</{root}>\n",
+            format!("<{inner}>").repeat(20_000),
+            format!("</{inner}>").repeat(20_000)
+        )
+    };
+    let hwloc = dir.path().join("deep-topology.xml");
+    std::fs::write(&hwloc, deep("topology", "object")).unwrap();
+    let out = agent(&["discover", "--hwloc-xml", hwloc.to_str().unwrap()]);
+    assert_one_line_error(&out, &hwloc, "nested deeper than 512 levels");
+
+    let smi = dir.path().join("deep-nvidia-smi.xml");
+    std::fs::write(&smi, deep("nvidia_smi_log", "gpu")).unwrap();
+    let out = agent(&["import-nvidia-smi", smi.to_str().unwrap()]);
+    assert_one_line_error(&out, &smi, "nested deeper than 512 levels");
+    let topo = fixture("hwloc/nvidiaDGX2.xml");
+    let out = agent(&[
+        "discover",
+        "--hwloc-xml",
+        topo.to_str().unwrap(),
+        "--nvidia-smi-xml",
+        smi.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, &smi, "nested deeper than 512 levels");
+
+    // Entities declared in the file could nest past the check: refused.
+    let entities = dir.path().join("entities.xml");
+    std::fs::write(
+        &entities,
+        "<?xml version=\"1.0\"?>\n<!DOCTYPE topology [\n<!ENTITY e \"<a>\">\n]>\n<topology>&e;</topology>\n",
+    )
+    .unwrap();
+    let out = agent(&["discover", "--hwloc-xml", entities.to_str().unwrap()]);
+    assert_one_line_error(&out, &entities, "DTD internal subset");
+}
+
+/// `node.name` must be a Kubernetes node name: exit 78 naming the key.
+#[test]
+fn a_node_name_that_is_not_a_kubernetes_node_name_is_a_config_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (name, needle) in [
+        ("../nodes/x", "'/'"),
+        ("GPU-01", "'G'"),
+        ("gpu-01\\nforged", "'\\n'"),
+    ] {
+        let file = dir.path().join("agent.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[daemon]\nurl = \"http://127.0.0.1:1\"\ntoken_file = \"{}\"\n[node]\nname = \"{name}\"\n",
+                token.display()
+            ),
+        )
+        .unwrap();
+        let out = agent(&["check-config", file.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(78), "{name}: {err}");
+        assert!(
+            err.contains("node.name") && err.contains(needle),
+            "{name}: {err}"
+        );
+    }
+}

@@ -22,6 +22,13 @@ pub enum ClientError {
     },
     #[error("cannot build the HTTP client")]
     Build(#[source] reqwest::Error),
+    /// The base URL does not parse or cannot carry a path.
+    #[error("{base}: not an http(s) URL accordd can be reached at")]
+    BadUrl { base: String },
+    /// A node name that is not a Kubernetes node name: refused before any
+    /// request.
+    #[error(transparent)]
+    NodeName(#[from] crate::names::NodeNameError),
     #[error("accordd unreachable at {url}")]
     Unreachable {
         url: String,
@@ -112,14 +119,36 @@ impl Client {
         &self.base
     }
 
+    /// The URL of `segments` under the base: each segment percent-encoded
+    /// as one path segment (a `/`, `?` or `%` in it cannot change the
+    /// path); `.`, `..` and empty segments are refused, since a URL cannot
+    /// carry them as segments.
+    fn url(&self, segments: &[&str]) -> Result<reqwest::Url, ClientError> {
+        let bad = || ClientError::BadUrl {
+            base: self.base.clone(),
+        };
+        if let Some(s) = segments.iter().find(|s| matches!(**s, "" | "." | "..")) {
+            return Err(ClientError::BadUrl {
+                base: format!("{} with path segment {s:?}", self.base),
+            });
+        }
+        let mut url = reqwest::Url::parse(&self.base).map_err(|_| bad())?;
+        url.path_segments_mut()
+            .map_err(|()| bad())?
+            .pop_if_empty()
+            .extend(segments);
+        Ok(url)
+    }
+
     async fn call<T: DeserializeOwned>(
         &self,
         method: reqwest::Method,
-        path: &str,
+        path: &[&str],
         body: Option<Vec<u8>>,
     ) -> Result<Option<T>, ClientError> {
-        let url = format!("{}{path}", self.base);
-        let mut req = self.http.request(method, &url).bearer_auth(&self.token);
+        let parsed = self.url(path)?;
+        let url = parsed.to_string();
+        let mut req = self.http.request(method, parsed).bearer_auth(&self.token);
         if let Some(body) = body {
             req = req.header("content-type", "application/json").body(body);
         }
@@ -161,10 +190,10 @@ impl Client {
     async fn expect<T: DeserializeOwned>(
         &self,
         method: reqwest::Method,
-        path: &str,
+        path: &[&str],
         body: Option<Vec<u8>>,
     ) -> Result<T, ClientError> {
-        let url = format!("{}{path}", self.base);
+        let url = self.url(path)?.to_string();
         match self.call(method, path, body).await? {
             Some(v) => Ok(v),
             None => Err(ClientError::Decode {
@@ -181,6 +210,7 @@ impl Client {
         hardware: &NodeHardware,
         agent_version: &str,
     ) -> Result<AgentReply, ClientError> {
+        crate::names::validate_node_name(node)?;
         let body = serde_json::to_vec(&Report {
             agent_version: Some(agent_version.to_owned()),
             hardware: hardware.clone(),
@@ -188,7 +218,7 @@ impl Client {
         .expect("reports serialize");
         self.expect(
             reqwest::Method::POST,
-            &format!("/v1/nodes/{node}/report"),
+            &["v1", "nodes", node, "report"],
             Some(body),
         )
         .await
@@ -196,10 +226,11 @@ impl Client {
 
     /// An agent's sign of life.
     pub async fn heartbeat(&self, node: &str, beat: &Heartbeat) -> Result<AgentReply, ClientError> {
+        crate::names::validate_node_name(node)?;
         let body = serde_json::to_vec(beat).expect("heartbeats serialize");
         self.expect(
             reqwest::Method::POST,
-            &format!("/v1/nodes/{node}/heartbeat"),
+            &["v1", "nodes", node, "heartbeat"],
             Some(body),
         )
         .await
@@ -207,26 +238,91 @@ impl Client {
 
     /// The control loop's last round.
     pub async fn status(&self) -> Result<ControlStatus, ClientError> {
-        self.expect(reqwest::Method::GET, "/v1/status", None).await
+        self.expect(reqwest::Method::GET, &["v1", "status"], None)
+            .await
     }
 
     pub async fn nodes(&self) -> Result<Vec<NodeView>, ClientError> {
-        self.expect(reqwest::Method::GET, "/v1/nodes", None).await
+        self.expect(reqwest::Method::GET, &["v1", "nodes"], None)
+            .await
     }
 
     pub async fn node(&self, name: &str) -> Result<NodeView, ClientError> {
-        self.expect(reqwest::Method::GET, &format!("/v1/nodes/{name}"), None)
+        crate::names::validate_node_name(name)?;
+        self.expect(reqwest::Method::GET, &["v1", "nodes", name], None)
             .await
     }
 
     /// Lets the node's next report carry a new machine identity.
     pub async fn allow_replacement(&self, name: &str) -> Result<(), ClientError> {
+        crate::names::validate_node_name(name)?;
         self.call::<serde_json::Value>(
             reqwest::Method::POST,
-            &format!("/v1/nodes/{name}/replace"),
+            &["v1", "nodes", name, "replace"],
             None,
         )
         .await
         .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(base: &str) -> Client {
+        Client::new(base, "t", ClientOptions::default()).expect("client")
+    }
+
+    #[test]
+    fn path_segments_are_escaped_one_by_one() {
+        let c = client("http://127.0.0.1:7070/");
+        let url = c.url(&["v1", "nodes", "../nodes/x", "replace"]).unwrap();
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:7070/v1/nodes/..%2Fnodes%2Fx/replace"
+        );
+        assert_eq!(url.path_segments().unwrap().count(), 4);
+        let url = c.url(&["v1", "nodes", "a?b#c%0A d", "report"]).unwrap();
+        assert_eq!(url.path_segments().unwrap().count(), 4, "{url}");
+        assert!(url.query().is_none() && url.fragment().is_none(), "{url}");
+        // A base with a path (behind a proxy) keeps it.
+        let c = client("https://proxy.example/accord");
+        assert_eq!(
+            c.url(&["v1", "nodes"]).unwrap().as_str(),
+            "https://proxy.example/accord/v1/nodes"
+        );
+    }
+
+    #[test]
+    fn dot_segments_and_bad_bases_are_refused() {
+        let c = client("http://127.0.0.1:7070");
+        for seg in ["..", ".", ""] {
+            assert!(matches!(
+                c.url(&["v1", "nodes", seg, "replace"]),
+                Err(ClientError::BadUrl { .. })
+            ));
+        }
+        assert!(matches!(
+            client("not a url").url(&["v1"]),
+            Err(ClientError::BadUrl { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn invalid_node_names_are_refused_before_any_request() {
+        // Nothing listens on port 9: a request would fail as Unreachable.
+        let c = client("http://127.0.0.1:9");
+        for name in ["../nodes/x", "..", "a/b", "X", "a\nb"] {
+            assert!(matches!(
+                c.allow_replacement(name).await,
+                Err(ClientError::NodeName(_))
+            ));
+            assert!(matches!(c.node(name).await, Err(ClientError::NodeName(_))));
+            assert!(matches!(
+                c.heartbeat(name, &Heartbeat::default()).await,
+                Err(ClientError::NodeName(_))
+            ));
+        }
     }
 }

@@ -166,6 +166,20 @@ pub struct ControlStatus {
     /// them (those it does not are said here and once in the log).
     #[serde(default)]
     pub watches: Vec<KindWatch>,
+    /// Observe mode writes nothing to Kubernetes: what it would have
+    /// written (events, ProvisioningRequest conditions, Node labels and
+    /// taints), the most recent last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub would_write: Vec<WouldWrite>,
+}
+
+/// A Kubernetes write observe mode did not make.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WouldWrite {
+    pub regarding: ObjectRef,
+    /// What: `event CannotPlace: …`, `condition Provisioned=True: …`,
+    /// `labels and taints: …`.
+    pub what: String,
 }
 
 impl ControlStatus {

@@ -10,9 +10,11 @@ pub mod client;
 pub mod control;
 #[cfg(feature = "cli")]
 pub mod logging;
+pub mod names;
 pub mod nodes;
 #[cfg(feature = "cli")]
 pub mod signals;
 pub mod text;
 
 pub use client::{Client, ClientError};
+pub use names::{validate_node_name, NodeNameError};

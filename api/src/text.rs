@@ -106,6 +106,15 @@ pub fn render_status(s: &ControlStatus) -> String {
             out.push_str(&format!("  {}\n", describe(a)));
         }
     }
+    if s.mode == Mode::Observe && !s.would_write.is_empty() {
+        out.push_str(&format!(
+            "\nobserve mode: {} Kubernetes write(s) not made (`--json` lists them); latest: {} {}: {}\n",
+            s.would_write.len(),
+            s.would_write[s.would_write.len() - 1].regarding.kind,
+            s.would_write[s.would_write.len() - 1].regarding.key(),
+            s.would_write[s.would_write.len() - 1].what
+        ));
+    }
     if !s.open_intents.is_empty() {
         out.push_str(&format!(
             "\npower actions in flight: {}\n",
@@ -255,6 +264,21 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
         }
     } else if !members.is_empty() {
         out.push_str("scheduler: has not tried its pods yet\n");
+    }
+    // Observe mode: what Accord would have written about it.
+    if let Some(w) = w {
+        for ww in s
+            .would_write
+            .iter()
+            .filter(|ww| w.sources.contains(&ww.regarding))
+        {
+            out.push_str(&format!(
+                "observe mode: would have written on {} {}: {}\n",
+                ww.regarding.kind,
+                ww.regarding.key(),
+                ww.what
+            ));
+        }
     }
     Some(out)
 }

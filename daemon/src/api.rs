@@ -1,6 +1,12 @@
 //! The HTTP API (`/v1/...`): agents report hardware and heartbeat; admins
 //! list and inspect nodes. Every route but `/v1/health` needs a bearer
 //! token, compared in constant time; a refused request stores nothing.
+//! Node names in paths must be Kubernetes node names (400 otherwise);
+//! reports must be plausible and finite ([`limits`], 422 otherwise);
+//! connections that make no progress are closed ([`timeout`]).
+
+pub mod limits;
+pub mod timeout;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +22,7 @@ use subtle::ConstantTimeEq;
 
 use crate::shared::Shared;
 use crate::store::{NodeRecord, ReportOutcome, StoreError};
+pub use timeout::{IdleTimeout, IDLE_TIMEOUT};
 
 /// How agents prove who they are.
 #[derive(Clone)]
@@ -153,6 +160,13 @@ fn check(given: Option<&str>, expected: Option<&str>) -> Result<(), ApiError> {
 pub use accord_api::agent::{AgentReply, Heartbeat, Report};
 pub use accord_api::nodes::{NodeState, NodeView};
 
+/// A node name from the path, checked before anything else is done with
+/// it (a token looked up, a log line written, the store read).
+fn node_name(node: &str) -> Result<(), ApiError> {
+    accord_api::validate_node_name(node)
+        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
@@ -175,6 +189,7 @@ async fn report(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<AgentReply>, ApiError> {
+    node_name(&node)?;
     check(bearer(&headers), st.agent_tokens.expected(&node))?;
     let metrics = st.shared.metrics.clone();
     let report: Report = parse_json(&body)?;
@@ -187,6 +202,13 @@ async fn report(
             ),
         ));
     }
+    limits::check_report(&report).map_err(|reason| {
+        tracing::warn!(node = %node, %reason, "report refused");
+        ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("report refused: {reason}"),
+        )
+    })?;
     let _guard = st.writes.lock().await;
     let store_side = st.clone();
     let reply = blocking(move || {
@@ -224,6 +246,7 @@ async fn heartbeat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<AgentReply>, ApiError> {
+    node_name(&node)?;
     check(bearer(&headers), st.agent_tokens.expected(&node))?;
     let metrics = st.shared.metrics.clone();
     let beat: Heartbeat = if body.is_empty() {
@@ -302,6 +325,7 @@ async fn get_node(
     headers: HeaderMap,
 ) -> Result<Json<NodeView>, ApiError> {
     check(bearer(&headers), Some(&st.admin_token))?;
+    node_name(&node)?;
     match st.shared.store.node(&node)? {
         Some(r) => Ok(Json(view(&st, r))),
         None => Err(ApiError(StatusCode::NOT_FOUND, format!("no node {node}"))),
@@ -314,6 +338,7 @@ async fn replace_node(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     check(bearer(&headers), Some(&st.admin_token))?;
+    node_name(&node)?;
     let _guard = st.writes.lock().await;
     let store_side = st.clone();
     let found = blocking(move || Ok(store_side.shared.store.allow_replacement(&node)?)).await?;

@@ -32,6 +32,9 @@ pub struct DaemonConfig {
     /// How accordd reaches the Kubernetes API.
     #[serde(default)]
     pub kubernetes: KubernetesConfig,
+    /// Bounds on the demand one round plans (pods per workload, per round).
+    #[serde(default)]
+    pub limits: accord::demand::Limits,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -294,6 +297,7 @@ impl DaemonConfig {
                 }
             }
         }
+        problems.extend(self.limits.validate("limits."));
         if let Some(u) = &self.kubernetes.url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
                 problems.push(format!("kubernetes.url: {u:?} is not an http(s) URL"));
@@ -304,5 +308,45 @@ impl DaemonConfig {
 
     pub fn listen_addr(&self) -> SocketAddr {
         self.server.listen.parse().expect("validated")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_default_parse_and_validate_by_key() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/accordd.toml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let config = DaemonConfig::parse(&text, &file).unwrap();
+        assert_eq!(config.limits, accord::demand::Limits::default());
+        assert_eq!(config.limits.max_pods_per_workload, 50_000);
+        assert_eq!(config.limits.max_pods_per_round, 100_000);
+
+        let without = text.replace("[limits]", "[unused_limits_header_removed]");
+        let without: String = without
+            .lines()
+            .filter(|l| {
+                !l.starts_with("[unused_limits_header_removed]") && !l.starts_with("max_pods_")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let config = DaemonConfig::parse(&without, &file).unwrap();
+        assert_eq!(config.limits, accord::demand::Limits::default(), "optional");
+
+        let bad = text.replace("max_pods_per_workload = 50000", "max_pods_per_workload = 0");
+        let problems = DaemonConfig::parse(&bad, &file).unwrap().validate();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p == "limits.max_pods_per_workload: must be at least 1"),
+            "{problems:?}"
+        );
+        let negative = text.replace("max_pods_per_round = 100000", "max_pods_per_round = -1");
+        let err = DaemonConfig::parse(&negative, &file)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("limits.max_pods_per_round"), "{err}");
     }
 }

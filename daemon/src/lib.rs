@@ -167,10 +167,13 @@ async fn serve_maybe_bound(
         Some(acceptor) => {
             let listener = tls::TlsListener::new(listener, acceptor)?;
             tracing::info!(listen = %config.server.listen, "accordd serving over TLS");
-            axum::serve(listener, api::router(state, max_body))
-                .with_graceful_shutdown(shutdown)
-                .await
-                .context("HTTP server failed")
+            axum::serve(
+                api::IdleTimeout::new(listener, api::IDLE_TIMEOUT),
+                api::router(state, max_body),
+            )
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("HTTP server failed")
         }
         None => serve_on(listener, state, max_body, shutdown).await,
     }?;
@@ -233,10 +236,14 @@ pub async fn serve_on(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     tracing::info!(listen = %listener.local_addr()?, "accordd serving");
-    axum::serve(listener, api::router(state, max_body_bytes))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("HTTP server failed")
+    // Connections without progress for IDLE_TIMEOUT are closed.
+    axum::serve(
+        api::IdleTimeout::new(listener, api::IDLE_TIMEOUT),
+        api::router(state, max_body_bytes),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .context("HTTP server failed")
 }
 
 /// Tells systemd (`Type=notify`) that the daemon is ready: called once the

@@ -724,3 +724,204 @@ async fn accordd_tells_systemd_when_it_is_ready() {
         Err(e) => panic!("http://{addr}/v1/health after READY=1: {e}\n{}", tail(&log)),
     }
 }
+
+/// Node names are Kubernetes node names at every endpoint that takes one:
+/// anything else (a path in disguise, a newline that would forge a log
+/// line, an escape sequence, 10k characters, capitals) gets 400 with a
+/// reason naming the problem, and the store is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_names_that_are_not_kubernetes_node_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path()).await;
+    let (status, _) = d
+        .report(
+            "x9drg-01",
+            Some(AGENT_TOKEN),
+            report_body(&fixture("x9drg-wholeio.json")),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let before = d.nodes().await;
+    let long = "a".repeat(10_000);
+    // (as sent in the path, part of the reason)
+    let names: [(&str, &str); 7] = [
+        ("..%2Fnodes%2Fx9drg-01", "'/'"),
+        ("x9drg-01%0AINFO%20forged", "'\\n'"),
+        ("x%1B%5B31mred", "'\\u{1b}'"),
+        ("X9DRG-01", "'X'"),
+        ("-x9drg", "must start and end"),
+        ("a..b", "empty label"),
+        (&long, "10000 characters"),
+    ];
+    for (name, reason) in names {
+        let agent_paths = [
+            (reqwest::Method::POST, format!("/v1/nodes/{name}/report")),
+            (reqwest::Method::POST, format!("/v1/nodes/{name}/heartbeat")),
+        ];
+        for (method, path) in agent_paths {
+            let (status, v) = d
+                .send(
+                    method,
+                    &path,
+                    Some(AGENT_TOKEN),
+                    Some(report_body(&fixture("x9drg-wholeio.json"))),
+                )
+                .await;
+            assert_eq!(status, 400, "{path}: {v}");
+            let got = v["error"].as_str().unwrap_or_default();
+            assert!(got.contains(reason), "{path}: {got}");
+            assert!(got.len() < 300, "{path}: the name is cut: {got}");
+        }
+        let admin_paths = [
+            (reqwest::Method::GET, format!("/v1/nodes/{name}")),
+            (reqwest::Method::POST, format!("/v1/nodes/{name}/replace")),
+        ];
+        for (method, path) in admin_paths {
+            let (status, v) = d.send(method, &path, Some(ADMIN_TOKEN), None).await;
+            assert_eq!(status, 400, "{path}: {v}");
+            assert!(v["error"].as_str().unwrap_or_default().contains(reason));
+        }
+        assert_eq!(d.nodes().await, before, "{name}: the store changed");
+    }
+
+    // accordctl refuses such a name before any request (exit 2, clap's
+    // usage error), so `node replace '../nodes/X'` never acts on X.
+    let admin = dir.path().join("admin-token");
+    for args in [
+        vec!["node", "replace", "../nodes/x9drg-01"],
+        vec!["node", "../nodes/x9drg-01"],
+        vec!["node", "replace", "x9drg-01\nforged"],
+    ] {
+        let out = output_within(
+            Command::new(env!("CARGO_BIN_EXE_accordctl"))
+                .args(&args)
+                .args(["--url", &d.url, "--token-file"])
+                .arg(&admin),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("not allowed"), "{args:?}: {err}");
+    }
+    let after = d.nodes().await;
+    assert_eq!(after, before);
+    assert_eq!(after[0]["replacement_allowed"], false);
+    // The good name still works through accordctl.
+    let out = output_within(
+        Command::new(env!("CARGO_BIN_EXE_accordctl"))
+            .args([
+                "node",
+                "replace",
+                "x9drg-01",
+                "--url",
+                &d.url,
+                "--token-file",
+            ])
+            .arg(&admin),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(d.nodes().await[0]["replacement_allowed"], true);
+    d.stop().await;
+}
+
+/// Reports past the plausibility limits, and reports with a number that
+/// is not finite (an f32 fed 1e39 parses as infinity), are refused with
+/// 422 and a reason naming the field; nothing is stored (not even as
+/// null), so an identical re-report cannot bump the generation either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn implausible_and_non_finite_reports_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path()).await;
+    let (status, _) = d
+        .report(
+            "dgx2-01",
+            Some(AGENT_TOKEN),
+            report_body(&fixture("dgx2.json")),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let before = d.nodes().await;
+
+    let base = fixture("dgx2.json");
+    let mut many_gpus = base.clone();
+    let gpu = many_gpus["gpus"][0].clone();
+    many_gpus["gpus"] = Value::Array(vec![gpu; 65]);
+    let mut many_numa = base.clone();
+    let numa = many_numa["numa_nodes"][0].clone();
+    many_numa["numa_nodes"] = Value::Array(vec![numa; 65]);
+    let mut threads = base.clone();
+    threads["machine"]["threads"] = 4_000_000_000u32.into();
+    let mut mig = fixture("h100-8gpu-mig.json");
+    let gi = mig["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|g| g["mig"]["gpu_instances"].as_array()?.first().cloned())
+        .expect("a MIG instance in the h100 fixture");
+    mig["gpus"][0]["mig"]["gpu_instances"] = Value::Array(vec![gi; 8]);
+    let mut overflow = base.clone();
+    overflow["pcie"]["devices"][0]["link_gbps"] = serde_json::from_str("1e39").unwrap();
+    let mut long_string = base.clone();
+    long_string["machine"]["product"] = "x".repeat(5000).into();
+
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "65 GPUs",
+            many_gpus,
+            "hardware.gpus: 65 entries; at most 64",
+        ),
+        (
+            "65 NUMA nodes",
+            many_numa,
+            "hardware.numa_nodes: 65 entries; at most 64",
+        ),
+        (
+            "4e9 threads",
+            threads,
+            "hardware.machine.threads: 4000000000; at most 262144",
+        ),
+        (
+            "8 MIG instances on one GPU",
+            mig,
+            "hardware.gpus[0].mig.gpu_instances: 8 entries; at most 7",
+        ),
+        (
+            "1e39 in an f32",
+            overflow,
+            "hardware.pcie.devices[0].link_gbps: not a finite number",
+        ),
+        (
+            "5000-byte string",
+            long_string,
+            "hardware.machine.product: string of 5000 bytes",
+        ),
+    ];
+    for (what, hardware, reason) in cases {
+        for _ in 0..2 {
+            let (status, v) = d
+                .report("dgx2-01", Some(AGENT_TOKEN), report_body(&hardware))
+                .await;
+            assert_eq!(status, 422, "{what}: {v}");
+            let got = v["error"].as_str().unwrap_or_default();
+            assert!(got.contains(reason), "{what}: {got}");
+            assert_eq!(d.nodes().await, before, "{what}: the store changed");
+        }
+        // Not under a new name either.
+        let (status, _) = d
+            .report("new-01", Some(AGENT_TOKEN), report_body(&hardware))
+            .await;
+        assert_eq!(status, 422, "{what}");
+        assert_eq!(d.nodes().await, before, "{what}: a node was registered");
+    }
+    // The largest finite f32 is fine.
+    let mut big = base.clone();
+    big["pcie"]["devices"][0]["link_gbps"] = serde_json::from_str("3.4e38").unwrap();
+    let (status, v) = d
+        .report("dgx2-01", Some(AGENT_TOKEN), report_body(&big))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    d.stop().await;
+}

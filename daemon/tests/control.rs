@@ -241,6 +241,8 @@ async fn observe_mode_plans_and_explains_and_sends_nothing() {
     assert!(d.power.is_empty());
     assert!(t.resets().is_empty());
     assert_eq!(d.status.workloads[0].state, WorkloadState::PoweringOn);
+    // Nothing written to Kubernetes either.
+    assert!(d.events.is_empty() && d.conditions.is_empty() && d.publish.is_empty());
     // Nothing was sent, so nothing is on its way up.
     assert!(NODES.iter().all(|n| t.stage(n) == Stage::Off));
 }
@@ -748,4 +750,44 @@ async fn an_off_nodes_unreachable_taint_does_not_keep_it_off() {
     let d = t.round(0).await;
     // r1 comes first in preference order and is powered on for the gang.
     assert_eq!(power_ons(&d), ["r1-n1", "r1-n2"], "{:?}", d.status);
+}
+
+#[tokio::test]
+async fn observe_mode_writes_nothing_and_says_what_it_would_have_written() {
+    // Three 8-GPU pods in one rack: no rack has three nodes.
+    let mut demand = Demand::from_json(
+        &serde_json::json!({"workloads": [{"name": "big", "namespace": "ml",
+            "topology": {"level": "rack", "mode": "required"},
+            "pod_sets": [{"name": "w", "count": 3,
+                "pod": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}}}]}]})
+        .to_string(),
+        "demand.json",
+    )
+    .unwrap();
+    demand.workloads[0].sources = vec![podgroup("big")];
+    for mode in [Mode::Act, Mode::Observe] {
+        let mut t = Twin::new(mode);
+        t.world.demand = demand.clone();
+        let d = t.round(0).await;
+        let cannot_place = d.events.iter().any(|e| e.reason == "CannotPlace");
+        match mode {
+            Mode::Act => {
+                assert!(cannot_place, "{:?}", d.events);
+                assert!(d.status.would_write.is_empty());
+            }
+            Mode::Observe => {
+                assert!(d.events.is_empty(), "{:?}", d.events);
+                assert!(
+                    d.status
+                        .would_write
+                        .iter()
+                        .any(|w| w.regarding == podgroup("big") && w.what.contains("CannotPlace")),
+                    "{:?}",
+                    d.status.would_write
+                );
+                let text = accord_api::text::render_explain(&d.status, "ml/big").unwrap();
+                assert!(text.contains("observe mode: would have written"), "{text}");
+            }
+        }
+    }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use accord::lifecycle::Stage;
 use accord_api::control::{IntentAction, WorkloadState};
 use accord_api::text::render_explain;
-use accord_lab::fixtures::FLEET;
+use accord_lab::fixtures::{gang, FLEET};
 use accord_lab::{Lab, Scenario};
 
 mod support;
@@ -335,15 +335,31 @@ async fn sigterm_mid_flight_exits_0_and_the_gang_starts_after_restart() {
 async fn observe_mode_sends_nothing_to_the_bmcs() {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
     let settings = format!("{QUICK}\nmode = \"observe\"");
-    let lab = start_gang(
+    // A gang that fits r2, and one that fits nowhere (in act mode: a
+    // CannotPlace event).
+    let lab = start(
         "observe_mode_sends_nothing_to_the_bmcs",
-        &settings,
-        FLEET,
-        "train",
-        4,
+        scenario(
+            &settings,
+            FLEET,
+            &[
+                ("train", gang("train", 4), 600_000),
+                ("huge", gang("huge", 8), 600_000),
+            ],
+        ),
     )
     .await;
+    lab.release("train").unwrap();
+    lab.release("huge").unwrap();
     let st = workload_in(&lab, "ml/train", WorkloadState::PoweringOn).await;
+    let huge = workload_in(&lab, "ml/huge", WorkloadState::CannotPlace).await;
+    let text = render_explain(&huge, "ml/huge").unwrap();
+    assert!(
+        text.contains(
+            "observe mode: would have written on PodGroup ml/huge: Warning event CannotPlace"
+        ),
+        "{text}"
+    );
     // Four more rounds (at least one a tick): still nothing sent.
     let later = rounds_after(&lab, &st, 4).await;
     assert!(later.open_intents.is_empty(), "{:?}", later.open_intents);
@@ -359,6 +375,15 @@ async fn observe_mode_sends_nothing_to_the_bmcs() {
     assert!(lab.proxy.log().is_empty(), "{:?}", lab.proxy.log());
     assert_eq!(lab.emulator.count("POST "), 0);
     assert!(lab.nodes_powered_on().is_empty());
+    // Nor a single write the API server: accordd only read (discovery,
+    // lists, watches).
+    let writes: Vec<String> = lab
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| !r.starts_with("GET "))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
 }
 
 #[test]

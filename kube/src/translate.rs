@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use accord::demand::{sources_text, ObjectRef};
+use accord::demand::{sources_text, Limits, ObjectRef};
 use accord::demand::{
     AllocationMode, BoundPod, Claim, Constraint, Demand, DeviceClass, DeviceRequest, ExactRequest,
     NodeSelectorRequirement, NodeSelectorTerm, PodSet, PodSpec, SelectorOperator, TaintEffect,
@@ -46,6 +46,10 @@ pub struct Options {
     /// reader leaves this off: only pods the scheduler marked
     /// Unschedulable are.
     pub pending_without_status: bool,
+    /// Pods per workload and per round (defaults: 50,000 and 100,000). A
+    /// workload over either is a "cannot plan" reason, refused before it
+    /// becomes pod sets.
+    pub limits: Limits,
 }
 
 impl Options {
@@ -66,6 +70,7 @@ impl Options {
         Options {
             topology_keys: keys,
             pending_without_status: true,
+            limits: Limits::default(),
         }
     }
 }
@@ -127,8 +132,9 @@ struct Unit<'a> {
 #[derive(Default)]
 struct Group<'a> {
     units: Vec<Unit<'a>>,
-    /// Gang minimum the owner implies (Kueue-managed Job: all pods).
-    owner_min: Option<u32>,
+    /// Gang minimum the owner implies (Kueue-managed Job: all pods); a
+    /// sum of outside counts, so wide.
+    owner_min: Option<u64>,
     owner_priority: Option<i32>,
     errors: Vec<String>,
     sources: Vec<ObjectRef>,
@@ -253,17 +259,32 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
             Object::Job(j) => {
                 let Some(spec) = &j.spec else { continue };
                 let (ns, name) = (ns_of(&j.metadata), name_of(&j.metadata));
-                let count = spec.parallelism.unwrap_or(1).max(0) as u32;
+                let source = ObjectRef::new("batch/v1", "Job", &ns, &name);
+                let parallelism = i64::from(spec.parallelism.unwrap_or(1));
                 let kueue = label(Some(&j.metadata), KUEUE_QUEUE).is_some();
                 let key = owner_group(&spec.template, "Job", &ns, &name, &index);
                 let g = groups.entry(key).or_default();
+                if parallelism < 0 {
+                    g.sources.push(source.clone());
+                    g.errors
+                        .push(format!("{source}: parallelism {parallelism} is negative"));
+                    continue;
+                }
                 if kueue {
                     // Kueue admits a Job's pods all together.
-                    g.owner_min = Some(g.owner_min.unwrap_or(0) + count);
+                    g.owner_min = Some(g.owner_min.unwrap_or(0).saturating_add(parallelism as u64));
                 }
                 if !synthesize("Job", &ns, &name) {
                     continue;
                 }
+                let count = match within_limit(&source, "parallelism", parallelism, options) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        g.sources.push(source.clone());
+                        g.errors.push(e);
+                        continue;
+                    }
+                };
                 g.units.push(Unit {
                     namespace: ns.clone(),
                     set_name: name.clone(),
@@ -274,43 +295,78 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                     },
                     count,
                     created: created(&j.metadata),
-                    source: ObjectRef::new("batch/v1", "Job", &ns, &name),
+                    source,
                 });
             }
             Object::Deployment(d) => {
                 let spec = &d.spec;
                 let (ns, name) = (ns_of(&d.metadata), name_of(&d.metadata));
+                let source = ObjectRef::new("apps/v1", "Deployment", &ns, &name);
                 let key = owner_group(&spec.template, "Deployment", &ns, &name, &index);
                 let Some(pod) = &spec.template.spec else {
                     continue;
                 };
-                groups.entry(key).or_default().units.push(Unit {
+                let g = groups.entry(key).or_default();
+                let replicas = i64::from(spec.replicas.unwrap_or(1));
+                let count = match within_limit(&source, "replicas", replicas, options) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        g.sources.push(source);
+                        g.errors.push(e);
+                        continue;
+                    }
+                };
+                g.units.push(Unit {
                     namespace: ns.clone(),
                     set_name: name.clone(),
                     meta: spec.template.metadata.as_ref(),
                     spec: pod,
-                    count: spec.replicas.unwrap_or(1).max(0) as u32,
+                    count,
                     created: created(&d.metadata),
-                    source: ObjectRef::new("apps/v1", "Deployment", &ns, &name),
+                    source,
                 });
             }
             Object::JobSet(js) => {
                 let (ns, name) = (ns_of(&js.metadata), name_of(&js.metadata));
                 let kueue = label(Some(&js.metadata), KUEUE_QUEUE).is_some();
                 let key = GroupKey::Owner("JobSet", ns.clone(), name.clone());
+                let source = ObjectRef::new("jobset.x-k8s.io/v1alpha2", "JobSet", &ns, &name);
                 let g = groups.entry(key).or_default();
                 for rj in &js.spec.replicated_jobs {
                     let jspec = &rj.template.spec;
                     let Some(pod) = &jspec.template.spec else {
                         continue;
                     };
-                    let count = (rj.replicas.max(0) * jspec.parallelism.unwrap_or(1).max(0)) as u32;
+                    let replicas = i64::from(rj.replicas);
+                    let parallelism = i64::from(jspec.parallelism.unwrap_or(1));
+                    if replicas < 0 || parallelism < 0 {
+                        g.sources.push(source.clone());
+                        g.errors.push(format!(
+                            "{source}: replicatedJob {}: replicas {replicas} or parallelism {parallelism} is negative",
+                            rj.name
+                        ));
+                        continue;
+                    }
+                    // Two i32s: their product fits in an i64.
+                    let pods = replicas * parallelism;
                     if kueue {
-                        g.owner_min = Some(g.owner_min.unwrap_or(0) + count);
+                        g.owner_min = Some(g.owner_min.unwrap_or(0).saturating_add(pods as u64));
                     }
                     if !synthesize("JobSet", &ns, &name) {
                         continue;
                     }
+                    let what = format!(
+                        "replicatedJob {} replicas {replicas} × parallelism {parallelism} =",
+                        rj.name
+                    );
+                    let count = match within_limit(&source, &what, pods, options) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            g.sources.push(source.clone());
+                            g.errors.push(e);
+                            continue;
+                        }
+                    };
                     g.units.push(Unit {
                         namespace: ns.clone(),
                         set_name: rj.name.clone(),
@@ -318,12 +374,12 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                         spec: pod,
                         count,
                         created: created(&js.metadata),
-                        source: ObjectRef::new("jobset.x-k8s.io/v1alpha2", "JobSet", &ns, &name),
+                        source: source.clone(),
                     });
                 }
             }
             Object::ProvisioningRequest(pr) => {
-                provisioning_request(pr, &index, &mut groups);
+                provisioning_request(pr, options, &index, &mut groups);
             }
             _ => {}
         }
@@ -335,6 +391,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         }
     }
     out.demand.workloads.sort_by_key(|w| w.key());
+    round_limit(&mut out, &options.limits);
     out.demand
         .device_classes
         .sort_by(|a, b| a.name.cmp(&b.name));
@@ -342,6 +399,46 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         .bound
         .sort_by(|a, b| (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name)));
     out
+}
+
+/// An outside count of pods, checked before anything is sized by it:
+/// not negative and within the per-workload limit.
+fn within_limit(source: &ObjectRef, what: &str, n: i64, options: &Options) -> Result<u32, String> {
+    let limit = options.limits.per_workload();
+    if n < 0 {
+        return Err(format!("{source}: {what} {n} is negative"));
+    }
+    if n > i64::from(limit) {
+        return Err(format!(
+            "{source}: {what} {n} exceeds the limit of {limit} pods per workload"
+        ));
+    }
+    // Within a u32 limit.
+    Ok(n as u32)
+}
+
+/// The per-round limit: workloads in key order are planned while their
+/// pods stay within it; the rest get a "cannot plan" reason.
+fn round_limit(out: &mut Translation, limits: &Limits) {
+    let max = u64::from(limits.max_pods_per_round);
+    let mut taken: u64 = 0;
+    let mut kept = Vec::with_capacity(out.demand.workloads.len());
+    for w in std::mem::take(&mut out.demand.workloads) {
+        let n = w.pod_count_u64();
+        if taken.saturating_add(n) <= max {
+            taken += n;
+            kept.push(w);
+        } else {
+            out.cannot_plan.push(CannotPlan {
+                workload: w.key(),
+                reason: format!(
+                    "{n} pods would take this round past the limit of {max} pending pods per round ({taken} taken by workloads before it in key order)"
+                ),
+                sources: w.sources,
+            });
+        }
+    }
+    out.demand.workloads = kept;
 }
 
 /// The group a template's pods belong to: a named gang, else its owner.
@@ -475,6 +572,7 @@ fn is_pending(p: &core::Pod, options: &Options) -> bool {
 
 fn provisioning_request<'a>(
     pr: &'a crate::manifests::ProvisioningRequest,
+    options: &Options,
     index: &Index<'a>,
     groups: &mut BTreeMap<GroupKey, Group<'a>>,
 ) {
@@ -499,15 +597,17 @@ fn provisioning_request<'a>(
             "ProvisioningRequest class {class} is not one Accord provisions ({CHECK_CAPACITY}, {BEST_EFFORT_ATOMIC}, {ACCORD_STRICT})"
         ));
     }
-    let mut total = 0u32;
+    let mut total = 0u64;
     for ps in &pr.spec.pod_sets {
-        if ps.count < 0 {
-            g.errors.push(format!(
-                "podSet {}: negative count {}",
-                ps.pod_template_ref.name, ps.count
-            ));
-            continue;
-        }
+        // Checked first: nothing below is sized by it.
+        let what = format!("podSet {} count", ps.pod_template_ref.name);
+        let count = match within_limit(&source, &what, i64::from(ps.count), options) {
+            Ok(c) => c,
+            Err(e) => {
+                g.errors.push(e);
+                continue;
+            }
+        };
         let Some(t) = index
             .pod_templates
             .get(&(ns.clone(), ps.pod_template_ref.name.clone()))
@@ -528,13 +628,13 @@ fn provisioning_request<'a>(
         let Some(spec) = tpl.spec.as_ref() else {
             continue;
         };
-        total += ps.count as u32;
+        total += u64::from(count);
         g.units.push(Unit {
             namespace: ns.clone(),
             set_name: ps.pod_template_ref.name.clone(),
             meta: tpl.metadata.as_ref(),
             spec,
-            count: ps.count as u32,
+            count,
             created: created(&pr.metadata),
             source: source.clone(),
         });
@@ -571,7 +671,11 @@ fn workload(
         GroupKey::Kueue(ns, g) => vec![ObjectRef::new("", "KueuePodGroup", ns, g)],
         _ => Vec::new(),
     };
-    sources.extend(group.sources.iter().cloned());
+    for s in &group.sources {
+        if !sources.contains(s) {
+            sources.push(s.clone());
+        }
+    }
     for u in &group.units {
         if !sources.contains(&u.source) {
             sources.push(u.source.clone());
@@ -585,10 +689,22 @@ fn workload(
     if let Some(e) = group.errors.first() {
         return Err(fail(e.clone()));
     }
-    let present: u32 = group.units.iter().map(|u| u.count).sum();
+    let present: u64 = group.units.iter().map(|u| u64::from(u.count)).sum();
     if present == 0 {
         return Err(fail("no pods".to_owned()));
     }
+    let limit = options.limits.per_workload();
+    if present > u64::from(limit) {
+        let what = match sources.first() {
+            Some(s) => s.to_string(),
+            None => format!("workload {ns}/{name}"),
+        };
+        return Err(fail(format!(
+            "{what}: {present} pods in all exceed the limit of {limit} pods per workload"
+        )));
+    }
+    // Within a u32 limit from here on.
+    let present = present as u32;
     let min_count;
     let mut topology = None;
     let mut priority = group.owner_priority;
@@ -653,7 +769,7 @@ fn workload(
         GroupKey::Owner(..) | GroupKey::Single(..) => {
             // A Kueue-admitted Job's pods go together; those already
             // running are bound, so the gang is what is still pending.
-            min_count = Some(group.owner_min.unwrap_or(1).min(present));
+            min_count = Some(group.owner_min.unwrap_or(1).min(u64::from(present)) as u32);
         }
     }
     let min: u32 = min_count.unwrap_or(present);
@@ -694,7 +810,7 @@ fn workload(
         // Units of the same translated shape merge (a gang has a handful of
         // shapes: comparing beats hashing a serialization).
         match pod_sets.iter().position(|s| s.pod == pod) {
-            Some(i) => pod_sets[i].count += u.count,
+            Some(i) => pod_sets[i].count = pod_sets[i].count.saturating_add(u.count),
             None => {
                 // `worker-3` → `worker`: pods of one shape share a set.
                 let trimmed = u.set_name.trim_end_matches(|c: char| c.is_ascii_digit());
@@ -766,15 +882,27 @@ pub fn effective_requests(spec: &core::PodSpec) -> Result<BTreeMap<String, Strin
     let mut sum: BTreeMap<String, Milli> = BTreeMap::new();
     let mut sidecars: BTreeMap<String, Milli> = BTreeMap::new();
     let mut init_max: BTreeMap<String, Milli> = BTreeMap::new();
+    // Quantities from outside: every sum is checked.
+    let add = |to: &mut Milli, k: &str, v: Milli| -> Result<(), String> {
+        *to = to
+            .checked_add(v)
+            .ok_or_else(|| format!("{k}: the pod's total is out of range"))?;
+        Ok(())
+    };
     for c in spec.init_containers.iter().flatten() {
         let r = container_requests(c)?;
         if c.restart_policy.as_deref() == Some("Always") {
             for (k, v) in r {
-                *sidecars.entry(k).or_default() += v;
+                add(sidecars.entry(k.clone()).or_default(), &k, v)?;
             }
         } else {
             for (k, v) in r {
-                let with_sidecars = v + sidecars.get(&k).copied().unwrap_or(0);
+                let mut with_sidecars = v;
+                add(
+                    &mut with_sidecars,
+                    &k,
+                    sidecars.get(&k).copied().unwrap_or(0),
+                )?;
                 let e = init_max.entry(k).or_default();
                 *e = (*e).max(with_sidecars);
             }
@@ -782,19 +910,22 @@ pub fn effective_requests(spec: &core::PodSpec) -> Result<BTreeMap<String, Strin
     }
     for c in &spec.containers {
         for (k, v) in container_requests(c)? {
-            *sum.entry(k).or_default() += v;
+            add(sum.entry(k.clone()).or_default(), &k, v)?;
         }
     }
     for (k, v) in &sidecars {
-        *sum.entry(k.clone()).or_default() += v;
+        add(sum.entry(k.clone()).or_default(), k, *v)?;
     }
     for (k, v) in init_max {
         let e = sum.entry(k).or_default();
         *e = (*e).max(v);
     }
     for (k, q) in spec.overhead.iter().flatten() {
-        *sum.entry(k.clone()).or_default() +=
-            quantity::parse(&q.0).map_err(|e| format!("overhead {k}: {e}"))?;
+        let v = quantity::parse(&q.0).map_err(|e| format!("overhead {k}: {e}"))?;
+        if v < 0 {
+            return Err(format!("overhead {k}: negative quantity {}", q.0));
+        }
+        add(sum.entry(k.clone()).or_default(), k, v)?;
     }
     Ok(sum
         .into_iter()
@@ -1101,7 +1232,7 @@ impl Translation {
         out.push_str(&format!(
             "{} workload(s), {} pod(s) pending; {} bound pod(s); {} device class(es)\n",
             d.workloads.len(),
-            d.workloads.iter().map(|w| w.pod_count()).sum::<u32>(),
+            d.workloads.iter().map(|w| w.pod_count_u64()).sum::<u64>(),
             d.bound.len(),
             d.device_classes.len()
         ));

@@ -130,6 +130,11 @@ struct Record {
     bound: BTreeMap<(String, String), (Instant, f64, String)>,
     used_gpu_s: f64,
     explained: BTreeSet<String>,
+    /// When the scenario's timed submissions start counting (`at_ms`):
+    /// once accordd runs and every machine on at the start has reported
+    /// to it (the datacenter was running before the scenario began), so a
+    /// submission never races the first reports.
+    clock: Option<Instant>,
 }
 
 pub struct Lab {

@@ -388,8 +388,9 @@ pub(super) async fn submitter(ctx: Ctx) {
                 let r = ctx.record.lock().expect("lock");
                 (r.subs[i].submitted, r.subs[i].released)
             };
+            let clock = ctx.record.lock().expect("lock").clock;
             let due = match sub.at_ms {
-                Some(at) => now >= ctx.started + Duration::from_millis(at),
+                Some(at) => clock.is_some_and(|c| now >= c + Duration::from_millis(at)),
                 None => released,
             };
             match submitted {
@@ -481,6 +482,42 @@ fn finish(ctx: &Ctx, i: usize, name: &str) {
     say!(ctx, submission = %name, "finished: pods done and deleted");
 }
 
+/// How long the scenario's clock waits for the machines on at the start
+/// to report before it starts anyway.
+const CLOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Starts the scenario's clock once accordd's status shows every machine
+/// that was on at the start planned with its agent's report (or after
+/// [`CLOCK_WAIT`], said).
+fn start_clock(ctx: &Ctx, st: &accord_api::control::ControlStatus, r: &mut super::Record) {
+    let on_at_start: Vec<&str> = ctx
+        .fleet
+        .nodes
+        .iter()
+        .filter(|n| n.power == accord::fleet::PowerState::On)
+        .map(|n| n.name.as_str())
+        .collect();
+    let waiting: Vec<&str> = on_at_start
+        .iter()
+        .copied()
+        .filter(|name| {
+            !st.nodes
+                .iter()
+                .any(|n| n.name == *name && n.model != accord_api::control::ModelSource::Declared)
+        })
+        .collect();
+    let now = Instant::now();
+    if waiting.is_empty() {
+        r.clock = Some(now);
+        if !on_at_start.is_empty() {
+            say!(ctx, machines = %on_at_start.join(","), "the machines on at the start have reported to accordd: the scenario's clock starts");
+        }
+    } else if now.duration_since(ctx.started) >= CLOCK_WAIT {
+        r.clock = Some(now);
+        tracing::warn!(target: "lab", waiting = %waiting.join(","), "machines on at the start have not reported to accordd within 30 s; the scenario's clock starts anyway");
+    }
+}
+
 /// Follows accordd's status: notes what cannot be placed, and explains
 /// each workload once when Accord first acts on it (or cannot).
 pub(super) async fn watch_status(ctx: Ctx) {
@@ -490,6 +527,9 @@ pub(super) async fn watch_status(ctx: Ctx) {
             continue;
         };
         let mut r = ctx.record.lock().expect("lock");
+        if r.clock.is_none() {
+            start_clock(&ctx, &st, &mut r);
+        }
         for n in &st.nodes {
             let Some(sim) = r.nodes.get_mut(&n.name) else {
                 continue;

@@ -331,8 +331,8 @@ impl Attempt<'_> {
                     .zip(&self.uses)
                     .filter(|(_, u)| u.exclusive || u.shares > 0)
                     .filter_map(|(d, _)| d.consumes.get(set)?.get(counter))
-                    .sum();
-                used + amount <= capacity.get(counter).copied().unwrap_or(0)
+                    .fold(0, |a: Milli, b| a.saturating_add(*b));
+                used.saturating_add(*amount) <= capacity.get(counter).copied().unwrap_or(0)
             })
         })
     }
@@ -355,7 +355,7 @@ impl Attempt<'_> {
                     };
                     let have = device.capacity.get(key).copied().unwrap_or(0);
                     let u = used.consumed.get(key).copied().unwrap_or(0);
-                    if u + amount > have {
+                    if u.saturating_add(amount) > have {
                         return None;
                     }
                     draw.insert(key.clone(), amount);
@@ -390,7 +390,8 @@ impl Attempt<'_> {
         if self.node.devices[di].shared.is_some() {
             use_.shares += 1;
             for (k, v) in &draw {
-                *use_.consumed.entry(k.clone()).or_insert(0) += v;
+                let c = use_.consumed.entry(k.clone()).or_insert(0);
+                *c = c.saturating_add(*v);
             }
         } else {
             use_.exclusive = true;

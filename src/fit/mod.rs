@@ -119,12 +119,15 @@ impl NodeUse {
         self.pods == 0
     }
 
+    /// Saturating: requests come from outside, and a full node is the
+    /// safe reading of a sum past `i64`.
     pub fn add(&mut self, req: &PodRequest) {
-        self.cpu += req.cpu;
-        self.memory += req.memory;
-        self.pods += 1;
+        self.cpu = self.cpu.saturating_add(req.cpu);
+        self.memory = self.memory.saturating_add(req.memory);
+        self.pods = self.pods.saturating_add(1);
         for (k, v) in &req.extended {
-            *self.extended.entry(k.clone()).or_insert(0) += v;
+            let e = self.extended.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
         }
     }
 }
@@ -215,20 +218,20 @@ pub fn static_fit(spec: &PodSpec, node: &Node) -> Result<(), Failure> {
 pub fn resource_fit(req: &PodRequest, node: &Node, used: &NodeUse) -> Result<(), Failure> {
     let a = &node.allocatable;
     let check = |name: &str, want: Milli, used: Milli, have: Milli| {
-        if want > 0 && used + want > have {
+        if want > 0 && used.saturating_add(want) > have {
             Err(Failure::new(
                 format!("insufficient {name}"),
                 format!(
                     "{} requested, {} free",
                     quantity::Display(want),
-                    quantity::Display((have - used).max(0))
+                    quantity::Display(have.saturating_sub(used).max(0))
                 ),
             ))
         } else {
             Ok(())
         }
     };
-    if used.pods + 1 > a.pods {
+    if used.pods.saturating_add(1) > a.pods {
         return Err(Failure::new(
             "too many pods",
             format!("{} pods allowed", a.pods),

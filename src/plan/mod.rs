@@ -264,7 +264,7 @@ fn demand_mix(demand: &Demand) -> fragmentation::Mix {
                 }
                 match e.capacity.get(crate::device::COMPUTE) {
                     Some(q) => share = quantity::parse(q).unwrap_or(0),
-                    None => whole += e.count,
+                    None => whole = whole.saturating_add(e.count),
                 }
             }
             // Pods without GPUs cannot use free GPU capacity, so they do not
@@ -724,8 +724,10 @@ impl<'f> Planner<'f> {
                 } else {
                     use_.shares += 1;
                     for (k, q) in &dev.capacity {
-                        let v = quantity::parse(q).unwrap_or(0);
-                        *use_.consumed.entry(k.clone()).or_insert(0) += v;
+                        // Checked: a negative share frees nothing.
+                        let v = quantity::parse(q).unwrap_or(0).max(0);
+                        let c = use_.consumed.entry(k.clone()).or_insert(0);
+                        *c = c.saturating_add(v);
                     }
                 }
             }
@@ -818,7 +820,16 @@ impl<'f> Planner<'f> {
     }
 
     fn pods<'d>(&mut self, w: &'d Workload) -> Result<Vec<PodItem<'d>>, String> {
-        let mut pods = Vec::new();
+        // Checked before anything is sized by it, whatever made the demand
+        // (the Kubernetes reader refuses earlier, at its configured limit).
+        let total = w.pod_count_u64();
+        let ceiling = crate::demand::MAX_PODS_PER_WORKLOAD_CEILING;
+        if total > u64::from(ceiling) {
+            return Err(format!(
+                "{total} pods exceed the limit of {ceiling} pods per workload"
+            ));
+        }
+        let mut pods = Vec::with_capacity(total as usize);
         for set in &w.pod_sets {
             let req =
                 PodRequest::parse(&set.pod).map_err(|e| format!("pod set {}: {e}", set.name))?;
@@ -832,15 +843,14 @@ impl<'f> Planner<'f> {
                 .flat_map(|c| &c.requests)
                 .filter_map(|r| r.exactly.as_ref())
                 .filter(|e| e.device_class == "gpu.nvidia.com" && e.capacity.is_empty())
-                .map(|e| e.count)
-                .sum();
+                .fold(0u32, |n, e| n.saturating_add(e.count));
             for i in 0..set.count {
                 pods.push(PodItem {
                     name: format!("{}-{i}", set.name),
                     spec: &set.pod,
                     req: req.clone(),
                     devices: devices.clone(),
-                    whole_gpus: (req.gpus + claim_gpus) as usize,
+                    whole_gpus: req.gpus.saturating_add(claim_gpus) as usize,
                 });
             }
         }

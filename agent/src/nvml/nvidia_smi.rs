@@ -53,6 +53,8 @@ fn mode(node: Node<'_, '_>, path: &str) -> Option<MigMode> {
 }
 
 pub fn import(xml: &str) -> std::result::Result<NvmlSnapshot, String> {
+    // Before roxmltree, which recurses once per nesting level.
+    crate::xml::check_shape(xml, crate::xml::MAX_XML_DEPTH).map_err(|e| e.to_string())?;
     let doc = roxmltree::Document::parse_with_options(xml, crate::xml_options())
         .map_err(|e| e.to_string())?;
     let root = doc.root_element();

@@ -99,8 +99,10 @@ enum Command {
     /// Show one node's full model; `node replace NAME` lets NAME's next
     /// report carry a new machine identity (a swapped machine).
     Node {
+        #[arg(value_parser = node_arg)]
         name: String,
         /// With `replace`: the node to replace.
+        #[arg(value_parser = node_arg)]
         target: Option<String>,
         #[command(flatten)]
         daemon: DaemonArgs,
@@ -399,6 +401,14 @@ fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A node name on the command line must be a Kubernetes node name: clap
+/// refuses anything else (exit 2) before any request is made.
+fn node_arg(s: &str) -> Result<String, String> {
+    accord_api::validate_node_name(s)
+        .map(|()| s.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {

@@ -18,7 +18,7 @@ use accord::plan::{Action, Plan};
 use accord::truth::{Drift, Publication, SchedulerView};
 use accord_api::control::{
     describe, stage_label, CannotPlan, ControlStatus, Intent, IntentAction, KindWatch, Mode,
-    NodeStatus, WorkloadState, WorkloadStatus,
+    NodeStatus, WorkloadState, WorkloadStatus, WouldWrite,
 };
 use tracing::{debug, info, warn};
 
@@ -123,6 +123,9 @@ pub struct Settings {
     pub booking_s: u64,
 }
 
+/// How many unmade observe-mode writes the status keeps.
+const WOULD_WRITE_KEPT: usize = 100;
+
 /// The loop's memory between rounds: lifecycles, bookings, what was said.
 #[derive(Debug)]
 pub struct Decider {
@@ -139,6 +142,8 @@ pub struct Decider {
     recent: Vec<String>,
     /// Keys of things already said (events and warnings are not repeated).
     said: BTreeSet<String>,
+    /// Observe mode: the Kubernetes writes it did not make.
+    would_write: Vec<WouldWrite>,
     /// Node → where its agent's report differs from its declaration.
     declared_drift: BTreeMap<String, Vec<Drift>>,
     /// Node → where its model differs from the scheduler's view (last round).
@@ -169,6 +174,7 @@ impl Decider {
             round: 0,
             recent: Vec::new(),
             said: BTreeSet::new(),
+            would_write: Vec::new(),
             declared_drift: BTreeMap::new(),
             scheduler_drift: BTreeMap::new(),
             views: BTreeMap::new(),
@@ -338,18 +344,23 @@ impl Decider {
                     .insert((node.clone(), "scheduler"), d.len() as u32);
             }
         }
-        let publish = if self.settings.mode == Mode::Act {
+        let act = self.settings.mode == Mode::Act;
+        let publish = if act {
             self.publications(snap)
         } else {
             Vec::new()
         };
+        // Observe mode is read-only: what it would write is said in the
+        // status (and `explain`), not written.
+        let (events, conditions) = if act {
+            (events, conditions)
+        } else {
+            self.would_write(events, conditions);
+            (Vec::new(), Vec::new())
+        };
         let status = self.status(snap, &plan, workloads, metrics.planner_seconds);
         Decision {
-            power: if self.settings.mode == Mode::Act {
-                power
-            } else {
-                Vec::new()
-            },
+            power: if act { power } else { Vec::new() },
             events,
             conditions,
             status,
@@ -358,6 +369,36 @@ impl Decider {
             publish,
             views_changed,
         }
+    }
+
+    /// Observe mode: keeps what would have been written (the last
+    /// [`WOULD_WRITE_KEPT`]) for the status.
+    fn would_write(&mut self, events: Vec<Event>, conditions: Vec<ConditionWrite>) {
+        for e in events {
+            self.would_write.push(WouldWrite {
+                regarding: e.regarding,
+                what: format!(
+                    "{} event {}: {}",
+                    if e.warning { "Warning" } else { "Normal" },
+                    e.reason,
+                    e.note
+                ),
+            });
+        }
+        for c in conditions {
+            self.would_write.push(WouldWrite {
+                regarding: c.request,
+                what: format!(
+                    "condition {}={}: {}: {}",
+                    c.condition.type_,
+                    if c.condition.status { "True" } else { "False" },
+                    c.condition.reason,
+                    c.condition.message
+                ),
+            });
+        }
+        let excess = self.would_write.len().saturating_sub(WOULD_WRITE_KEPT);
+        self.would_write.drain(..excess);
     }
 
     /// Power results: a failed power action fails its node at once (this
@@ -757,6 +798,7 @@ impl Decider {
             open_intents: snap.open_intents.clone(),
             recent: self.recent.clone(),
             watches: snap.watches.clone(),
+            would_write: self.would_write.clone(),
         }
     }
 

@@ -114,7 +114,8 @@ impl Controller {
             }
             _ => (None, None),
         };
-        let options = Options::for_topology(&fleet.topology);
+        let mut options = Options::for_topology(&fleet.topology);
+        options.limits = config.limits;
         let topology = fleet.topology.clone();
         let mut decider = Decider::new(
             fleet,

@@ -1,0 +1,584 @@
+//! What accordd accepts in an agent's report besides well-formed JSON:
+//! counts within plausibility limits far above any real machine (so a
+//! hostile or broken agent cannot make one record megabytes long), strings
+//! of bounded length, and only finite numbers (an `f32` fed `1e39` parses
+//! as infinity, which JSON cannot store: it would come back as `null`).
+//! A report over any of them is refused whole; nothing is stored.
+
+use accord::hardware::NodeHardware;
+use serde::ser::{self, Serialize};
+
+/// The limits, each far above any real machine (the largest today: 32
+/// sockets, 16 NUMA nodes, 8-16 GPUs, a few dozen NICs, a few hundred PCI
+/// functions). Constants: changing one is a code change, on purpose.
+pub mod max {
+    /// GPUs per node (an HGX/DGX board has 8, the largest systems 16).
+    pub const GPUS: usize = 64;
+    /// NICs per node, counting every port and virtual function reported.
+    pub const NICS: usize = 1024;
+    /// NUMA nodes per node.
+    pub const NUMA_NODES: usize = 64;
+    /// NUMA distance matrices (hwloc reports one or two).
+    pub const DISTANCE_MATRICES: usize = 16;
+    /// PCIe devices (all functions, bridges included).
+    pub const PCIE_DEVICES: usize = 4096;
+    /// PCIe switches.
+    pub const PCIE_SWITCHES: usize = 4096;
+    /// PCIe roots (host bridges).
+    pub const PCIE_ROOTS: usize = 1024;
+    /// Bridges between a device and its root.
+    pub const PCIE_PATH: usize = 64;
+    /// NVSwitches (a DGX-2 has 12, an NVL72 tray 18 visible).
+    pub const NVSWITCHES: usize = 64;
+    /// NVLink connections (a DGX-2: 8 GPUs × 6 switches × 2 boards).
+    pub const NVLINKS: usize = 4096;
+    /// MIG GPU instances per GPU (NVIDIA's maximum is 7).
+    pub const MIG_INSTANCES_PER_GPU: usize = 7;
+    /// Compute instances per MIG GPU instance (at most 7 slices).
+    pub const MIG_COMPUTE_INSTANCES: usize = 7;
+    /// MIG profiles a GPU lists (an H100 lists about 20).
+    pub const MIG_PROFILES: usize = 64;
+    /// Placements per MIG profile (at most one per slice).
+    pub const MIG_PLACEMENTS: usize = 8;
+    /// OS device names per GPU, interfaces and RDMA devices per NIC.
+    pub const NAMES_PER_DEVICE: usize = 64;
+    /// Discovery notes and hwloc/NVML disagreements.
+    pub const NOTES: usize = 1024;
+    pub const DISAGREEMENTS: usize = 4096;
+    /// CPU packages, cores and hardware threads.
+    pub const PACKAGES: u32 = 64;
+    pub const CORES: u32 = 65_536;
+    pub const THREADS: u32 = 262_144;
+    /// Bytes in any one string of the report (names, serials, notes).
+    pub const STRING_BYTES: usize = 4096;
+}
+
+/// Why a report is refused: the field (a path like
+/// `hardware.gpus[3].mig.gpu_instances`) and what is wrong.
+pub fn check_report(report: &accord_api::agent::Report) -> Result<(), String> {
+    plausible(&report.hardware)?;
+    finite_and_bounded(report)
+}
+
+fn count(field: &str, len: usize, limit: usize) -> Result<(), String> {
+    if len > limit {
+        Err(format!(
+            "{field}: {len} entries; at most {limit} accepted (plausibility limit)"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn number(field: &str, value: u32, limit: u32) -> Result<(), String> {
+    if value > limit {
+        Err(format!(
+            "{field}: {value}; at most {limit} accepted (plausibility limit)"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The counts of a hardware model against [`max`].
+pub fn plausible(hw: &NodeHardware) -> Result<(), String> {
+    let m = &hw.machine;
+    number("hardware.machine.packages", m.packages, max::PACKAGES)?;
+    number("hardware.machine.cores", m.cores, max::CORES)?;
+    number("hardware.machine.threads", m.threads, max::THREADS)?;
+    count("hardware.gpus", hw.gpus.len(), max::GPUS)?;
+    count("hardware.nics", hw.nics.len(), max::NICS)?;
+    count("hardware.numa_nodes", hw.numa_nodes.len(), max::NUMA_NODES)?;
+    count(
+        "hardware.numa_distances",
+        hw.numa_distances.len(),
+        max::DISTANCE_MATRICES,
+    )?;
+    for (i, d) in hw.numa_distances.iter().enumerate() {
+        count(
+            &format!("hardware.numa_distances[{i}].nodes"),
+            d.nodes.len(),
+            max::NUMA_NODES,
+        )?;
+        count(
+            &format!("hardware.numa_distances[{i}].values"),
+            d.values.len(),
+            max::NUMA_NODES,
+        )?;
+        for (r, row) in d.values.iter().enumerate() {
+            count(
+                &format!("hardware.numa_distances[{i}].values[{r}]"),
+                row.len(),
+                max::NUMA_NODES,
+            )?;
+        }
+    }
+    count("hardware.pcie.roots", hw.pcie.roots.len(), max::PCIE_ROOTS)?;
+    count(
+        "hardware.pcie.switches",
+        hw.pcie.switches.len(),
+        max::PCIE_SWITCHES,
+    )?;
+    count(
+        "hardware.pcie.devices",
+        hw.pcie.devices.len(),
+        max::PCIE_DEVICES,
+    )?;
+    for (i, d) in hw.pcie.devices.iter().enumerate() {
+        count(
+            &format!("hardware.pcie.devices[{i}].path"),
+            d.path.len(),
+            max::PCIE_PATH,
+        )?;
+    }
+    count("hardware.nvswitches", hw.nvswitches.len(), max::NVSWITCHES)?;
+    count("hardware.nvlinks", hw.nvlinks.len(), max::NVLINKS)?;
+    for (i, g) in hw.gpus.iter().enumerate() {
+        count(
+            &format!("hardware.gpus[{i}].os_devices"),
+            g.os_devices.len(),
+            max::NAMES_PER_DEVICE,
+        )?;
+        if let Some(mig) = &g.mig {
+            count(
+                &format!("hardware.gpus[{i}].mig.gpu_instances"),
+                mig.gpu_instances.len(),
+                max::MIG_INSTANCES_PER_GPU,
+            )?;
+            for (j, gi) in mig.gpu_instances.iter().enumerate() {
+                count(
+                    &format!("hardware.gpus[{i}].mig.gpu_instances[{j}].compute_instances"),
+                    gi.compute_instances.len(),
+                    max::MIG_COMPUTE_INSTANCES,
+                )?;
+            }
+            count(
+                &format!("hardware.gpus[{i}].mig.profiles"),
+                mig.profiles.len(),
+                max::MIG_PROFILES,
+            )?;
+            for (j, p) in mig.profiles.iter().enumerate() {
+                count(
+                    &format!("hardware.gpus[{i}].mig.profiles[{j}].placements"),
+                    p.placements.len(),
+                    max::MIG_PLACEMENTS,
+                )?;
+            }
+        }
+    }
+    for (i, n) in hw.nics.iter().enumerate() {
+        count(
+            &format!("hardware.nics[{i}].interfaces"),
+            n.interfaces.len(),
+            max::NAMES_PER_DEVICE,
+        )?;
+        count(
+            &format!("hardware.nics[{i}].rdma_devices"),
+            n.rdma_devices.len(),
+            max::NAMES_PER_DEVICE,
+        )?;
+    }
+    count(
+        "hardware.discovery.notes",
+        hw.discovery.notes.len(),
+        max::NOTES,
+    )?;
+    count(
+        "hardware.discovery.disagreements",
+        hw.discovery.disagreements.len(),
+        max::DISAGREEMENTS,
+    )?;
+    Ok(())
+}
+
+/// Every number finite and every string at most [`max::STRING_BYTES`],
+/// anywhere in `value` (whatever fields its type grows later): a walk over
+/// its `Serialize` form that names the first offending field.
+pub fn finite_and_bounded<T: Serialize>(value: &T) -> Result<(), String> {
+    let mut walk = Walk { path: Vec::new() };
+    value.serialize(&mut walk).map(drop).map_err(|e| e.0)
+}
+
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl ser::Error for Refused {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Refused(msg.to_string())
+    }
+}
+
+enum Seg {
+    Field(&'static str),
+    Index(usize),
+}
+
+struct Walk {
+    path: Vec<Seg>,
+}
+
+impl Walk {
+    fn at(&self) -> String {
+        let mut s = String::new();
+        for seg in &self.path {
+            match seg {
+                Seg::Field(f) => {
+                    if !s.is_empty() {
+                        s.push('.');
+                    }
+                    s.push_str(f);
+                }
+                Seg::Index(i) => s.push_str(&format!("[{i}]")),
+            }
+        }
+        if s.is_empty() {
+            s.push_str("(report)");
+        }
+        s
+    }
+
+    fn float(&self, v: f64) -> Result<(), Refused> {
+        if v.is_finite() {
+            Ok(())
+        } else {
+            Err(Refused(format!(
+                "{}: not a finite number ({v}; a value too large for its type overflows)",
+                self.at()
+            )))
+        }
+    }
+
+    fn string(&self, len: usize) -> Result<(), Refused> {
+        if len > max::STRING_BYTES {
+            Err(Refused(format!(
+                "{}: string of {len} bytes; at most {} accepted",
+                self.at(),
+                max::STRING_BYTES
+            )))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A sequence, tuple, map or struct being walked: counts its elements.
+struct Compound<'a> {
+    walk: &'a mut Walk,
+    index: usize,
+}
+
+impl Compound<'_> {
+    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Refused> {
+        self.walk.path.push(Seg::Index(self.index));
+        self.index += 1;
+        let r = value.serialize(&mut *self.walk);
+        self.walk.path.pop();
+        r
+    }
+
+    fn field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Refused> {
+        self.walk.path.push(Seg::Field(key));
+        let r = value.serialize(&mut *self.walk);
+        self.walk.path.pop();
+        r
+    }
+}
+
+impl<'a> ser::Serializer for &'a mut Walk {
+    type Ok = ();
+    type Error = Refused;
+    type SerializeSeq = Compound<'a>;
+    type SerializeTuple = Compound<'a>;
+    type SerializeTupleStruct = Compound<'a>;
+    type SerializeTupleVariant = Compound<'a>;
+    type SerializeMap = Compound<'a>;
+    type SerializeStruct = Compound<'a>;
+    type SerializeStructVariant = Compound<'a>;
+
+    fn serialize_bool(self, _: bool) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_i8(self, _: i8) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_i16(self, _: i16) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_i32(self, _: i32) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_i64(self, _: i64) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_u8(self, _: u8) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_u16(self, _: u16) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_u32(self, _: u32) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_u64(self, _: u64) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_f32(self, v: f32) -> Result<(), Refused> {
+        self.float(f64::from(v))
+    }
+    fn serialize_f64(self, v: f64) -> Result<(), Refused> {
+        self.float(v)
+    }
+    fn serialize_char(self, _: char) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_str(self, v: &str) -> Result<(), Refused> {
+        self.string(v.len())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), Refused> {
+        self.string(v.len())
+    }
+    fn serialize_none(self) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Refused> {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+    ) -> Result<(), Refused> {
+        Ok(())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        value: &T,
+    ) -> Result<(), Refused> {
+        value.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), Refused> {
+        Compound {
+            walk: self,
+            index: 0,
+        }
+        .field(variant, value)
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Compound<'a>, Refused> {
+        Ok(Compound {
+            walk: self,
+            index: 0,
+        })
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Compound<'a>, Refused> {
+        self.serialize_seq(None)
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Compound<'a>, Refused> {
+        self.serialize_seq(None)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Compound<'a>, Refused> {
+        self.serialize_seq(None)
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Compound<'a>, Refused> {
+        self.serialize_seq(None)
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Compound<'a>, Refused> {
+        self.serialize_seq(None)
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Compound<'a>, Refused> {
+        self.serialize_seq(None)
+    }
+}
+
+impl ser::SerializeSeq for Compound<'_> {
+    type Ok = ();
+    type Error = Refused;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Refused> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Refused> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeTuple for Compound<'_> {
+    type Ok = ();
+    type Error = Refused;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Refused> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Refused> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeTupleStruct for Compound<'_> {
+    type Ok = ();
+    type Error = Refused;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Refused> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Refused> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeTupleVariant for Compound<'_> {
+    type Ok = ();
+    type Error = Refused;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Refused> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Refused> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Compound<'_> {
+    type Ok = ();
+    type Error = Refused;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Refused> {
+        // Keys are checked like values; they count as the entry's index.
+        self.walk.path.push(Seg::Index(self.index));
+        let r = key.serialize(&mut *self.walk);
+        self.walk.path.pop();
+        r
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Refused> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Refused> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeStruct for Compound<'_> {
+    type Ok = ();
+    type Error = Refused;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Refused> {
+        self.field(key, value)
+    }
+    fn end(self) -> Result<(), Refused> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeStructVariant for Compound<'_> {
+    type Ok = ();
+    type Error = Refused;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Refused> {
+        self.field(key, value)
+    }
+    fn end(self) -> Result<(), Refused> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize)]
+    struct Inner {
+        speed: Option<f32>,
+        names: Vec<String>,
+    }
+
+    #[derive(serde::Serialize)]
+    struct Outer {
+        ok: f64,
+        items: Vec<Inner>,
+        map: std::collections::BTreeMap<String, f64>,
+    }
+
+    #[test]
+    fn the_first_non_finite_number_is_named_by_its_path() {
+        let mut v = Outer {
+            ok: 1.5,
+            items: vec![
+                Inner {
+                    speed: Some(16.0),
+                    names: vec!["a".into()],
+                },
+                Inner {
+                    speed: Some(f32::INFINITY),
+                    names: vec![],
+                },
+            ],
+            map: Default::default(),
+        };
+        let e = finite_and_bounded(&v).unwrap_err();
+        assert!(
+            e.starts_with("items[1].speed: not a finite number (inf"),
+            "{e}"
+        );
+        v.items[1].speed = None;
+        assert_eq!(finite_and_bounded(&v), Ok(()));
+        v.ok = f64::NAN;
+        let e = finite_and_bounded(&v).unwrap_err();
+        assert!(e.starts_with("ok: not a finite number (NaN"), "{e}");
+        v.ok = 0.0;
+        v.map.insert("k".into(), f64::NEG_INFINITY);
+        let e = finite_and_bounded(&v).unwrap_err();
+        assert!(e.starts_with("map[0]: not a finite"), "{e}");
+        v.map.clear();
+        v.items[0].names.push("x".repeat(max::STRING_BYTES + 1));
+        let e = finite_and_bounded(&v).unwrap_err();
+        assert!(
+            e.starts_with("items[0].names[1]: string of 4097 bytes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_f32_fed_1e39_is_infinite_after_parsing() {
+        // Why the walk exists: serde_json narrows to f32 without an error.
+        let v: f32 = serde_json::from_str("1e39").unwrap();
+        assert!(v.is_infinite());
+    }
+}
