@@ -4,7 +4,6 @@
 //! not from the fleet file accordd reads, so a machine whose recording
 //! differs from its declaration shows a real disagreement.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use accord::truth::DriftKind;
@@ -85,10 +84,6 @@ owner = { namespace = "research" }
 nodes = ["r3-n1"]
 lendable = false
 "#;
-
-fn set(names: &[&str]) -> BTreeSet<String> {
-    names.iter().map(|s| s.to_string()).collect()
-}
 
 fn node(lab: &Lab, name: &str) -> serde_json::Value {
     lab.api

@@ -51,7 +51,10 @@ impl Observer {
         open_intents: Vec<Intent>,
     ) -> Snapshot {
         let now = (self.shared.now)();
-        let mut snap = kube_snapshot(&self.watch, &self.options);
+        // The Nodes are copied and converted once: readiness and the
+        // scheduler's views both come from them.
+        let nodes = self.watch.nodes();
+        let mut snap = kube_snapshot(&self.watch, &self.options, &nodes);
         snap.now = now;
         snap.mono = mono;
         snap.agents = match self.shared.store.last_seen() {
@@ -68,7 +71,7 @@ impl Observer {
         snap.executed = executed;
         snap.open_intents = open_intents;
         snap.reports = self.changed_models();
-        snap.views = self.scheduler_views();
+        snap.views = self.scheduler_views(nodes);
         snap.watches = self
             .watch
             .watches()
@@ -124,15 +127,17 @@ impl Observer {
     /// The scheduler's view of each registered node: its Node, and the
     /// devices its ResourceSlices publish (when any do). A slice that
     /// cannot be read is said once and left out.
-    fn scheduler_views(&mut self) -> BTreeMap<String, SchedulerView> {
+    fn scheduler_views(
+        &mut self,
+        nodes: Vec<accord_kube::cluster::ClusterNode>,
+    ) -> BTreeMap<String, SchedulerView> {
         let (mut devices, problems) = self.watch.devices();
         for p in problems {
             if self.slice_problems.insert(p.clone()) {
                 warn!(problem = %p, "a ResourceSlice is not planned with");
             }
         }
-        self.watch
-            .nodes()
+        nodes
             .into_iter()
             .map(|n| {
                 let d = devices.remove(&n.name);
@@ -143,17 +148,20 @@ impl Observer {
 }
 
 /// The Kubernetes part of a snapshot.
-fn kube_snapshot(watch: &DemandWatch, options: &Options) -> Snapshot {
+fn kube_snapshot(
+    watch: &DemandWatch,
+    options: &Options,
+    nodes: &[accord_kube::cluster::ClusterNode],
+) -> Snapshot {
     let manifests = watch.manifests();
     let translation = accord_kube::watch::translate_live(&manifests, options);
     let mut pods_per_node: BTreeMap<String, u32> = BTreeMap::new();
     for b in &translation.demand.bound {
         *pods_per_node.entry(b.node.clone()).or_default() += 1;
     }
-    let kube_ready = watch
-        .nodes()
-        .into_iter()
-        .map(|n| (n.name, n.ready && !n.unschedulable))
+    let kube_ready = nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.ready && !n.unschedulable))
         .collect();
     // Pending pod → its workload, from the sources the translation names
     // for each workload: the grouping is the translation's.
