@@ -163,7 +163,13 @@ pub struct Sharing {
 /// A physical GPU as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlannerGpu {
+    /// Position in the model's GPU list (what devices' `gpu` name).
     pub index: usize,
+    /// NVML's index of the GPU (what an agent command names).
+    #[serde(default)]
+    pub nvml_index: u32,
+    #[serde(default)]
+    pub uuid: Option<String>,
     pub model: String,
     pub memory_bytes: u64,
     /// Shared: a node's GPUs in one MIG state hold one copy.
@@ -220,6 +226,8 @@ pub fn devices_from_hardware(
         let memory = g.memory_bytes.unwrap_or(0);
         gpus.push(PlannerGpu {
             index: gi,
+            nvml_index: g.index,
+            uuid: g.uuid.clone(),
             model: model.clone(),
             memory_bytes: memory,
             // GPUs of one node usually share a MIG state (every profile

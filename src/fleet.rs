@@ -83,6 +83,22 @@ pub struct Policy {
     /// fleet file declares.
     #[serde(default)]
     pub on_drift: OnDrift,
+    /// Who repartitions MIG GPUs (a profile's `mig_via` overrides it).
+    #[serde(default)]
+    pub mig_via: MigVia,
+}
+
+/// Who carries out a MIG repartition on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MigVia {
+    /// accord-agent applies the layout through NVML itself.
+    #[default]
+    Agent,
+    /// The NVIDIA GPU Operator's mig-manager does: accordd sets the Node
+    /// label `nvidia.com/mig.config` to a named mig-parted configuration
+    /// and waits for `nvidia.com/mig.config.state=success`.
+    GpuOperator,
 }
 
 /// What a node whose report differs from its declaration is planned with.
@@ -128,6 +144,7 @@ impl Default for Policy {
             reconfigure_mig: true,
             placement: Placement::FirstFit,
             on_drift: OnDrift::PlanWithReport,
+            mig_via: MigVia::Agent,
         }
     }
 }
@@ -182,6 +199,9 @@ pub struct HardwareProfile {
     /// placement, sharing counters): the DRA allocator chooses the layout.
     #[serde(default)]
     pub mig_dynamic: bool,
+    /// Who repartitions this profile's GPUs; unset: `policy.mig_via`.
+    #[serde(default)]
+    pub mig_via: Option<MigVia>,
 }
 
 impl HardwareProfile {
@@ -201,6 +221,7 @@ impl HardwareProfile {
             mig_enabled: false,
             mig_layout: Vec::new(),
             mig_dynamic: false,
+            mig_via: None,
         }
     }
 }
@@ -435,6 +456,10 @@ pub struct Node {
     /// model was installed.
     #[serde(skip)]
     pub(crate) viewed: bool,
+    /// Who repartitions its MIG GPUs (its profile's `mig_via`, else the
+    /// policy's).
+    #[serde(default)]
+    pub mig_via: MigVia,
 }
 
 /// What a node was declared as, and what it is planned with. Kept per node
@@ -1063,6 +1088,15 @@ impl FleetFile {
         })
     }
 
+    /// The node's profile's `mig_via`, else the policy's.
+    fn mig_via(&self, cfg: &NodeConfig) -> MigVia {
+        cfg.profile
+            .as_ref()
+            .and_then(|p| self.profiles.get(p))
+            .and_then(|p| p.mig_via)
+            .unwrap_or(self.policy.mig_via)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn resolve_node(
         &self,
@@ -1166,6 +1200,7 @@ impl FleetFile {
             device_prints: m.prints,
             source: Some(Arc::new(source)),
             viewed: false,
+            mig_via: self.mig_via(cfg),
         }
     }
 }

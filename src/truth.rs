@@ -120,6 +120,11 @@ pub const GPU_COUNT_LABEL: &str = "accord.dev/gpu.count";
 /// The label and taint key of a non-lendable reservation's nodes: value
 /// the reservation's name, taint effect NoSchedule.
 pub const RESERVATION_KEY: &str = "accord.dev/reservation";
+/// The taint key (effect NoSchedule) of a node whose BIOS profile Accord
+/// has not verified: `unverified` while it is staged and not yet read
+/// back (a kubelet of such a node registers with it), `failed` when it
+/// did not take. Accord removes it once the profile is verified.
+pub const BIOS_TAINT_KEY: &str = "accord.dev/bios";
 
 /// What Accord publishes on one Node: the keys it owns, with the values
 /// they should have. Keys Accord owns that are absent here are removed.
@@ -540,9 +545,10 @@ fn is_readiness_taint(key: &str) -> bool {
     READINESS_TAINTS.contains(&key)
 }
 
-/// Whether Accord owns Node taints with `key`: [`RESERVATION_KEY`].
+/// Whether Accord owns Node taints with `key`: [`RESERVATION_KEY`] and
+/// [`BIOS_TAINT_KEY`].
 pub fn owns_taint(key: &str) -> bool {
-    key == RESERVATION_KEY
+    key == RESERVATION_KEY || key == BIOS_TAINT_KEY
 }
 
 /// `s` as a valid label value: spaces become `-`, other characters than

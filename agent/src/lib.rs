@@ -6,9 +6,11 @@
 //! replayed capture goes through the same code as a live host.
 
 pub mod capture;
+pub mod command;
 pub mod error;
 pub mod hwloc;
 pub mod merge;
+pub mod mig;
 pub mod nvml;
 pub mod run;
 pub mod summary;
@@ -84,6 +86,21 @@ pub fn discover(sources: Sources<'_>) -> Result<NodeHardware> {
     if !sources.is_offline() {
         enrich_live(&mut hw);
     }
+    Ok(hw)
+}
+
+/// Discovers a replayed machine whose NVML view is held in memory rather
+/// than read from its file: the MIG twin's current state
+/// ([`mig::replay::ReplayedGpus::snapshot`]), which starts as the recorded
+/// snapshot `origin` names. The same hwloc reading and the same merge as a
+/// snapshot file, so an unchanged twin discovers byte for byte as the file.
+pub fn discover_replayed(
+    hwloc_xml: &Path,
+    snapshot: &nvml::NvmlSnapshot,
+    origin: &Path,
+) -> Result<NodeHardware> {
+    let mut hw = hwloc::discover(HwlocInput::XmlFile(hwloc_xml))?;
+    merge::merge(&mut hw, snapshot, origin.display().to_string());
     Ok(hw)
 }
 

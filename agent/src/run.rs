@@ -1,16 +1,21 @@
 //! `accord-agent run`: registers this node with accordd, re-discovers on an
 //! interval and on SIGHUP and reports only changes, heartbeats, and rides
 //! out daemon outages with capped exponential backoff and jitter. It never
-//! exits because the daemon is down.
+//! exits because the daemon is down. accordd's commands (in its answers)
+//! are carried out once per generation ([`crate::command`]) and answered
+//! with a report carrying the outcome, retried like any report.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use accord::hardware::NodeHardware;
+use accord_api::agent::{AgentReply, CommandOutcome};
 use accord_api::ClientError;
 use serde::Deserialize;
 use tracing::{info, warn};
 
+use crate::command::{Commands, MigBackend};
+use crate::mig::replay::ReplayedGpus;
 use crate::Sources;
 pub use accord::backoff::Backoff;
 
@@ -34,6 +39,18 @@ pub struct AgentConfig {
     pub heartbeat: HeartbeatSection,
     #[serde(default)]
     pub backoff: BackoffSection,
+    #[serde(default)]
+    pub mig: MigSection,
+}
+
+/// MIG commands from accordd (`[mig]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigSection {
+    /// Reset a GPU when enabling MIG mode needs it (A100, A30); otherwise
+    /// such a command is answered `reset_required` and changes no instance.
+    #[serde(default)]
+    pub allow_gpu_reset: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -191,7 +208,7 @@ impl AgentConfig {
         problems
     }
 
-    fn sources(&self) -> Sources<'_> {
+    pub(crate) fn sources(&self) -> Sources<'_> {
         Sources {
             hwloc_xml: self.discovery.hwloc_xml.as_deref(),
             nvml_snapshot: self.discovery.nvml_snapshot.as_deref(),
@@ -207,27 +224,72 @@ struct Client {
 }
 
 impl Client {
-    async fn report(&self, hw: &NodeHardware) -> Result<u64, ClientError> {
-        let reply = self
-            .api
-            .report(&self.node, hw, env!("CARGO_PKG_VERSION"))
-            .await?;
-        Ok(reply.generation)
+    async fn report(
+        &self,
+        hw: &NodeHardware,
+        outcome: Option<&CommandOutcome>,
+    ) -> Result<AgentReply, ClientError> {
+        self.api
+            .report_outcome(&self.node, hw, env!("CARGO_PKG_VERSION"), outcome)
+            .await
     }
 
-    async fn heartbeat(&self, uptime_s: u64, gpu_health: &str) -> Result<(), ClientError> {
+    async fn heartbeat(&self, uptime_s: u64, gpu_health: &str) -> Result<AgentReply, ClientError> {
         let beat = accord_api::agent::Heartbeat {
             agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             uptime_s: Some(uptime_s),
             gpu_health: Some(gpu_health.to_owned()),
         };
-        self.api.heartbeat(&self.node, &beat).await.map(drop)
+        self.api.heartbeat(&self.node, &beat).await
     }
 }
 
-async fn discover(config: &AgentConfig) -> Option<NodeHardware> {
+/// Where MIG commands go: the twin `gpus` (the lab's), else the twin of
+/// the recorded snapshot, else nowhere for another recording, else the
+/// host's NVML.
+fn mig_backend(config: &AgentConfig, gpus: Option<ReplayedGpus>) -> anyhow::Result<MigBackend> {
+    let d = &config.discovery;
+    let Some(hwloc_xml) = d.hwloc_xml.clone() else {
+        if gpus.is_some() {
+            anyhow::bail!("replayed GPUs need a recorded topology (discovery.hwloc_xml)");
+        }
+        return Ok(MigBackend::Live);
+    };
+    if let Some(gpus) = gpus {
+        let origin = d
+            .nvml_snapshot
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("replayed"));
+        return Ok(MigBackend::Replayed {
+            gpus,
+            hwloc_xml,
+            origin,
+        });
+    }
+    if let Some(path) = &d.nvml_snapshot {
+        return Ok(match crate::nvml::load_snapshot(path) {
+            Ok(snapshot) => MigBackend::Replayed {
+                gpus: ReplayedGpus::new(snapshot),
+                hwloc_xml,
+                origin: path.clone(),
+            },
+            // Discovery says why, each time it reads the file.
+            Err(e) => MigBackend::Unavailable(format!(
+                "NVML not available: the recorded NVML snapshot cannot be read: {e}"
+            )),
+        });
+    }
+    Ok(MigBackend::Unavailable(if d.nvidia_smi_xml.is_some() {
+        "NVML not available: the NVML view is a recorded nvidia-smi dump".to_owned()
+    } else {
+        "NVML not available: the machine is a recording without an NVML view".to_owned()
+    }))
+}
+
+async fn discover(config: &AgentConfig, backend: &MigBackend) -> Option<NodeHardware> {
     let config = config.clone();
-    let result = tokio::task::spawn_blocking(move || crate::discover(config.sources())).await;
+    let backend = backend.clone();
+    let result = tokio::task::spawn_blocking(move || backend.discover(config.sources())).await;
     match result {
         Ok(Ok(hw)) => Some(hw),
         Ok(Err(e)) => {
@@ -282,13 +344,27 @@ pub async fn run(
     config: AgentConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    run_with(config, None, shutdown).await
+}
+
+/// [`run`], replaying its recorded topology with the GPUs `gpus` (the
+/// lab's handle on the machine, which its kubelet stand-in watches)
+/// instead of a twin of the recorded snapshot: MIG commands change `gpus`,
+/// discovery reads them. `None`: as [`run`]. Errors also for `gpus`
+/// without `discovery.hwloc_xml`.
+pub async fn run_with(
+    config: AgentConfig,
+    gpus: Option<ReplayedGpus>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     use anyhow::Context;
+    let backend = mig_backend(&config, gpus)?;
     let token = std::fs::read_to_string(&config.daemon.token_file)
         .with_context(|| format!("daemon.token_file: {}", config.daemon.token_file.display()))?
         .trim()
         .to_owned();
     let started = std::time::Instant::now();
-    let mut current = discover(&config).await;
+    let mut current = discover(&config, &backend).await;
     let ca_pem = match &config.daemon.ca_file {
         Some(ca) => Some((
             ca.display().to_string(),
@@ -311,6 +387,7 @@ pub async fn run(
     let seed = std::process::id() as u64 ^ (started.elapsed().as_nanos() as u64).rotate_left(17);
     let mut backoff = Backoff::new(config.backoff.initial_ms, config.backoff.max_ms, seed);
     let mut reported: Option<NodeHardware> = None;
+    let mut commands = Commands::default();
     let mut heartbeat = tokio::time::interval(Duration::from_millis(config.heartbeat.interval_ms));
     let mut rediscover = tokio::time::interval(Duration::from_secs(config.discovery.interval_s));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -326,14 +403,32 @@ pub async fn run(
     tokio::pin!(shutdown);
     info!(node = %client.node, daemon = %client.api.base(), "agent running");
     loop {
-        // Report when the model differs from what the daemon acknowledged.
-        if let Some(hw) = current.as_ref().filter(|hw| reported.as_ref() != Some(*hw)) {
-            match client.report(hw).await {
-                Ok(generation) => {
-                    info!(node = %client.node, generation, "hardware reported");
-                    reported = Some(hw.clone());
+        // Report when the model differs from what the daemon acknowledged,
+        // or a command's outcome has not reached it.
+        let outcome = commands.to_send().cloned();
+        if let Some(hw) = current
+            .clone()
+            .filter(|hw| reported.as_ref() != Some(hw) || outcome.is_some())
+        {
+            match client.report(&hw, outcome.as_ref()).await {
+                Ok(reply) => {
+                    match &outcome {
+                        Some(o) => {
+                            info!(node = %client.node, generation = reply.generation, command = o.generation, result = %o.result.describe(), "hardware reported with the command's outcome");
+                            commands.sent(o);
+                        }
+                        None => {
+                            info!(node = %client.node, generation = reply.generation, "hardware reported")
+                        }
+                    }
+                    reported = Some(hw);
                     backoff.reset();
                     outage = false;
+                    if let Some(cmd) = reply.command {
+                        if let Some(hw) = commands.receive(cmd, false, &backend, &config).await {
+                            current = Some(hw);
+                        }
+                    }
                 }
                 Err(e) => {
                     let wait = backoff.next_wait();
@@ -352,12 +447,17 @@ pub async fn run(
             _ = &mut shutdown => return Ok(()),
             _ = heartbeat.tick() => {
                 match client.heartbeat(started.elapsed().as_secs(), &gpu_health(current.as_ref())).await {
-                    Ok(()) => {
+                    Ok(reply) => {
                         if outage {
                             info!("accordd reachable again");
                         }
                         outage = false;
                         backoff.reset();
+                        if let Some(cmd) = reply.command {
+                            if let Some(hw) = commands.receive(cmd, true, &backend, &config).await {
+                                current = Some(hw);
+                            }
+                        }
                     }
                     // The daemon does not know this node (a new store):
                     // report again.
@@ -373,13 +473,13 @@ pub async fn run(
                 }
             }
             _ = rediscover.tick() => {
-                if let Some(hw) = discover(&config).await {
+                if let Some(hw) = discover(&config, &backend).await {
                     current = Some(hw);
                 }
             }
             _ = hangup.recv() => {
                 info!("SIGHUP: discovering again");
-                if let Some(hw) = discover(&config).await {
+                if let Some(hw) = discover(&config, &backend).await {
                     current = Some(hw);
                 }
             }

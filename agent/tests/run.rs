@@ -343,9 +343,14 @@ fn reference_agent_toml_parses() {
     let text = std::fs::read_to_string(&file).unwrap();
     let config = AgentConfig::parse(&text, &file).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.heartbeat.interval_ms, 15_000);
+    assert!(!config.mig.allow_gpu_reset);
     let problems = config.validate();
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].starts_with("daemon.token_file"), "{problems:?}");
+    // Strictly typed: a reset is allowed by `true` only.
+    let bad = text.replace("allow_gpu_reset = false", "allow_gpu_reset = \"yes\"");
+    let err = AgentConfig::parse(&bad, &file).unwrap_err().to_string();
+    assert!(err.contains("mig.allow_gpu_reset"), "{err}");
 }
 
 /// Three agents replaying three recorded machines register with one

@@ -7,7 +7,7 @@ use std::time::Duration;
 use accord::hardware::NodeHardware;
 use serde::de::DeserializeOwned;
 
-use crate::agent::{AgentReply, Heartbeat, Report};
+use crate::agent::{AgentReply, CommandOutcome, Heartbeat, Report};
 use crate::control::ControlStatus;
 use crate::nodes::NodeView;
 
@@ -210,10 +210,24 @@ impl Client {
         hardware: &NodeHardware,
         agent_version: &str,
     ) -> Result<AgentReply, ClientError> {
+        self.report_outcome(node, hardware, agent_version, None)
+            .await
+    }
+
+    /// An agent's hardware report, with the outcome of accordd's last
+    /// command when there is one.
+    pub async fn report_outcome(
+        &self,
+        node: &str,
+        hardware: &NodeHardware,
+        agent_version: &str,
+        command: Option<&CommandOutcome>,
+    ) -> Result<AgentReply, ClientError> {
         crate::names::validate_node_name(node)?;
         let body = serde_json::to_vec(&Report {
             agent_version: Some(agent_version.to_owned()),
             hardware: hardware.clone(),
+            command: command.cloned(),
         })
         .expect("reports serialize");
         self.expect(

@@ -39,6 +39,10 @@ pub struct NodeStatus {
     /// file's declaration (or the model) disagree.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<accord::truth::Drift>,
+    /// Its BIOS profile: wanted, applied, where it stands (absent when
+    /// none is wanted or known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios: Option<BiosStatus>,
 }
 
 /// Which hardware model a node is planned with.
@@ -83,6 +87,10 @@ pub enum WorkloadState {
     Placed,
     /// This round's plan powers nodes on for it.
     PoweringOn,
+    /// Waits for a MIG repartition (an agent command, or the GPU
+    /// Operator) that makes room for it; the capacity counts once the
+    /// node's report shows it.
+    Repartitioning,
     /// Fits nowhere Accord can make room; `reason` says why.
     CannotPlace,
 }
@@ -92,6 +100,7 @@ impl WorkloadState {
         match self {
             WorkloadState::Placed => "placed",
             WorkloadState::PoweringOn => "powering_on",
+            WorkloadState::Repartitioning => "repartitioning",
             WorkloadState::CannotPlace => "cannot_place",
         }
     }
@@ -171,6 +180,9 @@ pub struct ControlStatus {
     /// taints), the most recent last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub would_write: Vec<WouldWrite>,
+    /// Agent commands (MIG repartitions): the latest per node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<crate::agent::CommandRecord>,
 }
 
 /// A Kubernetes write observe mode did not make.
@@ -232,6 +244,12 @@ pub struct Intent {
     /// The workloads it serves (`ns/name`), for explanations.
     pub for_workloads: Vec<String>,
     pub state: IntentState,
+    /// A power-on's BIOS profile, staged before the Reset: after a crash
+    /// the resumed power-on stages it again (idempotent) and the machine
+    /// is verified once up. Absent in records written before BIOS
+    /// profiles were staged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios_profile: Option<String>,
 }
 
 impl Intent {
@@ -259,4 +277,70 @@ pub fn describe(a: &Action) -> String {
             node, gpu, layout, ..
         } => format!("repartition GPU {gpu} of {node} as {}", layout.join(" ")),
     }
+}
+
+/// A node's BIOS profile as the last round saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BiosStatus {
+    /// The profile the fleet file wants (`bios_profile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wanted: Option<String>,
+    /// The profile applied: the last one Accord verified on the machine
+    /// (kept in its store), else the fleet file's `bios_profile_applied`
+    /// (the admin's statement, until Accord has verified one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<String>,
+    pub state: BiosState,
+    /// When Accord verified `applied` (Unix seconds); absent when the
+    /// fleet file says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<u64>,
+    /// Why the last profile staged did not take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BiosState {
+    /// The wanted profile is the applied one.
+    Applied,
+    /// It differs: staged before the node's next power-on.
+    Pending,
+    /// Staged with the power-on under way; verified once the machine is up.
+    Staged,
+    /// The last profile staged did not take (`reason`): the node failed.
+    Failed,
+}
+
+impl BiosState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BiosState::Applied => "applied",
+            BiosState::Pending => "pending",
+            BiosState::Staged => "staged",
+            BiosState::Failed => "failed",
+        }
+    }
+}
+
+/// What accordd keeps of a node's BIOS profile (its store's
+/// `bios_applied` tree): the last profile it staged and verified, or
+/// that did not take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BiosRecord {
+    pub profile: String,
+    /// Unix seconds of the verification.
+    pub at: u64,
+    #[serde(flatten)]
+    pub result: BiosResult,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum BiosResult {
+    /// Every attribute of the profile read back as wanted.
+    Verified,
+    /// Some did not take.
+    Failed { reason: String },
 }

@@ -10,6 +10,7 @@ pub mod client;
 pub mod control;
 #[cfg(feature = "cli")]
 pub mod logging;
+pub mod mig_parted;
 pub mod names;
 pub mod nodes;
 #[cfg(feature = "cli")]

@@ -112,6 +112,9 @@ pub struct NodeView {
     /// view) disagree.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<accord::truth::Drift>,
+    /// ...and its BIOS profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios: Option<crate::control::BiosStatus>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

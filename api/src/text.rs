@@ -125,13 +125,56 @@ pub fn render_status(s: &ControlStatus) -> String {
                 .join(", ")
         ));
     }
+    if !s.commands.is_empty() {
+        out.push_str(
+            "
+MIG repartitions (each node's latest):
+",
+        );
+        for c in &s.commands {
+            out.push_str(&format!("  {}\n", command_line(c, s.at)));
+        }
+    }
     out
+}
+
+/// One line on an agent command: node, generation, who, what, where it is.
+pub fn command_line(c: &crate::agent::CommandRecord, now: u64) -> String {
+    use crate::agent::CommandState;
+    let via = match c.via {
+        accord::fleet::MigVia::Agent => "agent",
+        accord::fleet::MigVia::GpuOperator => "gpu-operator",
+    };
+    let what = c
+        .targets
+        .iter()
+        .map(|t| format!("GPU {} → [{}]", t.index, t.layout.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let state = match &c.state {
+        CommandState::Open if c.mig_config.is_some() && !c.deliver => format!(
+            "waiting for mig-manager (nvidia.com/mig.config={})",
+            c.mig_config.as_deref().unwrap_or("")
+        ),
+        CommandState::Open => "journaled, not yet handed to the agent".to_owned(),
+        CommandState::Sent { at } => {
+            format!("with the agent for {} s", now.saturating_sub(*at))
+        }
+        CommandState::Closed { result, .. } => result.describe(),
+    };
+    format!(
+        "{} #{} via {via}: {what}, for {}: {state}",
+        c.node,
+        c.generation,
+        c.for_workloads.join(", ")
+    )
 }
 
 fn detail(w: &WorkloadStatus) -> String {
     match w.state {
         WorkloadState::CannotPlace => w.reason.clone().unwrap_or_default(),
         WorkloadState::PoweringOn => format!("powering on {}", w.powering_on.join(", ")),
+        WorkloadState::Repartitioning => format!("repartitioning MIG on {}", w.nodes.join(", ")),
         WorkloadState::Placed => format!("fits on {}", w.nodes.join(", ")),
     }
 }
@@ -215,6 +258,15 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
                         .unwrap_or_default(),
                     w.nodes.join(", ")
                 )),
+                WorkloadState::Repartitioning => out.push_str(&format!(
+                    "Accord: {} MIG GPUs on {} for it (no node is powered on); its pods go to the new instances once the node's report shows them\n",
+                    if s.mode == Mode::Act {
+                        "repartitioning"
+                    } else {
+                        "would repartition (observe mode: nothing is sent)"
+                    },
+                    w.nodes.join(", ")
+                )),
                 WorkloadState::Placed => out.push_str(&format!(
                     "Accord: it fits on nodes that are up or coming up: {}{}\n",
                     w.nodes.join(", "),
@@ -258,6 +310,7 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
                 }
                 WorkloadState::Placed => "agree: it does not fit yet; Accord's nodes are still coming up",
                 WorkloadState::PoweringOn => "agree: it does not fit on nodes that are up; Accord powers nodes on for it",
+                WorkloadState::Repartitioning => "agree: it does not fit the MIG devices there are; Accord repartitions an idle GPU for it",
                 WorkloadState::CannotPlace => "agree: it fits nowhere",
             };
             out.push_str(&format!("{verdict}\n"));

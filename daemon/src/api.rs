@@ -213,25 +213,35 @@ async fn report(
     let store_side = st.clone();
     let reply = blocking(move || {
         let st = store_side;
-        let (outcome, record) = st.shared.store.report(
-            &node,
-            report.hardware,
-            report.agent_version,
-            (st.shared.now)(),
-        )?;
+        let now = (st.shared.now)();
+        let (outcome, record) =
+            st.shared
+                .store
+                .report(&node, report.hardware, report.agent_version, now)?;
         tracing::info!(node = %node, generation = record.generation, ?outcome, "report stored");
-        if outcome != ReportOutcome::Unchanged {
+        // The command's outcome is recorded after the model it came with:
+        // the loop reads both together.
+        let closed = match &report.command {
+            Some(c) => {
+                let closed = st.shared.store.command_outcome(&node, c, now)?;
+                tracing::info!(node = %node, command = c.generation, result = %c.result.describe(), closed, "command outcome");
+                closed
+            }
+            None => false,
+        };
+        if outcome != ReportOutcome::Unchanged || closed {
             st.shared
                 .models_changed
                 .lock()
                 .expect("lock")
                 .insert(node.clone());
         }
+        let command = st.shared.store.command_for_agent(&node, now)?;
         Ok(AgentReply {
             node,
             generation: record.generation,
             outcome: Some(outcome),
-            command: None,
+            command,
         })
     })
     .await?;
@@ -261,12 +271,13 @@ async fn heartbeat(
         uptime_s: beat.uptime_s,
         gpu_health: beat.gpu_health,
     };
+    let now = liveness.last_seen;
     let reply = match st.shared.store.heartbeat(&node, liveness)? {
         Some(generation) => AgentReply {
+            command: st.shared.store.command_for_agent(&node, now)?,
             node,
             generation,
             outcome: None,
-            command: None,
         },
         None => {
             return Err(ApiError(
@@ -286,7 +297,7 @@ fn view(st: &ApiState, record: NodeRecord) -> NodeView {
         NodeState::Fresh
     };
     // What the control loop's last round made of it.
-    let (model, drift) = st
+    let (model, drift, bios) = st
         .shared
         .control
         .read()
@@ -299,7 +310,7 @@ fn view(st: &ApiState, record: NodeRecord) -> NodeView {
                 .ok()
                 .map(|i| &c.nodes[i])
         })
-        .map(|n| (Some(n.model), n.drift.clone()))
+        .map(|n| (Some(n.model), n.drift.clone(), n.bios.clone()))
         .unwrap_or_default();
     NodeView {
         rack: st.racks.get(&record.name).cloned(),
@@ -307,6 +318,7 @@ fn view(st: &ApiState, record: NodeRecord) -> NodeView {
         state,
         model,
         drift,
+        bios,
     }
 }
 

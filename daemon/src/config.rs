@@ -66,10 +66,27 @@ pub struct ControlConfig {
     /// default: 10 minutes).
     #[serde(default = "default_booking_s")]
     pub provisioning_booking_s: u64,
+    /// How long a MIG repartition (an agent command, or the GPU Operator's
+    /// mig-manager) may take before its node is Failed and its demand
+    /// planned again.
+    #[serde(default = "default_mig_deadline_s")]
+    pub mig_deadline_s: u64,
+    /// `gpu-operator` MIG mode: the mig-parted configs file accordd writes
+    /// (install it as mig-manager's ConfigMap).
+    #[serde(default = "default_mig_parted_config")]
+    pub mig_parted_config: std::path::PathBuf,
 }
 
 fn default_booking_s() -> u64 {
     600
+}
+
+fn default_mig_deadline_s() -> u64 {
+    600
+}
+
+fn default_mig_parted_config() -> std::path::PathBuf {
+    "/var/lib/accord/mig-parted-config.yaml".into()
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -274,6 +291,12 @@ impl DaemonConfig {
                 if v < 100 {
                     problems.push(format!("control.{key}: below 100 ms"));
                 }
+            }
+            if c.mig_deadline_s == 0 || c.mig_deadline_s > 86_400 {
+                problems.push("control.mig_deadline_s: must be 1 to 86400".to_owned());
+            }
+            if c.mig_parted_config.as_os_str().is_empty() {
+                problems.push("control.mig_parted_config: empty".to_owned());
             }
             if let (Some(f), Some(r)) = (&self.fleet, &self.redfish) {
                 if let (Ok(fleet), Ok(inv)) = (

@@ -7,12 +7,21 @@
 //! never sent is sent, one already reached is closed. Power control is a
 //! small trait with the Redfish client behind it (an in-memory twin for
 //! tests is in accord-testkit). accordd's control loop drives it.
+//!
+//! A power-on whose node gets a BIOS profile (the plan's
+//! `ApplyBiosProfile` before its `PowerOn`) stages the profile first,
+//! within the same wave (staging is part of the power-on, so the rack's
+//! concurrent power-on limit covers it), and records the profile on the
+//! intent. Once the machine is up the loop asks for the attributes back
+//! ([`Executor::read_bios`]); comparing them is *decide*'s.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
 use accord::plan::Action as PlanAction;
+use serde_json::{Map, Value};
+use tracing::{info, warn};
 
 use crate::journal::{reconcile, Intent, IntentAction as Action, IntentState, Journal, Resume};
 use crate::store::StoreError;
@@ -31,6 +40,39 @@ pub enum PowerError {
     /// A power control that is not Redfish (the simulated twin) refused.
     #[error("node {node}: {reason}")]
     Refused { node: String, reason: String },
+    #[error("node {node}: BIOS profile {profile:?} is not in the BMC inventory (its [bios_profiles]: {known})")]
+    UnknownBiosProfile {
+        node: String,
+        profile: String,
+        /// The inventory's profiles, for the message.
+        known: String,
+    },
+}
+
+/// A node's BIOS as read back after a power-on that staged `profile`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BiosSeen {
+    /// The profile's attributes, as the inventory has them now.
+    pub wanted: Map<String, Value>,
+    /// The Bios resource's current attributes.
+    pub current: Map<String, Value>,
+    /// Attributes still staged in the `@Redfish.Settings` object.
+    pub pending: Map<String, Value>,
+}
+
+/// A BIOS read the loop asked for: the node and the profile staged on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BiosCheck {
+    pub node: String,
+    pub profile: String,
+}
+
+/// What a BIOS read found (returned to the loop as power results are).
+#[derive(Debug, Clone)]
+pub struct BiosRead {
+    pub node: String,
+    pub profile: String,
+    pub result: Result<BiosSeen, PowerError>,
 }
 
 /// What the executor needs from the machines' BMCs.
@@ -46,12 +88,27 @@ pub trait PowerControl: Send + Sync {
     ) -> impl Future<Output = Result<(), PowerError>> + Send;
     /// Waits for a change already asked for (resends only if nothing moves).
     fn verify(&self, node: &str, on: bool) -> impl Future<Output = Result<(), PowerError>> + Send;
+    /// Stages BIOS profile `profile` (by name) so that it applies at the
+    /// next Reset; reads first and sends only what differs.
+    fn stage_bios(
+        &self,
+        node: &str,
+        profile: &str,
+    ) -> impl Future<Output = Result<(), PowerError>> + Send;
+    /// The node's BIOS now, with what is staged and what `profile` wants.
+    fn read_bios(
+        &self,
+        node: &str,
+        profile: &str,
+    ) -> impl Future<Output = Result<BiosSeen, PowerError>> + Send;
 }
 
 /// The Redfish implementation: one `Bmc` per node from the inventory.
 #[derive(Debug)]
 pub struct RedfishPower {
     bmcs: BTreeMap<String, accord_redfish::Bmc>,
+    /// The inventory's BIOS profiles: name → attributes.
+    bios_profiles: BTreeMap<String, Map<String, Value>>,
 }
 
 impl RedfishPower {
@@ -67,13 +124,45 @@ impl RedfishPower {
                 accord_redfish::Bmc::new(inventory.target_of(&r)?, &pool)?,
             );
         }
-        Ok(RedfishPower { bmcs })
+        let bios_profiles = inventory
+            .bios_profiles
+            .iter()
+            .map(|(name, p)| (name.clone(), p.attributes.clone()))
+            .collect();
+        Ok(RedfishPower {
+            bmcs,
+            bios_profiles,
+        })
     }
 
     fn bmc(&self, node: &str) -> Result<&accord_redfish::Bmc, PowerError> {
         self.bmcs.get(node).ok_or_else(|| PowerError::NoBmc {
             node: node.to_owned(),
         })
+    }
+
+    fn bios_profile(&self, node: &str, profile: &str) -> Result<&Map<String, Value>, PowerError> {
+        self.bios_profiles
+            .get(profile)
+            .ok_or_else(|| unknown_bios_profile(node, profile, self.bios_profiles.keys()))
+    }
+}
+
+/// The error for a profile the inventory does not define.
+pub fn unknown_bios_profile<'a>(
+    node: &str,
+    profile: &str,
+    known: impl Iterator<Item = &'a String>,
+) -> PowerError {
+    let known: Vec<&str> = known.map(String::as_str).collect();
+    PowerError::UnknownBiosProfile {
+        node: node.to_owned(),
+        profile: profile.to_owned(),
+        known: if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        },
     }
 }
 
@@ -113,6 +202,37 @@ impl PowerControl for RedfishPower {
             .await
             .map(drop)
             .map_err(bmc_error(node))
+    }
+    async fn stage_bios(&self, node: &str, profile: &str) -> Result<(), PowerError> {
+        let wanted = self.bios_profile(node, profile)?;
+        let out = self
+            .bmc(node)?
+            .apply_bios(wanted, false)
+            .await
+            .map_err(bmc_error(node))?;
+        if !out.unknown.is_empty() {
+            // Not sent; the read-back after boot names them.
+            warn!(node, profile, attributes = %out.unknown.join(","), "the BIOS has no such attributes; the profile cannot take");
+        }
+        info!(
+            node,
+            profile,
+            staged = out.changes.len(),
+            apply_time = out.apply_time.as_deref().unwrap_or("-"),
+            "BIOS profile staged before the power-on"
+        );
+        Ok(())
+    }
+    async fn read_bios(&self, node: &str, profile: &str) -> Result<BiosSeen, PowerError> {
+        let wanted = self.bios_profile(node, profile)?.clone();
+        let bmc = self.bmc(node)?;
+        let bios = bmc.bios().await.map_err(bmc_error(node))?;
+        let (pending, _) = bmc.bios_pending(&bios).await.map_err(bmc_error(node))?;
+        Ok(BiosSeen {
+            wanted,
+            current: bios.attributes,
+            pending,
+        })
     }
 }
 
@@ -157,10 +277,18 @@ impl<P: PowerControl + 'static> Executor<P> {
             self.journal
                 .mark(&mut intent, IntentState::Sent { at: now })?;
         }
-        let result = match (send, on) {
-            (true, true) => self.power.power_on(&intent.node).await,
-            (true, false) => self.power.power_off(&intent.node, force).await,
-            (false, on) => self.power.verify(&intent.node, on).await,
+        // The BIOS profile goes before the Reset (it applies during POST).
+        // Resumed after a crash it is staged again: staging reads first
+        // and sends only what is neither current nor pending.
+        let staged = match (&intent.bios_profile, on) {
+            (Some(profile), true) => self.power.stage_bios(&intent.node, profile).await,
+            _ => Ok(()),
+        };
+        let result = match (staged, send, on) {
+            (Err(e), _, _) => Err(e),
+            (Ok(()), true, true) => self.power.power_on(&intent.node).await,
+            (Ok(()), true, false) => self.power.power_off(&intent.node, force).await,
+            (Ok(()), false, on) => self.power.verify(&intent.node, on).await,
         };
         let state = match &result {
             Ok(()) => IntentState::Done { at: now },
@@ -204,13 +332,23 @@ impl<P: PowerControl + 'static> Executor<P> {
     }
 
     /// Executes a plan's power-ons (wave by wave, each wave's nodes
-    /// together) and power-offs. Other actions are the loop's (BIOS before
-    /// boot, MIG through the agent).
+    /// together; a node's `ApplyBiosProfile` is staged with its power-on)
+    /// and power-offs. Other actions are the loop's (MIG through the
+    /// agent).
     pub async fn apply(
         &self,
         actions: &[PlanAction],
         now: u64,
     ) -> Result<Vec<Executed>, StoreError> {
+        let bios: BTreeMap<&str, &str> = actions
+            .iter()
+            .filter_map(|a| match a {
+                PlanAction::ApplyBiosProfile { node, profile } => {
+                    Some((node.as_str(), profile.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
         let mut waves: BTreeMap<u32, Vec<Intent>> = BTreeMap::new();
         let mut offs = Vec::new();
         for a in actions {
@@ -219,12 +357,15 @@ impl<P: PowerControl + 'static> Executor<P> {
                     node,
                     wave,
                     for_workloads,
-                } => waves.entry(*wave).or_default().push(self.journal.record(
-                    node,
-                    Action::PowerOn,
-                    for_workloads.clone(),
-                    now,
-                )?),
+                } => waves
+                    .entry(*wave)
+                    .or_default()
+                    .push(self.journal.record_power_on(
+                        node,
+                        for_workloads.clone(),
+                        bios.get(node.as_str()).map(|p| (*p).to_owned()),
+                        now,
+                    )?),
                 PlanAction::PowerOff { node, .. } => offs.push(self.journal.record(
                     node,
                     Action::PowerOff { force: false },
@@ -246,5 +387,20 @@ impl<P: PowerControl + 'static> Executor<P> {
             out.push(r?);
         }
         Ok(out)
+    }
+}
+
+impl<P: PowerControl + 'static> Executor<P> {
+    /// Reads back the BIOS of the nodes the loop names, together (reads
+    /// only: nothing is journaled).
+    pub async fn read_bios(&self, checks: &[BiosCheck]) -> Vec<BiosRead> {
+        let reads = checks.iter().map(|c| async {
+            BiosRead {
+                node: c.node.clone(),
+                profile: c.profile.clone(),
+                result: self.power.read_bios(&c.node, &c.profile).await,
+            }
+        });
+        futures::future::join_all(reads).await
     }
 }

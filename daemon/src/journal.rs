@@ -100,6 +100,35 @@ impl Journal {
         for_workloads: Vec<String>,
         now: u64,
     ) -> Result<Intent, StoreError> {
+        self.write_new(node, action, for_workloads, None, now)
+    }
+
+    /// Writes a new power-on intent, with the BIOS profile staged before
+    /// its Reset, durably, and returns it.
+    pub fn record_power_on(
+        &self,
+        node: &str,
+        for_workloads: Vec<String>,
+        bios_profile: Option<String>,
+        now: u64,
+    ) -> Result<Intent, StoreError> {
+        self.write_new(
+            node,
+            IntentAction::PowerOn,
+            for_workloads,
+            bios_profile,
+            now,
+        )
+    }
+
+    fn write_new(
+        &self,
+        node: &str,
+        action: IntentAction,
+        for_workloads: Vec<String>,
+        bios_profile: Option<String>,
+        now: u64,
+    ) -> Result<Intent, StoreError> {
         let id = self.db.generate_id().map_err(io("journal id"))?;
         let intent = Intent {
             id,
@@ -108,6 +137,7 @@ impl Journal {
             created: now,
             for_workloads,
             state: IntentState::Planned,
+            bios_profile,
         };
         self.write(&intent)?;
         Ok(intent)
@@ -168,7 +198,20 @@ mod tests {
             created: 0,
             for_workloads: vec![],
             state,
+            bios_profile: None,
         }
+    }
+
+    #[test]
+    fn records_written_before_bios_profiles_read_without_one() {
+        let old = r#"{"id":7,"node":"n1","action":{"kind":"power_on"},"created":5,"for_workloads":["ml/a"],"state":{"state":"sent","at":6}}"#;
+        let i: Intent = serde_json::from_str(old).unwrap();
+        assert_eq!(i.bios_profile, None);
+        assert_eq!(i.state, IntentState::Sent { at: 6 });
+        let mut with = i.clone();
+        with.bios_profile = Some("gpu-perf".into());
+        let back: Intent = serde_json::from_str(&serde_json::to_string(&with).unwrap()).unwrap();
+        assert_eq!(back, with);
     }
 
     #[test]

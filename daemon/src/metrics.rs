@@ -42,6 +42,11 @@ pub struct BmcLabel {
     pub bmc: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
 /// A few stable classes of "cannot place" reasons, for a label with
 /// bounded values (the full reason is in `accordctl explain` and events).
 pub fn reason_class(reason: &str) -> &'static str {
@@ -75,6 +80,12 @@ pub struct RoundMetrics {
     pub pending_to_bound: Vec<f64>,
     /// (node, against) → differences, for nodes with any.
     pub drift: BTreeMap<(String, &'static str), u32>,
+    /// BIOS profiles this round by result: `staged` (with a power-on that
+    /// went through), `verified`, `failed`.
+    pub bios_profiles: BTreeMap<&'static str, u32>,
+    /// Agent commands this round: (kind, result), e.g. (`mig_agent`,
+    /// `issued`), (`mig_gpu_operator`, `done`), (`mig_agent`, `timeout`).
+    pub commands: Vec<(&'static str, &'static str)>,
 }
 
 pub struct Metrics {
@@ -86,6 +97,7 @@ pub struct Metrics {
     pub actions: Family<KindResult, Counter>,
     pub bmc_errors: Family<BmcLabel, Counter>,
     pub node_drift: Family<NodeDriftLabel, Gauge>,
+    pub bios_profiles: Family<ResultLabel, Counter>,
     pub planner_seconds: Histogram,
     pub pending_to_power_on_seconds: Histogram,
     pub pending_to_ready_seconds: Histogram,
@@ -116,6 +128,7 @@ impl Metrics {
             actions: Family::default(),
             bmc_errors: Family::default(),
             node_drift: Family::default(),
+            bios_profiles: Family::default(),
             // 1 ms … ~33 s
             planner_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             // 0.25 s … ~68 min: GPU servers take minutes to boot.
@@ -153,6 +166,11 @@ impl Metrics {
             "node_drift",
             "Differences between a node's agent report and its declaration, or between its model and the scheduler's view (only nodes with any)",
             m.node_drift.clone(),
+        );
+        r.register(
+            "bios_profiles",
+            "BIOS profiles staged with a power-on, verified after it, or failed (did not take)",
+            m.bios_profiles.clone(),
         );
         r.register(
             "planner_duration_seconds",
@@ -203,6 +221,21 @@ impl Metrics {
                     .get_or_create(&BmcLabel { bmc: node.clone() })
                     .inc();
             }
+        }
+        for (kind, result) in &m.commands {
+            self.actions
+                .get_or_create(&KindResult {
+                    kind: (*kind).into(),
+                    result: (*result).into(),
+                })
+                .inc();
+        }
+        for (result, n) in &m.bios_profiles {
+            self.bios_profiles
+                .get_or_create(&ResultLabel {
+                    result: (*result).to_owned(),
+                })
+                .inc_by(u64::from(*n));
         }
         self.nodes_by_stage.clear();
         for (stage, n) in &m.nodes_by_stage {

@@ -23,7 +23,12 @@ const JOURNAL: &str = "journal";
 /// The last Kubernetes Node and ResourceSlice devices seen per node: what
 /// fit uses for a node that is off now.
 const SCHEDULER_VIEWS: &str = "scheduler_views";
+/// Agent commands: each node's latest (`commands.rs`).
+const COMMANDS: &str = "commands";
 const SCHEMA_KEY: &[u8] = b"schema";
+
+mod bios;
+mod commands;
 
 /// How long [`Store::close`] is usually given: the flush, sled's flusher
 /// thread and its last writes take milliseconds, not seconds.
@@ -69,6 +74,7 @@ pub struct Store {
     nodes: sled::Tree,
     liveness: sled::Tree,
     views: sled::Tree,
+    commands: sled::Tree,
     dir: PathBuf,
 }
 
@@ -146,6 +152,7 @@ impl Store {
             views: db
                 .open_tree(SCHEDULER_VIEWS)
                 .map_err(io("open scheduler views tree"))?,
+            commands: db.open_tree(COMMANDS).map_err(io("open commands tree"))?,
             db,
             dir: dir.to_owned(),
         };
@@ -174,11 +181,13 @@ impl Store {
             nodes,
             liveness,
             views,
+            commands,
             dir,
         } = self;
         drop(nodes);
         drop(liveness);
         drop(views);
+        drop(commands);
         drop(db);
         wait_released(&dir, within)
     }

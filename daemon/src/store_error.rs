@@ -45,6 +45,9 @@ pub enum StoreError {
         stored: String,
         reported: String,
     },
+    /// A node has one command at a time.
+    #[error("node {node}: command {generation} is still open")]
+    CommandOpen { node: String, generation: u64 },
     /// [`crate::store::Store::close`] waited for the database's file lock
     /// to be released, and it was not.
     #[error(

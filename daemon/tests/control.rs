@@ -155,6 +155,7 @@ impl Twin {
             mode,
             deadlines: Deadlines::default(),
             booking_s: BOOKING_S,
+            command_deadline_s: 600,
         };
         Twin {
             decider: Decider::new(fleet, settings, T0),
@@ -547,7 +548,12 @@ async fn check_capacity_powers_nothing_on_and_says_whether_it_fits_now() {
 #[test]
 fn decide_imports_nothing_async_nor_any_client() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/control");
-    for file in ["decide.rs", "decide/truth.rs", "provisioning.rs"] {
+    for file in [
+        "decide.rs",
+        "decide/truth.rs",
+        "decide/commands.rs",
+        "provisioning.rs",
+    ] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         let uses: Vec<&str> = text
             .lines()
@@ -650,6 +656,7 @@ async fn with_on_drift_hold_a_drifted_node_is_left_out() {
             mode: Mode::Act,
             deadlines: Deadlines::default(),
             booking_s: BOOKING_S,
+            command_deadline_s: 600,
         },
         T0,
     );

@@ -83,6 +83,52 @@ pub async fn publish_node(
     }
 }
 
+/// Sets one label on Node `node` to `value` (a merge patch carrying the
+/// resourceVersion read, so a concurrent change is a 409 and decided
+/// again). For labels another component reads and Accord sets on request,
+/// such as the GPU Operator's `nvidia.com/mig.config`: Accord never
+/// removes them.
+pub async fn set_node_label(
+    client: &kube::Client,
+    node: &str,
+    key: &str,
+    value: &str,
+) -> Result<PublishOutcome, kube::Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    let Some(current) = api.get_opt(node).await? else {
+        return Ok(PublishOutcome::NotFound);
+    };
+    let have = current
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str);
+    if have == Some(value) {
+        return Ok(PublishOutcome::Unchanged);
+    }
+    let mut metadata = json!({ "labels": { key: value } });
+    if let Some(rv) = &current.metadata.resource_version {
+        metadata["resourceVersion"] = Value::from(rv.as_str());
+    }
+    let params = PatchParams {
+        field_manager: Some(MANAGER.to_owned()),
+        ..Default::default()
+    };
+    match api
+        .patch(
+            node,
+            &params,
+            &Patch::Merge(&json!({ "metadata": metadata })),
+        )
+        .await
+    {
+        Ok(_) => Ok(PublishOutcome::Written),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(PublishOutcome::NotFound),
+        Err(e) => Err(e),
+    }
+}
+
 /// The merge patch that makes `node` show `want` (see [`publish_node`]),
 /// or `None` when it already does. Pure.
 pub fn publication_patch(

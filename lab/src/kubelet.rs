@@ -421,6 +421,58 @@ pub fn resource_slice(node: &str, m: &Machine, api_version: &str) -> Option<Valu
     }))
 }
 
+/// Whether the device plugin or GFD writes `key` (a label or a resource):
+/// what they publish again when the machine's GPUs change.
+fn nvidia_published(key: &str) -> bool {
+    // `nvidia.com/mig.config` and `.config.state` are the GPU Operator's
+    // mig-manager's (and the admin's), not the device plugin's.
+    key.starts_with("nvidia.com/") && !key.starts_with("nvidia.com/mig.config")
+}
+
+/// The stored Node `node` (others' labels and taints on it) after the
+/// device plugin and GFD publish `fresh` (a [`node_object`] of the machine
+/// as it is now, after a MIG repartition): `nvidia.com/gpu` and
+/// `nvidia.com/mig-*` capacity and allocatable and GFD's `nvidia.com/`
+/// labels are `fresh`'s, those of profiles gone are removed; nothing else
+/// changes.
+pub fn republish_node(node: &mut Value, fresh: &Value) {
+    let merge = |stored: &mut Value, fresh: &Value| {
+        if !stored.is_object() {
+            *stored = json!({});
+        }
+        if let Some(m) = stored.as_object_mut() {
+            m.retain(|k, _| !nvidia_published(k));
+            for (k, v) in fresh.as_object().into_iter().flatten() {
+                if nvidia_published(k) {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    };
+    merge(
+        &mut node["metadata"]["labels"],
+        &fresh["metadata"]["labels"],
+    );
+    merge(
+        &mut node["status"]["capacity"],
+        &fresh["status"]["capacity"],
+    );
+    merge(
+        &mut node["status"]["allocatable"],
+        &fresh["status"]["allocatable"],
+    );
+}
+
+/// The stored slice after the DRA driver publishes `fresh` (a
+/// [`resource_slice`] of the machine as it is now): `fresh`'s devices in
+/// the pool's next generation, as the driver's publisher replaces a pool
+/// whose devices changed.
+pub fn republish_slice(slice: &mut Value, fresh: &Value) {
+    let generation = slice["spec"]["pool"]["generation"].as_u64().unwrap_or(0) + 1;
+    slice["spec"] = fresh["spec"].clone();
+    slice["spec"]["pool"]["generation"] = json!(generation);
+}
+
 /// The name of a node's slice (the real driver's is generated:
 /// `<node>-gpu.nvidia.com-<random>`).
 pub fn slice_name(node: &str) -> String {
@@ -576,6 +628,78 @@ mod tests {
             node_object("n", &m);
             resource_slice("n", &m, "resource.k8s.io/v1").unwrap();
         }
+    }
+
+    /// After a repartition the device plugin, GFD and the DRA driver
+    /// publish the machine's new MIG devices; others' labels stay.
+    #[test]
+    fn a_repartition_is_published_again() {
+        use accord_agent::mig::replay::ReplayedGpus;
+        use accord_api::agent::{CommandResult, MigTarget};
+        let dir = tempfile::tempdir().unwrap();
+        let rec =
+            Recording::write_builtin(crate::recordings::builtin("h100-8gpu").unwrap(), dir.path())
+                .unwrap();
+        let gpus = ReplayedGpus::new(rec.load_snapshot().unwrap().unwrap());
+        let now = |g: &ReplayedGpus| rec.machine_with(Some(&g.snapshot())).unwrap();
+        let mut stored = node_object("n", &now(&gpus));
+        stored["metadata"]["labels"]["accord.dev/rack"] = json!("r1");
+        stored["metadata"]["labels"]["nvidia.com/mig.config"] = json!("accord-1");
+        let mut slice = resource_slice("n", &now(&gpus), "resource.k8s.io/v1").unwrap();
+
+        let apply = |layout: &[&str]| {
+            let t = MigTarget {
+                index: 0,
+                uuid: None,
+                layout: layout.iter().map(|s| (*s).to_owned()).collect(),
+            };
+            assert_eq!(gpus.apply(&[t], &Default::default()), CommandResult::Done);
+        };
+        let sevens: Vec<String> = (0..7).map(|i| format!("1g.10gb@{i}")).collect();
+        apply(&sevens.iter().map(String::as_str).collect::<Vec<_>>());
+        let m = now(&gpus);
+        republish_node(&mut stored, &node_object("n", &m));
+        republish_slice(
+            &mut slice,
+            &resource_slice("n", &m, "resource.k8s.io/v1").unwrap(),
+        );
+        assert_eq!(alloc(&stored, "nvidia.com/gpu").as_deref(), Some("7"));
+        assert_eq!(
+            alloc(&stored, "nvidia.com/mig-1g.10gb").as_deref(),
+            Some("7")
+        );
+        let l = &stored["metadata"]["labels"];
+        assert_eq!(l["nvidia.com/mig-1g.10gb.count"], "7");
+        assert_eq!(l["accord.dev/rack"], "r1");
+        assert_eq!(l["nvidia.com/mig.config"], "accord-1");
+        assert_eq!(slice["spec"]["pool"]["generation"], 2);
+        let devices = slice["spec"]["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 14);
+        assert_eq!(devices[7]["name"], "gpu-0-mig-19-0-1");
+
+        // Again, to one whole instance: the 1g profile is gone everywhere.
+        apply(&["7g.80gb@0"]);
+        let m = now(&gpus);
+        republish_node(&mut stored, &node_object("n", &m));
+        republish_slice(
+            &mut slice,
+            &resource_slice("n", &m, "resource.k8s.io/v1").unwrap(),
+        );
+        assert_eq!(alloc(&stored, "nvidia.com/mig-1g.10gb"), None);
+        assert_eq!(
+            stored["status"]["capacity"]["nvidia.com/mig-1g.10gb"],
+            Value::Null
+        );
+        assert_eq!(
+            stored["metadata"]["labels"]["nvidia.com/mig-1g.10gb.count"],
+            Value::Null
+        );
+        assert_eq!(
+            alloc(&stored, "nvidia.com/mig-7g.80gb").as_deref(),
+            Some("1")
+        );
+        assert_eq!(slice["spec"]["pool"]["generation"], 3);
+        assert_eq!(slice["spec"]["devices"].as_array().unwrap().len(), 8);
     }
 
     #[test]

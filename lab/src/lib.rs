@@ -34,10 +34,13 @@ macro_rules! say {
 }
 
 pub mod binder;
+pub mod bios;
 pub mod cli;
 mod daemon;
 pub mod fixtures;
+mod gpus;
 pub mod kubelet;
+mod mig_manager;
 pub mod proxy;
 pub mod recordings;
 pub mod scenario;
@@ -64,6 +67,8 @@ pub use summary::{NodeSummary, Summary, WorkloadSummary};
 
 const ADMIN_TOKEN: &str = "lab-admin-token";
 const AGENT_TOKEN: &str = "lab-agent-token";
+/// accordd's mig-parted configs file, in the lab's directory.
+pub const MIG_PARTED_FILE: &str = "mig-parted-config.yaml";
 
 #[derive(Debug, Clone)]
 pub struct LabOptions {
@@ -120,6 +125,12 @@ struct NodeSim {
     model: Option<ModelSource>,
     /// accordd's last non-empty drift for the node (`Drift`'s words).
     drift: Vec<String>,
+    /// Its GPUs while it is booted (agent started) and its recording has
+    /// an NVML view: the twin its agent and kubelet share, fresh from the
+    /// recording at each boot (`world::machines`).
+    gpus: Option<accord_agent::mig::replay::ReplayedGpus>,
+    /// Repartitions its GPUs carried out in earlier boots.
+    repartitions: u64,
 }
 
 #[derive(Debug, Default)]
@@ -130,6 +141,9 @@ struct Record {
     bound: BTreeMap<(String, String), (Instant, f64, String)>,
     used_gpu_s: f64,
     explained: BTreeSet<String>,
+    /// Repartitions the mig-manager stand-in carried out, per machine (the
+    /// rest of a machine's repartitions are its agent's).
+    mig_operator: BTreeMap<String, u64>,
     /// When the scenario's timed submissions start counting (`at_ms`):
     /// once accordd runs and every machine on at the start has reported
     /// to it (the datacenter was running before the scenario began), so a
@@ -246,6 +260,7 @@ impl Lab {
         let proxy = proxy::BmcProxy::start(
             &emulator.url(),
             scenario.lab.broken.iter().cloned().collect(),
+            bios::machines(&scenario, &fleet),
         )
         .await?;
         let api = Arc::new(FakeApi::start_version(kube).await);
@@ -264,6 +279,7 @@ impl Lab {
             toml::Value::from(names.clone()),
             proxy.url
         );
+        let inventory = inventory + &bios::inventory_toml(&scenario)?;
         std::fs::write(d.join("bmcs.toml"), inventory)?;
         let mut control = scenario.control.clone();
         control.insert(
@@ -273,6 +289,11 @@ impl Lab {
                 Mode::Observe => "observe",
             }),
         );
+        // gpu-operator MIG mode: accordd's mig-parted configs, which the
+        // lab's mig-manager reads (`mig_manager`).
+        control
+            .entry("mig_parted_config")
+            .or_insert_with(|| toml::Value::from(d.join(MIG_PARTED_FILE).display().to_string()));
         let mut config = toml::Table::new();
         let table = |pairs: Vec<(&str, toml::Value)>| {
             toml::Value::Table(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
@@ -368,6 +389,7 @@ impl Lab {
             tokio::spawn(world::machines(ctx.clone())),
             tokio::spawn(world::scheduler(ctx.clone())),
             tokio::spawn(world::submitter(ctx.clone())),
+            tokio::spawn(mig_manager::run(ctx.clone())),
             tokio::spawn(world::watch_status(ctx)),
         ];
         say!(options, dir = %d.display(), nodes = fleet.nodes.len(), bmcs = %emulator.url(), kube = %api.url, "lab up: {} emulated BMCs, fake Kubernetes API (Kubernetes {kube}{}), accordd config {}", fleet.nodes.len(), kube.dra_api_version().map_or(", no DRA".to_owned(), |v| format!(", DRA {v}")), config_path.display());
@@ -475,6 +497,31 @@ impl Lab {
             .map(|(k, _)| k.clone())
             .collect()
     }
+}
+
+impl Lab {
+    /// A machine's GPUs while it is booted: the handle its agent and its
+    /// kubelet stand-in share (MIG commands, busy processes); `None` while
+    /// it is off or when its recording has no NVML view.
+    pub fn machine_gpus(&self, node: &str) -> Option<accord_agent::mig::replay::ReplayedGpus> {
+        let r = self.record.lock().expect("lock");
+        r.nodes.get(node).and_then(|n| n.gpus.clone())
+    }
+
+    /// MIG repartitions a machine's GPUs carried out since the lab started
+    /// (commands that changed them, by its agent or the mig-manager).
+    pub fn repartitions(&self, node: &str) -> u64 {
+        let r = self.record.lock().expect("lock");
+        r.nodes.get(node).map_or(0, |n| {
+            n.repartitions + n.gpus.as_ref().map_or(0, |g| g.repartitions())
+        })
+    }
+}
+
+/// [`Lab::machine_gpus`] for the lab's tasks.
+fn machine_gpus(ctx: &Ctx, node: &str) -> Option<accord_agent::mig::replay::ReplayedGpus> {
+    let r = ctx.record.lock().expect("lock");
+    r.nodes.get(node).and_then(|n| n.gpus.clone())
 }
 
 /// The workloads (`ns/name`) a submission's pods make, as accordd keys

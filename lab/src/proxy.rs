@@ -2,9 +2,12 @@
 //! proxy, which logs every request it forwards (so a test can count what
 //! accordd sent, apart from the lab's own polling) and plays broken
 //! machines: a power-on Reset for a broken node is answered 204 and never
-//! forwarded, so the emulator keeps that machine Off.
+//! forwarded, so the emulator keeps that machine Off. It also serves each
+//! system's Bios, which the emulator's fake driver lacks ([`crate::bios`]):
+//! linked from the System document, its staged settings applied when a
+//! power-on Reset goes through.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -23,6 +26,8 @@ pub struct Logged {
     pub dropped: bool,
     /// A Reset that powers on (`On`, `ForceOn`, `PushPowerButton`).
     pub power_on: bool,
+    /// The body of a PATCH (its first 4 KiB): what a BIOS staging sent.
+    pub body: Option<String>,
 }
 
 struct Shared {
@@ -30,6 +35,8 @@ struct Shared {
     http: reqwest::Client,
     broken: BTreeSet<String>,
     log: Mutex<Vec<Logged>>,
+    /// Each system's BIOS, served by the proxy itself.
+    bios: Mutex<BTreeMap<String, crate::bios::MachineBios>>,
 }
 
 #[derive(Clone)]
@@ -45,13 +52,19 @@ impl std::fmt::Debug for BmcProxy {
 }
 
 impl BmcProxy {
-    /// Listens on a loopback port, forwarding to `upstream`.
-    pub async fn start(upstream: &str, broken: BTreeSet<String>) -> std::io::Result<BmcProxy> {
+    /// Listens on a loopback port, forwarding to `upstream`; serves the
+    /// Bios of the systems in `bios` itself.
+    pub async fn start(
+        upstream: &str,
+        broken: BTreeSet<String>,
+        bios: BTreeMap<String, crate::bios::MachineBios>,
+    ) -> std::io::Result<BmcProxy> {
         let shared = Arc::new(Shared {
             upstream: upstream.trim_end_matches('/').to_owned(),
             http: reqwest::Client::new(),
             broken,
             log: Mutex::new(Vec::new()),
+            bios: Mutex::new(bios),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
@@ -77,6 +90,93 @@ impl BmcProxy {
             .filter(|l| l.power_on && l.path == path)
             .collect()
     }
+
+    /// BIOS stagings sent for `node` (PATCHes of its Bios settings).
+    pub fn bios_stagings(&self, node: &str) -> Vec<Logged> {
+        let path = crate::bios::settings_path(node);
+        self.log()
+            .into_iter()
+            .filter(|l| l.method == "PATCH" && l.path == path)
+            .collect()
+    }
+
+    /// `node`'s current BIOS attributes, as its Bios resource shows them.
+    pub fn bios_attributes(
+        &self,
+        node: &str,
+    ) -> Option<serde_json::Map<String, serde_json::Value>> {
+        self.shared
+            .bios
+            .lock()
+            .expect("lock")
+            .get(node)
+            .map(|b| b.current.clone())
+    }
+}
+
+/// The system a Bios path is about, and whether it is the settings
+/// object: `/redfish/v1/Systems/{node}/Bios[/Settings]`.
+fn bios_target(path: &str) -> Option<(&str, bool)> {
+    let rest = path
+        .trim_end_matches('/')
+        .strip_prefix("/redfish/v1/Systems/")?;
+    let (node, tail) = rest.split_once('/')?;
+    match tail {
+        "Bios" => Some((node, false)),
+        "Bios/Settings" => Some((node, true)),
+        _ => None,
+    }
+}
+
+/// The proxy's own answer to a Bios request; `None`: not a Bios path of
+/// a system it serves one for.
+fn bios_answer(
+    s: &Shared,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Response> {
+    let (node, settings) = bios_target(path)?;
+    let mut all = s.bios.lock().expect("lock");
+    let bios = all.get_mut(node)?;
+    let answer = match (method.as_str(), settings) {
+        ("GET", false) => bios.get_bios(node),
+        ("GET", true) => bios.get_settings(node),
+        ("PATCH", true) => {
+            let if_match = headers
+                .get(axum::http::header::IF_MATCH)
+                .and_then(|v| v.to_str().ok());
+            bios.patch_settings(if_match, body)
+        }
+        _ => {
+            return Some(
+                (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{method} not allowed on {path}"),
+                )
+                    .into_response(),
+            )
+        }
+    };
+    let mut out = HeaderMap::new();
+    if let Some(Ok(e)) = answer.etag.map(|e| axum::http::HeaderValue::from_str(&e)) {
+        out.insert(axum::http::header::ETAG, e);
+    }
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    Some(match answer.body {
+        Some(b) => (status, out, axum::Json(b)).into_response(),
+        None => (status, out).into_response(),
+    })
+}
+
+/// The system `path` names (`/redfish/v1/Systems/{node}`), if the proxy
+/// serves its Bios.
+fn system_of<'a>(s: &Shared, path: &'a str) -> Option<&'a str> {
+    let node = path
+        .trim_end_matches('/')
+        .strip_prefix("/redfish/v1/Systems/")?;
+    (!node.contains('/') && s.bios.lock().expect("lock").contains_key(node)).then_some(node)
 }
 
 /// The Redfish path of `node`'s Reset action.
@@ -105,10 +205,28 @@ async fn forward(
         path: path.clone(),
         dropped,
         power_on,
+        body: (method == Method::PATCH).then(|| text.chars().take(4096).collect()),
     });
     if dropped {
         return StatusCode::NO_CONTENT.into_response();
     }
+    if let Some(answer) = bios_answer(&s, &method, &path, &headers, &body) {
+        return answer;
+    }
+    // The system whose power-on Reset this is, if any: its staged BIOS
+    // settings apply once the emulator accepts the Reset.
+    let resets = power_on
+        .then(|| {
+            path.strip_prefix("/redfish/v1/Systems/")
+                .and_then(|r| r.strip_suffix("/Actions/ComputerSystem.Reset"))
+        })
+        .flatten()
+        .map(str::to_owned);
+    // A System document the proxy serves a Bios for: linked to it.
+    let system = (method == Method::GET)
+        .then(|| system_of(&s, &path))
+        .flatten()
+        .map(str::to_owned);
     let target = format!(
         "{}{}",
         s.upstream,
@@ -131,9 +249,38 @@ async fn forward(
                     out.insert(k.clone(), v.clone());
                 }
             }
-            let bytes = r.bytes().await.unwrap_or_default();
+            let mut bytes = r.bytes().await.unwrap_or_default();
+            if status.is_success() {
+                if let Some(node) = &resets {
+                    if let Some(b) = s.bios.lock().expect("lock").get_mut(node) {
+                        b.power_on();
+                    }
+                }
+                if let Some(node) = &system {
+                    bytes = with_bios_link(bytes, node);
+                }
+            }
             (status, out, bytes).into_response()
         }
         Err(e) => (StatusCode::BAD_GATEWAY, format!("BMC unreachable: {e}")).into_response(),
     }
+}
+
+/// The emulator's System document with a link to the Bios the proxy
+/// serves (the fake driver's has none); anything that is not a JSON
+/// object is passed on as it came.
+fn with_bios_link(bytes: Bytes, node: &str) -> Bytes {
+    let Ok(serde_json::Value::Object(mut doc)) =
+        serde_json::from_slice::<serde_json::Value>(&bytes)
+    else {
+        return bytes;
+    };
+    if doc.contains_key("Bios") {
+        return bytes;
+    }
+    doc.insert(
+        "Bios".to_owned(),
+        serde_json::json!({"@odata.id": crate::bios::bios_path(node)}),
+    );
+    serde_json::to_vec(&doc).map(Bytes::from).unwrap_or(bytes)
 }

@@ -161,23 +161,49 @@ impl Recording {
     /// accord-agent's own library (the agent's code path for a replay),
     /// and the NVML snapshot's driver-wide facts.
     pub fn discover(&self) -> anyhow::Result<crate::kubelet::Machine> {
-        let hw = accord_agent::discover(accord_agent::Sources {
-            hwloc_xml: Some(&self.hwloc_xml),
-            nvml_snapshot: self.nvml_snapshot.as_deref(),
-            nvidia_smi_xml: None,
-        })
-        .with_context(|| format!("recording {}", self.name))?;
-        let snapshot = match &self.nvml_snapshot {
-            Some(p) => Some(
+        let snapshot = self.load_snapshot()?;
+        self.machine_with(snapshot.as_ref())
+    }
+
+    /// The recorded NVML snapshot; `None` for a machine without NVML.
+    pub fn load_snapshot(&self) -> anyhow::Result<Option<accord_agent::nvml::NvmlSnapshot>> {
+        match &self.nvml_snapshot {
+            Some(p) => Ok(Some(
                 accord_agent::nvml::load_snapshot(p)
                     .with_context(|| format!("recording {}", self.name))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// What the machine's software sees with NVML showing `snapshot` (the
+    /// recorded one, or the machine's GPUs as they are now after MIG
+    /// commands: [`accord_agent::mig::replay::ReplayedGpus::snapshot`]):
+    /// the recorded topology and `snapshot` through the agent's own merge,
+    /// as its agent discovers them.
+    pub fn machine_with(
+        &self,
+        snapshot: Option<&accord_agent::nvml::NvmlSnapshot>,
+    ) -> anyhow::Result<crate::kubelet::Machine> {
+        let hw = match snapshot {
+            Some(s) => accord_agent::discover_replayed(
+                &self.hwloc_xml,
+                s,
+                self.nvml_snapshot
+                    .as_deref()
+                    .unwrap_or(Path::new("replayed")),
             ),
-            None => None,
-        };
+            None => accord_agent::discover(accord_agent::Sources {
+                hwloc_xml: Some(&self.hwloc_xml),
+                nvml_snapshot: None,
+                nvidia_smi_xml: None,
+            }),
+        }
+        .with_context(|| format!("recording {}", self.name))?;
         Ok(crate::kubelet::Machine {
             hw,
-            driver_version: snapshot.as_ref().and_then(|s| s.driver_version.clone()),
-            cuda_driver_version: snapshot.as_ref().and_then(|s| s.cuda_driver_version),
+            driver_version: snapshot.and_then(|s| s.driver_version.clone()),
+            cuda_driver_version: snapshot.and_then(|s| s.cuda_driver_version),
         })
     }
 }

@@ -62,6 +62,13 @@ pub struct LabSettings {
     pub recordings: BTreeMap<String, RecordingSpec>,
     /// Per fleet node: what differs for that machine.
     pub machines: BTreeMap<String, MachineSettings>,
+    /// BIOS profiles, written into accordd's BMC inventory
+    /// (`[bios_profiles.NAME]`); every fleet node's `bios_profile` must
+    /// be one of them.
+    pub bios_profiles: BTreeMap<String, crate::bios::BiosProfileSpec>,
+    /// Every machine's BIOS attributes at the start (default:
+    /// [`crate::bios::default_attributes`]).
+    pub bios: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Recorded hardware: exactly one of `builtin` (an embedded recording),
@@ -121,6 +128,16 @@ impl RecordingSpec {
 pub struct MachineSettings {
     /// The recording it replays, whatever its profile's.
     pub recording: Option<RecordingSpec>,
+    /// BIOS attributes at the start, over `[lab] bios`.
+    #[serde(default)]
+    pub bios: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Its BIOS drops staged settings at the power-on: they never apply.
+    #[serde(default)]
+    pub bios_never_applies: bool,
+    /// GPUs (NVML indexes) in use by a process Kubernetes does not know,
+    /// from each boot: its agent refuses to repartition them.
+    #[serde(default)]
+    pub busy_gpus: Vec<u32>,
 }
 
 impl Default for LabSettings {
@@ -137,6 +154,8 @@ impl Default for LabSettings {
             kube_version: None,
             recordings: BTreeMap::new(),
             machines: BTreeMap::new(),
+            bios_profiles: BTreeMap::new(),
+            bios: None,
         }
     }
 }
@@ -375,6 +394,7 @@ impl Scenario {
                 }
             }
         }
+        problems.extend(crate::bios::problems(self));
         for profile in self.lab.recordings.keys() {
             if !self.fleet.profiles.contains_key(profile) {
                 problems.push(format!(
@@ -388,6 +408,16 @@ impl Scenario {
         for (node, m) in &self.lab.machines {
             if let Some(r) = &m.recording {
                 problems.extend(r.problems(&format!("lab.machines.{node}.recording")));
+            }
+            // Whether the recording has these GPUs is known once it is
+            // read (the lab says so at the boot).
+            let mut seen = std::collections::BTreeSet::new();
+            for g in &m.busy_gpus {
+                if *g >= 64 || !seen.insert(*g) {
+                    problems.push(format!(
+                        "lab.machines.{node}.busy_gpus: {g} is not a GPU index below 64 named once"
+                    ));
+                }
             }
         }
         if let Err(e) = self.kube_version() {
@@ -572,6 +602,14 @@ mod tests {
             (
                 "[lab.machines.n1]\nrecording = { capture = \"d\", nvml_snapshot = \"n.json\" }",
                 "lab.machines.n1.recording.nvml_snapshot: only with hwloc_xml",
+            ),
+            (
+                "[lab.machines.n1]\nbusy_gpus = [0, 0]",
+                "lab.machines.n1.busy_gpus: 0 is not a GPU index below 64 named once",
+            ),
+            (
+                "[lab.machines.n1]\nbusy_gpus = [64]",
+                "lab.machines.n1.busy_gpus: 64 is not",
             ),
         ];
         for (lab, want) in cases {

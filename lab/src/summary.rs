@@ -2,7 +2,7 @@
 //! assembled from what the lab recorded, the BMC proxy's and emulator's
 //! logs and accordd's last status ([`Lab::summary`]), and rendered.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use accord_api::control::{ControlStatus, ModelSource, WorkloadState};
 use serde::Serialize;
@@ -64,6 +64,13 @@ pub struct Summary {
     pub bmc_requests: usize,
     pub workloads: Vec<WorkloadSummary>,
     pub nodes: Vec<NodeSummary>,
+    /// BIOS profiles: Settings PATCHes accordd sent, nodes it verified
+    /// and nodes it failed for theirs.
+    pub bios: crate::bios::BiosSummary,
+    /// MIG repartitions the machines' GPUs went through, by who carried
+    /// them out (`agent`, `gpu-operator`); none: absent.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub mig_repartitions: BTreeMap<String, u64>,
 }
 
 impl Summary {
@@ -120,6 +127,29 @@ impl Summary {
             for n in drifting {
                 out.push_str(&format!("  {:<8} {}\n", n.name, n.drift.join("; ")));
             }
+        }
+        if self.bios != crate::bios::BiosSummary::default() {
+            out.push_str(&format!(
+                "\nBIOS profiles: staged {} (Settings PATCHes), verified on {} node(s), failed on {}\n",
+                self.bios.staged, self.bios.verified, self.bios.failed
+            ));
+        }
+        if !self.mig_repartitions.is_empty() {
+            out.push_str(&format!(
+                "\nMIG repartitions: {}\n",
+                self.mig_repartitions
+                    .iter()
+                    .map(|(who, n)| format!(
+                        "{n} by the {}",
+                        if who == "agent" {
+                            "agent"
+                        } else {
+                            "GPU Operator's mig-manager"
+                        }
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
         for why in &self.skipped {
             out.push_str(&format!("\nskipped: {why}"));
@@ -239,7 +269,23 @@ impl Lab {
             .iter()
             .filter(|r| r.starts_with("POST ") && r.contains("/Actions/ComputerSystem.Reset"))
             .count();
+        let mut mig_repartitions = BTreeMap::new();
+        let all: u64 = r
+            .nodes
+            .values()
+            .map(|n| n.repartitions + n.gpus.as_ref().map_or(0, |g| g.repartitions()))
+            .sum();
+        let operator: u64 = r.mig_operator.values().sum();
+        for (who, n) in [
+            ("agent", all.saturating_sub(operator)),
+            ("gpu-operator", operator),
+        ] {
+            if n > 0 {
+                mig_repartitions.insert(who.to_owned(), n);
+            }
+        }
         Summary {
+            mig_repartitions,
             kube_version: self.kube_version.to_string(),
             skipped: self.skipped.clone(),
             elapsed_s: now.duration_since(self.started).as_secs_f64(),
@@ -252,6 +298,7 @@ impl Lab {
             gpu_hours_used: used_gpu_s / 3600.0,
             resets_sent: resets,
             bmc_requests: log.len(),
+            bios: crate::bios::summary(&log, status),
             workloads,
             nodes,
         }

@@ -115,6 +115,9 @@ pub(super) async fn machines(ctx: Ctx) {
                     if let Some(stop) = sim.agent.take() {
                         let _ = stop.send(());
                     }
+                    if let Some(gpus) = sim.gpus.take() {
+                        sim.repartitions += gpus.repartitions();
+                    }
                     sim.agent_started = false;
                     sim.registered = false;
                     came_on.remove(&name);
@@ -126,23 +129,34 @@ pub(super) async fn machines(ctx: Ctx) {
                 match agent_config(&ctx, &name) {
                     Ok(cfg) => {
                         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                        ctx.record
-                            .lock()
-                            .expect("lock")
-                            .nodes
-                            .get_mut(&name)
-                            .expect("fleet node")
-                            .agent = Some(tx);
+                        let gpus = crate::gpus::at_boot(&ctx, &name);
+                        {
+                            let mut r = ctx.record.lock().expect("lock");
+                            let sim = r.nodes.get_mut(&name).expect("fleet node");
+                            sim.agent = Some(tx);
+                            sim.gpus = gpus.clone();
+                        }
                         if let Some(m) = ctx.recordings.get(&name) {
                             say!(ctx, node = %name, "booted: accord-agent starting (replaying {}: {})", m.recording.name, m.describe);
                         }
+                        let (c, n) = (ctx.clone(), name.clone());
                         tokio::spawn(async move {
-                            if let Err(e) = accord_agent::run::run(cfg, async {
+                            // The agent, and the node's GPU publishers
+                            // (`gpus::watch`), until the machine goes off.
+                            let agent = accord_agent::run::run_with(cfg, gpus.clone(), async {
                                 let _ = rx.await;
-                            })
-                            .await
-                            {
-                                tracing::warn!(target: "lab", error = %e, "agent stopped");
+                            });
+                            let watch = async {
+                                match gpus {
+                                    Some(g) => crate::gpus::watch(c, n, g).await,
+                                    None => std::future::pending().await,
+                                }
+                            };
+                            tokio::select! {
+                                r = agent => if let Err(e) = r {
+                                    tracing::warn!(target: "lab", error = %e, "agent stopped");
+                                },
+                                () = watch => {}
                             }
                         });
                     }
@@ -206,7 +220,18 @@ async fn register_node(ctx: &Ctx, name: &str) {
     let Some(rec) = ctx.recordings.get(name).map(|m| m.recording.clone()) else {
         return;
     };
-    let machine = match tokio::task::spawn_blocking(move || rec.discover()).await {
+    // The GPUs as they are now (a MIG command may have come before the
+    // kubelet registered), else the recording's.
+    let twin = super::machine_gpus(ctx, name);
+    let seen = twin.as_ref().map(|g| (g.version(), g.snapshot()));
+    let version = seen.as_ref().map(|s| s.0);
+    let snapshot = seen.map(|s| s.1);
+    let machine = match tokio::task::spawn_blocking(move || match snapshot {
+        Some(s) => rec.machine_with(Some(&s)),
+        None => rec.discover(),
+    })
+    .await
+    {
         Ok(Ok(m)) => m,
         Ok(Err(e)) => {
             tracing::error!(target: "lab", node = %name, error = %format!("{e:#}"), "the kubelet cannot read the machine's recording: no Node");
@@ -218,6 +243,8 @@ async fn register_node(ctx: &Ctx, name: &str) {
         }
     };
     let mut node = crate::kubelet::node_object(name, &machine);
+    let first = ctx.api.get("v1", "Node", "", name).is_none();
+    crate::bios::registration_taint(&ctx.fleet, name, first, &mut node);
     // Registering again: the Node object stayed while the machine was off
     // (with others' labels and taints on it, Accord's among them); the
     // kubelet updates it, and the node lifecycle controller lifts its
@@ -265,6 +292,10 @@ async fn register_node(ctx: &Ctx, name: &str) {
         ctx.api.apply(s);
     }
     say!(ctx, node = %name, "Kubernetes Node registered Ready (nvidia.com/gpu {gpus}{devices})");
+    // Changed while registering: `gpus::watch` skipped it.
+    if let Some(g) = super::machine_gpus(ctx, name).filter(|g| Some(g.version()) != version) {
+        crate::gpus::republish(ctx, name, &g).await;
+    }
 }
 
 fn key_of(p: &Value) -> (String, String) {

@@ -382,17 +382,35 @@ pub struct Bios {
     pub settings_target: Option<String>,
     pub attribute_registry: Option<String>,
     pub etag: Option<String>,
+    /// When staged settings may apply (`@Redfish.Settings`'
+    /// `SupportedApplyTimes`, canonical spelling); empty when the BMC
+    /// does not say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub apply_times: Vec<String>,
     pub notes: Vec<String>,
 }
 
+/// The `ApplyTime` values of the Redfish `Settings` schema, in their
+/// canonical spelling.
+pub const APPLY_TIMES: &[&str] = &[
+    "Immediate",
+    "OnReset",
+    "AtMaintenanceWindowStart",
+    "InMaintenanceWindowOnReset",
+];
+
 pub fn parse_bios(path: &str, v: &Value) -> Bios {
     let mut notes = Vec::new();
-    let settings_target = v
-        .get("@Redfish.Settings")
+    let settings = v.get("@Redfish.Settings");
+    let settings_target = settings
         .and_then(|s| s.get("SettingsObject"))
         .and_then(|o| o.get("@odata.id"))
         .and_then(Value::as_str)
         .map(|s| normalize_path(s, &mut notes, "SettingsObject"));
+    let apply_times = settings
+        .and_then(|s| s.get("SupportedApplyTimes"))
+        .map(|t| parse_apply_times(t, &mut notes))
+        .unwrap_or_default();
     Bios {
         path: path.to_owned(),
         attributes: v
@@ -403,8 +421,77 @@ pub fn parse_bios(path: &str, v: &Value) -> Bios {
         settings_target,
         attribute_registry: string(v, "AttributeRegistry"),
         etag: string(v, "@odata.etag"),
+        apply_times,
         notes,
     }
+}
+
+/// A JSON value's type, for notes (never the value: it may be large).
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// `SupportedApplyTimes` as firmware sends it: an array of names, but
+/// also one string of names, or names in another case. Names are matched
+/// case-insensitively to the canonical spelling; unknown ones are kept
+/// as sent; anything that is not a string is skipped with a note.
+pub fn parse_apply_times(v: &Value, notes: &mut Vec<String>) -> Vec<String> {
+    let raw: Vec<&str> = match v {
+        Value::Array(items) => items
+            .iter()
+            .filter_map(|i| {
+                let s = i.as_str();
+                if s.is_none() {
+                    notes.push(format!(
+                        "SupportedApplyTimes entry of type {} is not a string; skipped",
+                        json_kind(i)
+                    ));
+                }
+                s
+            })
+            .collect(),
+        Value::String(s) => {
+            notes.push(format!(
+                "SupportedApplyTimes is a string {s:?}, not an array"
+            ));
+            vec![s.as_str()]
+        }
+        other => {
+            notes.push(format!(
+                "SupportedApplyTimes is of type {}, not an array; ignored",
+                json_kind(other)
+            ));
+            Vec::new()
+        }
+    };
+    let mut out: Vec<String> = Vec::new();
+    for item in raw {
+        for p in item
+            .split(|c: char| c == ',' || c == ';' || c.is_whitespace())
+            .filter(|p| !p.is_empty())
+        {
+            let name = match APPLY_TIMES.iter().find(|t| t.eq_ignore_ascii_case(p)) {
+                Some(c) => {
+                    if *c != p {
+                        notes.push(format!("apply time {p:?} read as {c}"));
+                    }
+                    (*c).to_owned()
+                }
+                None => p.chars().take(64).collect(),
+            };
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
 }
 
 /// Watts drawn, from a legacy `Power` resource (`PowerControl[].
@@ -556,6 +643,45 @@ mod tests {
             Some("m")
         );
         assert_eq!(error_message(&json!(null)), None);
+    }
+
+    #[test]
+    fn supported_apply_times_are_read_tolerantly() {
+        // Dell iDRAC 9's Bios (tests/fixtures/redfish/dell-idrac-r6515).
+        let dell: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/redfish/dell-idrac-r6515/Systems/System.Embedded.1/Bios/index.json"
+        ))
+        .unwrap();
+        let b = parse_bios("/redfish/v1/Systems/System.Embedded.1/Bios", &dell);
+        assert_eq!(
+            b.apply_times,
+            [
+                "OnReset",
+                "AtMaintenanceWindowStart",
+                "InMaintenanceWindowOnReset"
+            ]
+        );
+        assert!(b.notes.is_empty(), "{:?}", b.notes);
+        // DMTF's mockup says nothing: none assumed.
+        let dmtf: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/redfish/dmtf-public-rackmount1/Systems/437XR1138R2/Bios/index.json"
+        ))
+        .unwrap();
+        assert!(parse_bios("/b", &dmtf).apply_times.is_empty());
+        // A string, another case, junk: tolerated and noted.
+        let odd = json!({"@Redfish.Settings": {"SupportedApplyTimes": "onreset, Immediate"}});
+        let b = parse_bios("/b", &odd);
+        assert_eq!(b.apply_times, ["OnReset", "Immediate"]);
+        assert_eq!(b.notes.len(), 2, "{:?}", b.notes);
+        let junk = json!({"@Redfish.Settings": {"SupportedApplyTimes": [7, null, "OnReset"]}});
+        let b = parse_bios("/b", &junk);
+        assert_eq!(b.apply_times, ["OnReset"]);
+        assert_eq!(b.notes.len(), 2, "{:?}", b.notes);
+        let b = parse_bios(
+            "/b",
+            &json!({"@Redfish.Settings": {"SupportedApplyTimes": {}}}),
+        );
+        assert!(b.apply_times.is_empty());
     }
 
     #[test]

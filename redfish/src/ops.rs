@@ -42,6 +42,10 @@ pub struct BiosOutcome {
     /// Attributes the BIOS does not have (not sent).
     pub unknown: Vec<String>,
     pub target: Option<String>,
+    /// `@Redfish.SettingsApplyTime` sent with the change (`OnReset` where
+    /// the Bios resource advertises it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_time: Option<String>,
     pub sent: bool,
     pub dry_run: bool,
 }
@@ -426,10 +430,33 @@ impl Bmc {
         Ok(bios)
     }
 
+    /// The attributes staged and not yet applied (the `@Redfish.Settings`
+    /// object's), with that object's ETag. A BMC that has no settings
+    /// object, or answers 404 for it, has nothing pending.
+    pub async fn bios_pending(
+        &self,
+        bios: &Bios,
+    ) -> Result<(Map<String, Value>, Option<String>), RedfishError> {
+        let Some(target) = bios.settings_target.as_deref().filter(|t| *t != bios.path) else {
+            return Ok((Map::new(), bios.etag.clone()));
+        };
+        match self.get(target).await {
+            Ok(r) => {
+                let p = model::parse_bios(target, &r.body);
+                Ok((p.attributes, p.etag.or(r.etag)))
+            }
+            Err(e) if e.status() == Some(404) => Ok((Map::new(), None)),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Stages BIOS attributes through the `@Redfish.Settings` object (PATCH
     /// with If-Match when it has an ETag); they apply at the next reset.
     /// Only attributes that differ from both the current and the already
-    /// pending values are sent; nothing when none differ.
+    /// pending values are sent; nothing when none differ. Where the Bios
+    /// resource advertises `OnReset` among its `SupportedApplyTimes`, the
+    /// PATCH says so (`@Redfish.SettingsApplyTime`): some BMCs otherwise
+    /// wait for a maintenance window or an explicit job.
     pub async fn apply_bios(
         &self,
         wanted: &Map<String, Value>,
@@ -437,19 +464,7 @@ impl Bmc {
     ) -> Result<BiosOutcome, RedfishError> {
         let bios = self.bios().await?;
         let target = bios.settings_target.clone().unwrap_or(bios.path.clone());
-        // What is already staged: a missing settings resource means nothing.
-        let (pending, etag) = if target != bios.path {
-            match self.get(&target).await {
-                Ok(r) => {
-                    let p = model::parse_bios(&target, &r.body);
-                    (p.attributes, p.etag.or(r.etag))
-                }
-                Err(e) if e.status() == Some(404) => (Map::new(), None),
-                Err(e) => return Err(e),
-            }
-        } else {
-            (Map::new(), bios.etag.clone())
-        };
+        let (pending, etag) = self.bios_pending(&bios).await?;
         let mut changes = Map::new();
         let mut unknown = Vec::new();
         for (k, v) in wanted {
@@ -462,22 +477,27 @@ impl Bmc {
                 }
             }
         }
+        let apply_time = bios
+            .apply_times
+            .iter()
+            .any(|t| t == "OnReset")
+            .then(|| "OnReset".to_owned());
         let send = !changes.is_empty() && !dry_run;
         if send {
-            info!(bmc = %self.name(), target = %target, attributes = changes.len(), "staging BIOS attributes");
-            self.change(
-                Method::PATCH,
-                &target,
-                &json!({ "Attributes": changes }),
-                etag.as_deref(),
-            )
-            .await?;
+            info!(bmc = %self.name(), target = %target, attributes = changes.len(), apply_time = apply_time.as_deref().unwrap_or("-"), "staging BIOS attributes");
+            let mut body = json!({ "Attributes": changes });
+            if let Some(t) = &apply_time {
+                body["@Redfish.SettingsApplyTime"] = json!({ "ApplyTime": t });
+            }
+            self.change(Method::PATCH, &target, &body, etag.as_deref())
+                .await?;
         }
         Ok(BiosOutcome {
             bmc: self.name().to_owned(),
             changes,
             unknown,
             target: Some(target),
+            apply_time,
             sent: send,
             dry_run,
         })

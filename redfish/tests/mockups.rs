@@ -77,6 +77,9 @@ async fn dmtf_rackmount() {
     assert!(out.sent);
     assert_eq!(out.changes.keys().collect::<Vec<_>>(), ["PowerProfile"]);
     assert_eq!(out.unknown, ["NoSuchAttribute"]);
+    // The mockup advertises no SupportedApplyTimes: none is sent (the
+    // body below is exactly the attributes).
+    assert_eq!(out.apply_time, None);
     assert_eq!(
         peer.count("PATCH /redfish/v1/Systems/437XR1138R2/Bios/Settings 204"),
         1
@@ -131,6 +134,15 @@ async fn dell_idrac() {
         .await
         .unwrap();
     assert_eq!(out.sent, current != "PerfOptimized");
+    // iDRAC advertises OnReset among its SupportedApplyTimes: the PATCH
+    // asks for it.
+    assert_eq!(out.apply_time.as_deref(), Some("OnReset"));
+    assert!(out.sent, "the capture's SysProfile is {current}");
+    let log = peer.log_text();
+    assert!(
+        log.contains(r#"{"@Redfish.SettingsApplyTime":{"ApplyTime":"OnReset"},"Attributes":{"SysProfile":"PerfOptimized"}}"#),
+        "{log}"
+    );
     let report = probe(&bmc).await.unwrap().render();
     assert!(
         report.contains("vendor: Dell  product: Integrated Dell Remote Access Controller"),

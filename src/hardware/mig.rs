@@ -86,6 +86,15 @@ pub struct ComputeInstance {
     pub memory_mib: Option<u64>,
 }
 
+/// A MIG layout that does not fit a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MigLayoutError {
+    #[error("the GPU is not MIG capable")]
+    NotCapable,
+    #[error("layout entry {entry:?}: {why}")]
+    Entry { entry: String, why: String },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MigQueryError {
     #[error("the GPU is not MIG capable")]
@@ -140,6 +149,79 @@ impl MigState {
             .copied()
             .filter(|p| used.iter().all(|u| !u.overlaps(*p)))
             .collect())
+    }
+
+    /// This GPU with MIG mode enabled and exactly the instances of
+    /// `layout` (`PROFILE@START` each, e.g. `1g.10gb@0`), numbered from 1
+    /// in layout order, without compute instances. Checks each entry
+    /// against the GPU's published profiles: a known profile, one of its
+    /// placements, no overlap, no more than its `max_count`.
+    pub fn with_layout(&self, layout: &[String]) -> Result<MigState, MigLayoutError> {
+        if !self.capable {
+            return Err(MigLayoutError::NotCapable);
+        }
+        let mut state = MigState {
+            capable: true,
+            current_mode: MigMode::Enabled,
+            pending_mode: MigMode::Enabled,
+            profiles: self.profiles.clone(),
+            gpu_instances: Vec::with_capacity(layout.len().min(64)),
+        };
+        for (n, entry) in layout.iter().enumerate() {
+            let bad = |why: &str| MigLayoutError::Entry {
+                entry: entry.clone(),
+                why: why.to_owned(),
+            };
+            let (name, start) = entry
+                .split_once('@')
+                .and_then(|(p, s)| Some((p, s.parse::<u32>().ok()?)))
+                .ok_or_else(|| bad("not PROFILE@START"))?;
+            let profile = self
+                .profile(name)
+                .ok_or_else(|| bad("the GPU has no such profile"))?;
+            let placement = profile
+                .placements
+                .iter()
+                .copied()
+                .find(|p| p.start == start)
+                .ok_or_else(|| bad("not a placement of that profile"))?;
+            if state
+                .gpu_instances
+                .iter()
+                .filter_map(|g| g.placement)
+                .any(|p| p.overlaps(placement))
+            {
+                return Err(bad("overlaps an earlier instance"));
+            }
+            let same = state
+                .gpu_instances
+                .iter()
+                .filter(|g| g.profile == name)
+                .count();
+            if same >= profile.max_count as usize {
+                return Err(bad("more instances of the profile than the GPU allows"));
+            }
+            state.gpu_instances.push(GpuInstance {
+                id: n as u32 + 1,
+                profile: name.to_owned(),
+                profile_id: Some(profile.id),
+                placement: Some(placement),
+                compute_instances: Vec::new(),
+            });
+        }
+        Ok(state)
+    }
+
+    /// Instances as `PROFILE@START`, in placement order; `None` when a
+    /// placement is unknown.
+    pub fn layout(&self) -> Option<Vec<String>> {
+        let mut v: Vec<(u32, String)> = Vec::with_capacity(self.gpu_instances.len());
+        for g in &self.gpu_instances {
+            let p = g.placement?;
+            v.push((p.start, format!("{}@{}", g.profile, p.start)));
+        }
+        v.sort();
+        Some(v.into_iter().map(|(_, s)| s).collect())
     }
 
     pub(crate) fn canonicalize(&mut self) {
@@ -256,6 +338,42 @@ mod tests {
 
     fn starts(v: Vec<MigPlacement>) -> Vec<u32> {
         v.into_iter().map(|p| p.start).collect()
+    }
+
+    #[test]
+    fn a_layout_is_checked_against_the_gpus_profiles_and_built() {
+        let gpu = h100(&[(1, "3g.40gb", 4, 4)]);
+        let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let s = gpu
+            .with_layout(&l(&["3g.40gb@4", "1g.10gb@0", "1g.10gb@1"]))
+            .unwrap();
+        assert_eq!(s.current_mode, MigMode::Enabled);
+        assert_eq!(s.gpu_instances.len(), 3);
+        assert_eq!(
+            s.layout().unwrap(),
+            l(&["1g.10gb@0", "1g.10gb@1", "3g.40gb@4"])
+        );
+        let refused = |v: &[&str], why: &str| match gpu.with_layout(&l(v)) {
+            Err(MigLayoutError::Entry { why: w, .. }) => assert!(w.contains(why), "{w}"),
+            other => panic!("{v:?}: {other:?}"),
+        };
+        refused(&["9g.99gb@0"], "no such profile");
+        refused(&["3g.40gb@2"], "not a placement");
+        refused(&["3g.40gb@0", "2g.20gb@2"], "overlaps");
+        refused(&["1g.10gb"], "not PROFILE@START");
+        refused(&["1g.10gb@x"], "not PROFILE@START");
+        let not_capable = MigState {
+            capable: false,
+            ..gpu.clone()
+        };
+        assert_eq!(
+            not_capable.with_layout(&[]),
+            Err(MigLayoutError::NotCapable)
+        );
+        // Unknown placements: no layout to say.
+        let mut unknown = gpu.clone();
+        unknown.gpu_instances[0].placement = None;
+        assert_eq!(unknown.layout(), None);
     }
 
     #[test]

@@ -14,7 +14,8 @@ mod queries;
 use serde::{Deserialize, Serialize};
 
 pub use mig::{
-    ComputeInstance, GpuInstance, MigMode, MigPlacement, MigProfile, MigQueryError, MigState,
+    ComputeInstance, GpuInstance, MigLayoutError, MigMode, MigPlacement, MigProfile, MigQueryError,
+    MigState,
 };
 pub use pci::{PciBusId, PciBusIdError};
 pub use queries::{NvLinkGroup, PcieScope};

@@ -88,9 +88,7 @@ pub(super) fn options(p: &Planner<'_>, pods: &[PodItem<'_>], candidates: &[usize
                 continue;
             }
             if let Some(state) = layout(base, &wanted) {
-                if state.gpu_instances != base.gpu_instances
-                    || base.current_mode != MigMode::Enabled
-                {
+                if !same_layout(&state, base) {
                     out.push(Option_ {
                         node: i,
                         gpu: g.index,
@@ -117,70 +115,109 @@ pub(super) fn build(p: &Planner<'_>, chosen: &[Option_]) -> BTreeMap<usize, Over
             prints: Vec::new(),
             gpus: Vec::new(),
         });
-        let gi = opt.gpu;
-        // Attributes the GPU's devices share (model, PCIe root, NUMA...).
-        let template = o.node.devices.iter().find(|d| d.gpu == Some(gi)).cloned();
-        let parent_uuid = template.as_ref().and_then(|d| {
-            d.attr("gpu.nvidia.com/parentUUID")
-                .or_else(|| d.attr("gpu.nvidia.com/uuid"))
-                .cloned()
-        });
-        let keep: Vec<bool> = o.node.devices.iter().map(|d| d.gpu != Some(gi)).collect();
-        let mut devices: Vec<Device> = Vec::new();
-        let mut uses: Vec<DeviceUse> = Vec::new();
-        for ((d, u), k) in o.node.devices.iter().zip(&o.uses.devices).zip(&keep) {
-            if *k {
-                devices.push(d.clone());
-                uses.push(u.clone());
-            }
-        }
-        let mut layout = Vec::new();
-        for inst in &opt.state.gpu_instances {
-            let mut attrs = template
-                .as_ref()
-                .map(|t| t.attributes.clone())
-                .unwrap_or_default();
-            attrs.retain(|k, _| {
-                !matches!(
-                    k.as_str(),
-                    "gpu.nvidia.com/type"
-                        | "gpu.nvidia.com/profile"
-                        | "gpu.nvidia.com/uuid"
-                        | "gpu.nvidia.com/parentUUID"
-                )
-            });
-            attrs.insert("gpu.nvidia.com/type".into(), s("mig"));
-            attrs.insert("gpu.nvidia.com/profile".into(), s(&inst.profile));
-            if let Some(u) = &parent_uuid {
-                attrs.insert("gpu.nvidia.com/parentUUID".into(), u.clone());
-            }
-            let mem = opt
-                .state
-                .profile(&inst.profile)
-                .map_or(0, |pr| pr.memory_mib << 20);
-            devices.push(Device {
-                name: format!("gpu-{gi}-mig-{}", inst.id).into(),
-                driver: GPU_DRIVER.into(),
-                kind: DeviceKind::Mig,
-                attributes: attrs,
-                capacity: BTreeMap::from([(MEMORY.to_owned(), crate::device::to_milli(mem))]),
-                shared: None,
-                gpu: Some(gi),
-                consumes: BTreeMap::new(),
-            });
-            uses.push(DeviceUse::default());
-            let start = inst.placement.map_or(0, |pl| pl.start);
-            layout.push(format!("{}@{start}", inst.profile));
-        }
-        o.node.devices = devices.into();
-        o.uses.devices = uses;
-        if let Some(g) = o.node.gpus.iter_mut().find(|g| g.index == gi) {
-            g.mig = Some(std::sync::Arc::new(opt.state.clone()));
-        }
-        o.gpus.push((gi, layout));
+        let layout = relayout(&mut o.node, Some(&mut o.uses), opt.gpu, &opt.state);
+        o.gpus.push((opt.gpu, layout));
     }
     for o in out.values_mut() {
         o.prints = o.node.devices.iter().map(fingerprint).collect();
     }
     out
+}
+
+/// Rebuilds GPU `gi`'s devices on `node` for `state`: the GPU's devices
+/// (whole GPU, old instances) go, one device per instance of `state`
+/// comes, with the attributes the GPU's devices shared (model, PCIe root,
+/// NUMA...). `uses`, when given, is kept in step (new devices unused).
+/// Returns the layout as `PROFILE@START`.
+fn relayout(
+    node: &mut Node,
+    uses: Option<&mut NodeUse>,
+    gi: usize,
+    state: &MigState,
+) -> Vec<String> {
+    let template = node.devices.iter().find(|d| d.gpu == Some(gi)).cloned();
+    let parent_uuid = template.as_ref().and_then(|d| {
+        d.attr("gpu.nvidia.com/parentUUID")
+            .or_else(|| d.attr("gpu.nvidia.com/uuid"))
+            .cloned()
+    });
+    let mut devices: Vec<Device> = Vec::new();
+    let mut kept_uses: Vec<DeviceUse> = Vec::new();
+    for (k, d) in node.devices.iter().enumerate() {
+        if d.gpu != Some(gi) {
+            devices.push(d.clone());
+            if let Some(u) = uses.as_deref() {
+                kept_uses.push(u.devices.get(k).cloned().unwrap_or_default());
+            }
+        }
+    }
+    let mut layout = Vec::new();
+    for inst in &state.gpu_instances {
+        let mut attrs = template
+            .as_ref()
+            .map(|t| t.attributes.clone())
+            .unwrap_or_default();
+        attrs.retain(|k, _| {
+            !matches!(
+                k.as_str(),
+                "gpu.nvidia.com/type"
+                    | "gpu.nvidia.com/profile"
+                    | "gpu.nvidia.com/uuid"
+                    | "gpu.nvidia.com/parentUUID"
+            )
+        });
+        attrs.insert("gpu.nvidia.com/type".into(), s("mig"));
+        attrs.insert("gpu.nvidia.com/profile".into(), s(&inst.profile));
+        if let Some(u) = &parent_uuid {
+            attrs.insert("gpu.nvidia.com/parentUUID".into(), u.clone());
+        }
+        let mem = state
+            .profile(&inst.profile)
+            .map_or(0, |pr| pr.memory_mib << 20);
+        devices.push(Device {
+            name: format!("gpu-{gi}-mig-{}", inst.id).into(),
+            driver: GPU_DRIVER.into(),
+            kind: DeviceKind::Mig,
+            attributes: attrs,
+            capacity: BTreeMap::from([(MEMORY.to_owned(), crate::device::to_milli(mem))]),
+            shared: None,
+            gpu: Some(gi),
+            consumes: BTreeMap::new(),
+        });
+        kept_uses.push(DeviceUse::default());
+        let start = inst.placement.map_or(0, |pl| pl.start);
+        layout.push(format!("{}@{start}", inst.profile));
+    }
+    node.devices = devices.into();
+    if let Some(u) = uses {
+        u.devices = kept_uses;
+    }
+    if let Some(g) = node.gpus.iter_mut().find(|g| g.index == gi) {
+        g.mig = Some(std::sync::Arc::new(state.clone()));
+    }
+    layout
+}
+
+/// `node` as it will be once GPU `gpu` has the MIG layout `state` (a
+/// repartition under way): its devices and fingerprints rebuilt, so the
+/// planner counts the new instances as committed and does not propose the
+/// same repartition again.
+pub fn expect_layout(node: &mut Node, gpu: usize, state: &MigState) {
+    relayout(node, None, gpu, state);
+    node.device_prints = node.devices.iter().map(fingerprint).collect();
+}
+
+/// Whether two MIG states hold the same instances (profile and placement),
+/// whatever their ids and compute instances.
+pub fn same_layout(a: &MigState, b: &MigState) -> bool {
+    let key = |m: &MigState| {
+        let mut v: Vec<(String, Option<crate::hardware::MigPlacement>)> = m
+            .gpu_instances
+            .iter()
+            .map(|g| (g.profile.clone(), g.placement))
+            .collect();
+        v.sort();
+        v
+    };
+    a.current_mode == b.current_mode && key(a) == key(b)
 }

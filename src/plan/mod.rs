@@ -13,7 +13,7 @@
 //! pods) or not at all.
 
 mod fragmentation;
-mod mig;
+pub mod mig;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};

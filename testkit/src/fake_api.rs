@@ -501,6 +501,26 @@ impl FakeApi {
         self.shared.put(r, ns, name, object)
     }
 
+    /// Changes an existing object in place under the store's lock (a read
+    /// then write that no request can come between, as a PATCH): `change`
+    /// gets the stored object. Returns the new resourceVersion, or `None`
+    /// when there is no such object.
+    pub fn update(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> Option<u64> {
+        let r = self.resource_of(api_version, kind)?;
+        let mut inner = self.shared.inner.lock().expect("lock");
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut object = inner.objects[r].get(&key)?.clone();
+        change(&mut object);
+        Some(self.shared.put_locked(&mut inner, r, key.0, key.1, object))
+    }
+
     /// Deletes an object; false when there was none.
     pub fn delete(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> bool {
         let r = self.resource_of(api_version, kind).expect("served");

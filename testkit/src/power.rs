@@ -1,12 +1,15 @@
 //! The in-memory power twin: accordd's [`PowerControl`] over machines that
 //! change state the moment they are told (or never, for the ones set to
 //! fail), with a log of every Reset sent. For the executor and control-loop
-//! tests that need no BMC at all.
+//! tests that need no BMC at all. Its BIOS is a map of attributes per
+//! machine: staged attributes apply at the next power-on, except on
+//! machines set to drop them.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use accordd::execute::{PowerControl, PowerError};
+use accordd::execute::{BiosSeen, PowerControl, PowerError};
+use serde_json::{Map, Value};
 
 /// Machines by node name: on or off.
 #[derive(Debug, Default)]
@@ -16,6 +19,19 @@ pub struct SimulatedPower {
     pub broken: Mutex<Vec<String>>,
     /// `node on|off` per Reset sent.
     pub resets: Mutex<Vec<String>>,
+    /// BIOS profiles (the inventory's): name → attributes.
+    pub bios_profiles: Mutex<BTreeMap<String, Map<String, Value>>>,
+    /// Each machine's current BIOS attributes.
+    pub bios: Mutex<BTreeMap<String, Map<String, Value>>>,
+    /// Attributes staged per machine: current after its next power-on.
+    pub bios_pending: Mutex<BTreeMap<String, Map<String, Value>>>,
+    /// Machines whose staged attributes are dropped at the power-on.
+    pub bios_never_applies: Mutex<Vec<String>>,
+    /// Machines whose staged attributes stay staged after the power-on
+    /// until [`SimulatedPower::finish_post`] (a slow POST).
+    pub bios_late: Mutex<Vec<String>>,
+    /// `node profile` per staging that sent something.
+    pub bios_staged: Mutex<Vec<String>>,
 }
 
 impl SimulatedPower {
@@ -50,7 +66,65 @@ impl SimulatedPower {
             });
         }
         *s = on;
+        let late = self
+            .bios_late
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|n| n == node);
+        if on && !late {
+            // Staged settings apply during POST (or are dropped).
+            let pending = self
+                .bios_pending
+                .lock()
+                .expect("lock")
+                .remove(node)
+                .unwrap_or_default();
+            if !self
+                .bios_never_applies
+                .lock()
+                .expect("lock")
+                .iter()
+                .any(|n| n == node)
+            {
+                self.bios
+                    .lock()
+                    .expect("lock")
+                    .entry(node.to_owned())
+                    .or_default()
+                    .extend(pending);
+            }
+        }
         Ok(())
+    }
+
+    /// A slow POST ends: `node`'s staged attributes apply.
+    pub fn finish_post(&self, node: &str) {
+        let pending = self
+            .bios_pending
+            .lock()
+            .expect("lock")
+            .remove(node)
+            .unwrap_or_default();
+        self.bios
+            .lock()
+            .expect("lock")
+            .entry(node.to_owned())
+            .or_default()
+            .extend(pending);
+    }
+
+    /// Every staging that sent something, as `node profile`.
+    pub fn bios_staged(&self) -> Vec<String> {
+        self.bios_staged.lock().expect("lock").clone()
+    }
+
+    fn profile(&self, node: &str, profile: &str) -> Result<Map<String, Value>, PowerError> {
+        let profiles = self.bios_profiles.lock().expect("lock");
+        profiles
+            .get(profile)
+            .cloned()
+            .ok_or_else(|| accordd::execute::unknown_bios_profile(node, profile, profiles.keys()))
     }
 }
 
@@ -83,5 +157,48 @@ impl PowerControl for SimulatedPower {
         } else {
             self.set(node, on)
         }
+    }
+    async fn stage_bios(&self, node: &str, profile: &str) -> Result<(), PowerError> {
+        let wanted = self.profile(node, profile)?;
+        self.is_on(node).await?;
+        let current = self
+            .bios
+            .lock()
+            .expect("lock")
+            .get(node)
+            .cloned()
+            .unwrap_or_default();
+        let mut pending = self.bios_pending.lock().expect("lock");
+        let staged = pending.entry(node.to_owned()).or_default();
+        let mut sent = false;
+        for (k, v) in wanted {
+            if current.get(&k) != Some(&v) && staged.get(&k) != Some(&v) {
+                staged.insert(k, v);
+                sent = true;
+            }
+        }
+        if sent {
+            self.bios_staged
+                .lock()
+                .expect("lock")
+                .push(format!("{node} {profile}"));
+        }
+        Ok(())
+    }
+    async fn read_bios(&self, node: &str, profile: &str) -> Result<BiosSeen, PowerError> {
+        let wanted = self.profile(node, profile)?;
+        self.is_on(node).await?;
+        let get = |m: &Mutex<BTreeMap<String, Map<String, Value>>>| {
+            m.lock()
+                .expect("lock")
+                .get(node)
+                .cloned()
+                .unwrap_or_default()
+        };
+        Ok(BiosSeen {
+            wanted,
+            current: get(&self.bios),
+            pending: get(&self.bios_pending),
+        })
     }
 }

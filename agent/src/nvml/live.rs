@@ -6,10 +6,12 @@
 //!
 //! Known gaps of `nvml-wrapper` 0.13, worked around here:
 //! - `possible_placements` returns an empty list (it never sets the vector's
-//!   length), so placements come from NVIDIA's published table for the model;
-//! - GPU-instance ids and placements and the fabric (clique) info are not
-//!   wrapped, so live MIG instances are reported with unknown placement and
-//!   `fabric` stays unknown. Snapshot files carry both.
+//!   length) and GPU-instance ids and placements are not wrapped: both come
+//!   from the raw calls in [`crate::mig::nvml`]; where those fail, placements
+//!   come from NVIDIA's published table for the model and instances are
+//!   reported with unknown placement (said in the notes);
+//! - the fabric (clique) info is not wrapped, so `fabric` stays unknown.
+//!   Snapshot files carry it.
 
 use accord::hardware::mig::catalog;
 use accord::hardware::{
@@ -71,7 +73,7 @@ pub fn collect() -> LiveNvml {
     LiveNvml::Available(snapshot)
 }
 
-fn unavailable_reason(e: &NvmlError) -> String {
+pub(crate) fn unavailable_reason(e: &NvmlError) -> String {
     match e {
         NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => {
             "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver on this host".to_owned()
@@ -147,15 +149,11 @@ fn read_nvlinks(device: &Device<'_>) -> Vec<NvmlLink> {
     links
 }
 
-fn read_mig(device: &Device<'_>, model: Option<&str>, notes: &mut Vec<String>) -> Option<MigState> {
-    let mode = device.mig_mode().ok()?;
-    let as_mode = |m: u32| {
-        if m == 1 {
-            MigMode::Enabled
-        } else {
-            MigMode::Disabled
-        }
-    };
+/// The GPU's GPU-instance profiles: NVML's, named as NVIDIA's published
+/// table names them (else from their slices and memory), placed where
+/// NVML says (else where the table says); and whether the table knew the
+/// model.
+pub(crate) fn mig_profiles(device: &Device<'_>, model: Option<&str>) -> (Vec<MigProfile>, bool) {
     let published = model.and_then(catalog::profiles_for_model);
     let mut profiles = Vec::new();
     for profile in 0..GPU_INSTANCE_PROFILE_COUNT {
@@ -177,6 +175,11 @@ fn read_mig(device: &Device<'_>, model: Option<&str>, notes: &mut Vec<String>) -
             };
             format!("{}g.{gb}gb{suffix}", info.slice_count)
         });
+        let placements = crate::mig::nvml::possible_placements(device, info.id)
+            .ok()
+            .filter(|p| !p.is_empty())
+            .or_else(|| known.map(|p| p.placements.clone()))
+            .unwrap_or_default();
         profiles.push(MigProfile {
             id: info.id,
             name,
@@ -184,45 +187,39 @@ fn read_mig(device: &Device<'_>, model: Option<&str>, notes: &mut Vec<String>) -
             memory_mib: info.memory_size_mb,
             max_count: info.instance_count,
             sm_count: Some(info.multiprocessor_count),
-            placements: known.map(|p| p.placements.clone()).unwrap_or_default(),
+            placements,
         });
     }
-    if !profiles.is_empty() && published.is_none() {
+    (profiles, published.is_some())
+}
+
+fn read_mig(device: &Device<'_>, model: Option<&str>, notes: &mut Vec<String>) -> Option<MigState> {
+    let mode = device.mig_mode().ok()?;
+    let as_mode = |m: u32| {
+        if m == 1 {
+            MigMode::Enabled
+        } else {
+            MigMode::Disabled
+        }
+    };
+    let (profiles, published) = mig_profiles(device, model);
+    if profiles.iter().any(|p| p.placements.is_empty()) && !published {
         notes.push(format!(
-            "MIG placements for {} are unknown (no published table in this agent)",
+            "MIG placements for {} are unknown (NVML did not say, and no published table in this agent)",
             model.unwrap_or("this GPU")
         ));
     }
     let mut gpu_instances = Vec::new();
     if mode.current == 1 {
-        let max = device.mig_device_count().unwrap_or(0);
-        for i in 0..max {
-            let Ok(mig_dev) = device.mig_device_by_index(i) else {
-                continue;
-            };
-            let memory_mib = mig_dev.memory_info().ok().map(|m| m.total / (1024 * 1024));
-            let profile = memory_mib
-                .and_then(|mib| {
-                    profiles
-                        .iter()
-                        .filter(|p| !p.name.ends_with("+me"))
-                        .min_by_key(|p| p.memory_mib.abs_diff(mib))
-                })
-                .map(|p| p.name.clone())
-                .unwrap_or_else(|| "unknown".to_owned());
-            gpu_instances.push(GpuInstance {
-                id: i,
-                profile,
-                profile_id: None,
-                placement: None,
-                compute_instances: vec![ComputeInstance {
-                    id: 0,
-                    uuid: mig_dev.uuid().ok(),
-                    sm_count: None,
-                    memory_mib,
-                }],
-            });
-        }
+        gpu_instances = match crate::mig::nvml::instances_of(device) {
+            Ok(list) => placed_instances(device, list, &profiles),
+            Err(e) => {
+                notes.push(format!(
+                    "MIG GPU-instance placements unknown: listing GPU instances failed: {e}"
+                ));
+                unplaced_instances(device, &profiles)
+            }
+        };
     }
     Some(MigState {
         capable: true,
@@ -231,4 +228,89 @@ fn read_mig(device: &Device<'_>, model: Option<&str>, notes: &mut Vec<String>) -
         profiles,
         gpu_instances,
     })
+}
+
+/// GPU instances as NVML lists them (ids, profiles, placements), with the
+/// UUID and memory of each compute instance's MIG device.
+fn placed_instances(
+    device: &Device<'_>,
+    list: Vec<crate::mig::GpuInstanceInfo>,
+    profiles: &[MigProfile],
+) -> Vec<GpuInstance> {
+    let mut out: Vec<GpuInstance> = list
+        .into_iter()
+        .map(|gi| GpuInstance {
+            id: gi.id,
+            profile: profiles
+                .iter()
+                .find(|p| p.id == gi.profile_id)
+                .map_or_else(|| "unknown".to_owned(), |p| p.name.clone()),
+            profile_id: Some(gi.profile_id),
+            placement: Some(gi.placement),
+            compute_instances: gi
+                .compute_instances
+                .into_iter()
+                .map(|id| ComputeInstance {
+                    id,
+                    uuid: None,
+                    sm_count: None,
+                    memory_mib: None,
+                })
+                .collect(),
+        })
+        .collect();
+    let max = device.mig_device_count().unwrap_or(0);
+    for i in 0..max {
+        let Ok(mig_dev) = device.mig_device_by_index(i) else {
+            continue;
+        };
+        let Ok((gi, ci)) = crate::mig::nvml::mig_device_ids(&mig_dev) else {
+            continue;
+        };
+        if let Some(c) = out
+            .iter_mut()
+            .filter(|g| g.id == gi)
+            .flat_map(|g| g.compute_instances.iter_mut())
+            .find(|c| c.id == ci)
+        {
+            c.uuid = mig_dev.uuid().ok();
+            c.memory_mib = mig_dev.memory_info().ok().map(|m| m.total / (1024 * 1024));
+        }
+    }
+    out
+}
+
+/// GPU instances from the MIG devices alone (ids and placements unknown):
+/// when the instance calls fail.
+fn unplaced_instances(device: &Device<'_>, profiles: &[MigProfile]) -> Vec<GpuInstance> {
+    let mut gpu_instances = Vec::new();
+    let max = device.mig_device_count().unwrap_or(0);
+    for i in 0..max {
+        let Ok(mig_dev) = device.mig_device_by_index(i) else {
+            continue;
+        };
+        let memory_mib = mig_dev.memory_info().ok().map(|m| m.total / (1024 * 1024));
+        let profile = memory_mib
+            .and_then(|mib| {
+                profiles
+                    .iter()
+                    .filter(|p| !p.name.ends_with("+me"))
+                    .min_by_key(|p| p.memory_mib.abs_diff(mib))
+            })
+            .map(|p| p.name.clone())
+            .unwrap_or_else(|| "unknown".to_owned());
+        gpu_instances.push(GpuInstance {
+            id: i,
+            profile,
+            profile_id: None,
+            placement: None,
+            compute_instances: vec![ComputeInstance {
+                id: 0,
+                uuid: mig_dev.uuid().ok(),
+                sm_count: None,
+                memory_mib,
+            }],
+        });
+    }
+    gpu_instances
 }

@@ -14,6 +14,8 @@ use serde::ser::{self, Serialize};
 pub mod max {
     /// GPUs per node (an HGX/DGX board has 8, the largest systems 16).
     pub const GPUS: usize = 64;
+    /// Processes named per busy GPU in a command's outcome.
+    pub const PIDS_PER_GPU: usize = 1024;
     /// NICs per node, counting every port and virtual function reported.
     pub const NICS: usize = 1024;
     /// NUMA nodes per node.
@@ -57,7 +59,33 @@ pub mod max {
 /// `hardware.gpus[3].mig.gpu_instances`) and what is wrong.
 pub fn check_report(report: &accord_api::agent::Report) -> Result<(), String> {
     plausible(&report.hardware)?;
+    if let Some(c) = &report.command {
+        command_outcome(c)?;
+    }
     finite_and_bounded(report)
+}
+
+/// A command's outcome: as many GPUs as a report may have, and a bounded
+/// list of processes on each.
+fn command_outcome(c: &accord_api::agent::CommandOutcome) -> Result<(), String> {
+    use accord_api::agent::CommandResult;
+    match &c.result {
+        CommandResult::Busy { gpus } => {
+            count("command.result.gpus", gpus.len(), max::GPUS)?;
+            for (i, g) in gpus.iter().enumerate() {
+                count(
+                    &format!("command.result.gpus[{i}].pids"),
+                    g.pids.len(),
+                    max::PIDS_PER_GPU,
+                )?;
+            }
+        }
+        CommandResult::ResetRequired { gpus } => {
+            count("command.result.gpus", gpus.len(), max::GPUS)?
+        }
+        CommandResult::Done | CommandResult::Failed { .. } => {}
+    }
+    Ok(())
 }
 
 fn count(field: &str, len: usize, limit: usize) -> Result<(), String> {
@@ -573,6 +601,35 @@ mod tests {
             e.starts_with("items[0].names[1]: string of 4097 bytes"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_command_outcome_is_bounded_like_the_rest_of_a_report() {
+        use accord_api::agent::{BusyGpu, CommandOutcome, CommandResult};
+        let busy = |gpus: usize, pids: usize| CommandOutcome {
+            generation: 1,
+            result: CommandResult::Busy {
+                gpus: (0..gpus as u32)
+                    .map(|index| BusyGpu {
+                        index,
+                        pids: vec![7; pids],
+                    })
+                    .collect(),
+            },
+        };
+        assert_eq!(command_outcome(&busy(2, 3)), Ok(()));
+        let e = command_outcome(&busy(65, 1)).unwrap_err();
+        assert!(e.starts_with("command.result.gpus: 65 entries"), "{e}");
+        let e = command_outcome(&busy(1, 1025)).unwrap_err();
+        assert!(e.starts_with("command.result.gpus[0].pids: 1025"), "{e}");
+        // A failure's reason is a string like any other: over 4 KiB, refused.
+        let long = CommandOutcome {
+            generation: 1,
+            result: CommandResult::Failed {
+                reason: "x".repeat(max::STRING_BYTES + 1),
+            },
+        };
+        assert!(finite_and_bounded(&long).is_err());
     }
 
     #[test]

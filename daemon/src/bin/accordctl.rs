@@ -323,6 +323,24 @@ fn age(now: u64, then: u64) -> String {
 
 use accord_api::control::ModelSource;
 
+/// A node's BIOS profile in `accordctl nodes`: `gpu-perf` (applied and
+/// verified by Accord), `gpu-perf (declared)` (the fleet file says so),
+/// `gpu-perf staged`, `gpu-perf pending`, `gpu-perf FAILED`; `-` for none.
+fn bios_cell(b: Option<&accord_api::control::BiosStatus>) -> String {
+    use accord_api::control::BiosState;
+    let Some(b) = b else {
+        return "-".to_owned();
+    };
+    let wanted = b.wanted.as_deref().or(b.applied.as_deref()).unwrap_or("-");
+    match b.state {
+        BiosState::Applied if b.verified_at.is_some() => wanted.to_owned(),
+        BiosState::Applied => format!("{wanted} (declared)"),
+        BiosState::Staged => format!("{wanted} staged"),
+        BiosState::Pending => format!("{wanted} pending"),
+        BiosState::Failed => format!("{wanted} FAILED"),
+    }
+}
+
 fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
     let mut rows = vec![[
         "NAME",
@@ -332,6 +350,7 @@ fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
         "LAST SEEN",
         "STATE",
         "PLANNED WITH",
+        "BIOS",
         "DRIFT",
     ]
     .map(str::to_owned)];
@@ -376,6 +395,7 @@ fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
                 None => "-",
             }
             .to_owned(),
+            bios_cell(n.bios.as_ref()),
             if n.drift.is_empty() {
                 "-".to_owned()
             } else {
@@ -387,7 +407,7 @@ fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
             },
         ]);
     }
-    let widths: Vec<usize> = (0..8)
+    let widths: Vec<usize> = (0..9)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();

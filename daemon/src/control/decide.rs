@@ -16,6 +16,7 @@ use accord::hardware::NodeHardware;
 use accord::lifecycle::{Deadlines, NodeLife, Observation, Stage, Transition};
 use accord::plan::{Action, Plan};
 use accord::truth::{Drift, Publication, SchedulerView};
+use accord_api::agent::CommandRecord;
 use accord_api::control::{
     describe, stage_label, CannotPlan, ControlStatus, Intent, IntentAction, KindWatch, Mode,
     NodeStatus, WorkloadState, WorkloadStatus, WouldWrite,
@@ -27,7 +28,12 @@ use crate::execute::Executed;
 pub use crate::metrics::RoundMetrics;
 use truth::drift_text;
 
+mod bios;
+mod commands;
 mod truth;
+
+pub use bios::BiosEffects;
+pub use commands::CommandEffects;
 
 /// Everything one round knows about the world, gathered by *observe*.
 #[derive(Debug, Clone, Default)]
@@ -66,6 +72,10 @@ pub struct Snapshot {
     pub views: BTreeMap<String, SchedulerView>,
     /// The kinds Accord reads, as the API server serves them.
     pub watches: Vec<KindWatch>,
+    /// Each node's latest agent command, from the store.
+    pub commands: Vec<CommandRecord>,
+    /// BIOS read back since the last round (asked for by `bios.checks`).
+    pub bios_reads: Vec<crate::execute::BiosRead>,
 }
 
 /// An object the translation cannot plan, and why.
@@ -112,6 +122,11 @@ pub struct Decision {
     /// Scheduler views that changed: kept in the store, for when the node
     /// is off.
     pub views_changed: Vec<(String, SchedulerView)>,
+    /// Agent commands to journal, close or release; mig-parted
+    /// configurations and labels (act mode only).
+    pub commands: CommandEffects,
+    /// BIOS reads to make and outcomes to keep (act mode only).
+    pub bios: BiosEffects,
 }
 
 /// How the decider is set up (from `[control]`).
@@ -121,6 +136,9 @@ pub struct Settings {
     pub deadlines: Deadlines,
     /// How long a Provisioned request's nodes are held.
     pub booking_s: u64,
+    /// How long an agent command (a MIG repartition) may take before its
+    /// node is failed.
+    pub command_deadline_s: u64,
 }
 
 /// How many unmade observe-mode writes the status keeps.
@@ -154,6 +172,10 @@ pub struct Decider {
     /// when: not sent again until one of them changes, or a write that
     /// did not land has had `truth::REPUBLISH_S` to show.
     published: BTreeMap<String, (Publication, SchedulerView, u64)>,
+    /// Agent commands: in flight, settling, held GPUs.
+    commands: commands::Commands,
+    /// BIOS profiles: staged, verified, failed.
+    bios: bios::BiosBook,
 }
 
 impl Decider {
@@ -179,6 +201,8 @@ impl Decider {
             scheduler_drift: BTreeMap::new(),
             views: BTreeMap::new(),
             published: BTreeMap::new(),
+            commands: commands::Commands::default(),
+            bios: bios::BiosBook::default(),
         }
     }
 
@@ -205,6 +229,7 @@ impl Decider {
     /// executor reconciles them before the first round).
     pub fn resume_intents(&mut self, open: &[Intent], now: u64) {
         for i in open {
+            self.resume_bios(i);
             if let Some(life) = self.lives.get_mut(&i.node) {
                 let t = match i.action {
                     IntentAction::PowerOn => life.power_on_requested(now),
@@ -222,13 +247,49 @@ impl Decider {
         let mut events = Vec::new();
         let mut metrics = RoundMetrics::default();
         self.absorb(&snap.executed, now, &mut metrics);
-        self.absorb_reports(&snap.reports, &mut events);
+        let mut bios_effects = BiosEffects::default();
+        self.absorb_bios(snap, &mut events, &mut metrics, &mut bios_effects);
+        let repartitioned: BTreeSet<String> = snap
+            .commands
+            .iter()
+            .filter(|c| {
+                matches!(
+                    &c.state,
+                    accord_api::agent::CommandState::Closed {
+                        result: accord_api::agent::CommandResult::Done,
+                        ..
+                    }
+                )
+            })
+            .map(|c| c.node.clone())
+            .collect();
+        self.absorb_reports(&snap.reports, &repartitioned, &mut events);
         let views_changed = self.absorb_views(&snap.views);
+        let act = self.settings.mode == Mode::Act;
+        let mut command_effects = CommandEffects::default();
+        let absorbed = self
+            .commands
+            .absorb(snap, &self.fleet, act, &mut command_effects);
+        events.extend(absorbed.events);
+        metrics.commands.extend(absorbed.metrics);
+        for (node, reason) in absorbed.fail {
+            if let Some(life) = self.lives.get_mut(&node) {
+                let t = life.fail(now, reason);
+                self.note(&node, &t);
+            }
+        }
         self.step_lifecycles(snap, &mut events);
 
         // Plan on the fleet as the lifecycles, the reports and the
         // scheduler show it.
         let (seen, scheduler_drift) = self.fleet_as_seen(snap);
+        let agreeing: BTreeSet<String> = self
+            .views
+            .keys()
+            .filter(|n| !scheduler_drift.contains_key(*n))
+            .cloned()
+            .collect();
+        self.commands.settled(&agreeing);
         self.scheduler_drift_events(&scheduler_drift, &mut events);
         self.scheduler_drift = scheduler_drift;
         // check-capacity requests never power anything on: they are
@@ -252,8 +313,36 @@ impl Decider {
         let plan = accord::plan::plan(&seen, &demand, &seen.policy, now);
         metrics.planner_seconds = started.elapsed().as_secs_f64();
         let mut workloads = self.workload_status(&plan, &demand, snap.mono);
+        // Workloads a repartition makes room for wait for it: those of
+        // commands in flight, and of this round's (issued in act mode).
+        let mut repartitioning = self.commands.waiting();
+        if act {
+            let mut said = commands::Absorbed::default();
+            repartitioning.extend(self.commands.issue(
+                &plan,
+                &seen,
+                now,
+                self.settings.command_deadline_s,
+                &mut command_effects,
+                &mut said,
+            ));
+            events.extend(said.events);
+            metrics.commands.extend(said.metrics);
+        } else {
+            repartitioning.extend(plan.actions.iter().flat_map(|a| match a {
+                Action::ReconfigureMig { for_workloads, .. } => for_workloads.clone(),
+                _ => Vec::new(),
+            }));
+        }
+        for w in &mut workloads {
+            if w.state == WorkloadState::Placed && repartitioning.contains(&w.workload) {
+                w.state = WorkloadState::Repartitioning;
+            }
+        }
         if !cc_workloads.is_empty() {
             let mut up_only = seen.clone();
+            // A check: nothing is changed for it, MIG layouts included.
+            up_only.policy.reconfigure_mig = false;
             for n in &mut up_only.nodes {
                 if !n.is_up() {
                     n.failed = Some("check-capacity: only nodes that are up".into());
@@ -290,6 +379,8 @@ impl Decider {
                         });
                         life.power_on_requested(now)
                     }
+                    // Staged by the executor with the node's power-on.
+                    Action::ApplyBiosProfile { .. } => continue,
                     _ => {
                         info!(node = %node, "powering off (idle)");
                         life.power_off_requested(now)
@@ -344,7 +435,7 @@ impl Decider {
                     .insert((node.clone(), "scheduler"), d.len() as u32);
             }
         }
-        let act = self.settings.mode == Mode::Act;
+        self.bios_checks(now, &mut metrics, &mut bios_effects);
         let publish = if act {
             self.publications(snap)
         } else {
@@ -368,6 +459,8 @@ impl Decider {
             transitional,
             publish,
             views_changed,
+            commands: command_effects,
+            bios: bios_effects,
         }
     }
 
@@ -429,8 +522,11 @@ impl Decider {
             // The agent counts once it is heard from after the node's
             // current stage began (a report from before a power-off does
             // not); observe mode has no power-on to date it from.
-            let agent_up =
-                heard.is_some_and(|at| *at >= since) || (observe_mode && heard.is_some());
+            // A node whose BIOS profile did not take stays Failed while
+            // it runs: its coming up does not make it usable.
+            let agent_up = (heard.is_some_and(|at| *at >= since)
+                || (observe_mode && heard.is_some()))
+                && !self.bios_holds(name);
             let bmc_on = if observe_mode {
                 // Observe mode reads no BMC: power is inferred.
                 Some(kube_ready || heard.is_some())
@@ -475,12 +571,17 @@ impl Decider {
             };
             // The scheduler's view (now, or last seen), then the keys
             // Accord publishes: what kube-scheduler will see.
+            let mut agrees = false;
             if let Some(view) = self.views.get(&n.name) {
                 let d = n.apply_scheduler_view(view);
+                agrees = d.is_empty();
                 if !d.is_empty() {
                     scheduler_drift.insert(n.name.clone(), d);
                 }
             }
+            // A repartition in flight or just done: the node as it will
+            // be (and is, once the scheduler shows it); refused GPUs held.
+            self.commands.overlay(n, agrees);
             // In observe mode nothing is written: the Nodes stay as they are.
             if self.settings.mode == Mode::Act {
                 if let Some(p) = self.fleet.publication(&n.name, snap.now) {
@@ -499,6 +600,7 @@ impl Decider {
                 n.failed = Some(life.reason.clone().unwrap_or_else(|| "failed".to_owned()));
             }
             n.idle_since = (life.stage == Stage::Idle).then_some(life.since);
+            self.bios_plan_with(n);
             if self.settings.mode == Mode::Act
                 && !snap.bmc.contains_key(&n.name)
                 && n.power == PowerState::Off
@@ -512,8 +614,9 @@ impl Decider {
 
     /// The plan's power-ons, and its power-offs that pass every check:
     /// never a node with pods, never one that is not Idle now, never one
-    /// booked for a ProvisioningRequest. BIOS and MIG actions are said
-    /// once (the loop does not carry them out yet).
+    /// booked for a ProvisioningRequest. A node's BIOS profile goes with
+    /// its power-on (`bios`); MIG repartitions are agent commands
+    /// (`commands`).
     fn choose_power(&mut self, plan: &Plan, snap: &Snapshot) -> Vec<Action> {
         let mut ons = Vec::new();
         let mut offs = Vec::new();
@@ -532,20 +635,16 @@ impl Decider {
                         offs.push(a.clone());
                     }
                 }
+                // Staged with the node's power-on (it comes right before
+                // it in the plan), within the same wave.
                 Action::ApplyBiosProfile { node, profile } => {
-                    self.say_once(
-                        format!("bios {node} {profile}"),
-                        format!("node {node}: BIOS profile {profile} is staged before boot with `accordctl bios apply`; the loop does not stage it yet"),
-                    );
+                    if self.settings.mode == Mode::Act {
+                        self.stage_bios(node, profile);
+                    }
+                    ons.push(a.clone());
                 }
-                Action::ReconfigureMig {
-                    node, gpu, layout, ..
-                } => {
-                    self.say_once(
-                        format!("mig {node} {gpu}"),
-                        format!("node {node}: MIG repartition of GPU {gpu} to {layout:?} planned; repartitioning through the agent is not done by the loop yet"),
-                    );
-                }
+                // Agent commands: `commands::Commands::issue`.
+                Action::ReconfigureMig { .. } => {}
             }
         }
         ons.extend(offs);
@@ -778,6 +877,7 @@ impl Decider {
                             .flatten()
                             .cloned()
                             .collect(),
+                        bios: self.bios_status(n),
                     }
                 })
                 .collect(),
@@ -799,6 +899,7 @@ impl Decider {
             recent: self.recent.clone(),
             watches: snap.watches.clone(),
             would_write: self.would_write.clone(),
+            commands: self.commands.latest(),
         }
     }
 

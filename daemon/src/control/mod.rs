@@ -17,6 +17,7 @@
 pub mod batch;
 pub mod bmc;
 pub mod decide;
+pub mod mig_parted;
 pub mod observe;
 pub mod provisioning;
 pub mod run;

@@ -71,6 +71,13 @@ impl Observer {
         snap.executed = executed;
         snap.open_intents = open_intents;
         snap.reports = self.changed_models();
+        snap.commands = match self.shared.store.commands() {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %accord::config_file::error_chain(&e), "cannot read agent commands from the store");
+                Vec::new()
+            }
+        };
         snap.views = self.scheduler_views(nodes);
         snap.watches = self
             .watch

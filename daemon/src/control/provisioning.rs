@@ -159,6 +159,14 @@ pub fn conditions(s: &Seen) -> Vec<Condition> {
                 "CapacityIsNotFound",
                 w.reason.clone().unwrap_or_default(),
             )),
+            // The capacity the plan counts is a MIG repartition under
+            // way: Provisioned only once the node's report shows it.
+            (_, WorkloadState::Repartitioning) => want.push(cond(
+                "Provisioned",
+                false,
+                "Provisioning",
+                format!("repartitioning MIG on {}", w.nodes.join(", ")),
+            )),
             _ if s.nodes_up && !w.nodes.is_empty() => want.push(cond(
                 "Provisioned",
                 true,
@@ -253,6 +261,23 @@ mod tests {
         c.iter()
             .map(|c| (c.type_.clone(), c.status, c.reason.clone()))
             .collect()
+    }
+
+    #[test]
+    fn capacity_a_mig_repartition_makes_is_not_provisioned_until_it_is_there() {
+        for class in [BEST_EFFORT_ATOMIC, ACCORD_STRICT] {
+            let p = pr(class, &[]);
+            let w = workload(WorkloadState::Repartitioning);
+            // The nodes are up: the MIG devices are not there yet.
+            let mut s = seen(&p, Some(&w));
+            s.nodes_up = true;
+            let c = conditions(&s);
+            assert_eq!(
+                kinds(&c)[1],
+                ("Provisioned".into(), false, "Provisioning".into())
+            );
+            assert_eq!(c[1].message, "repartitioning MIG on n1, n2");
+        }
     }
 
     #[test]

@@ -22,9 +22,11 @@ use super::observe::Observer;
 use super::write::{KubeWriter, Writes};
 use super::{Batcher, Mode};
 use crate::config::{ControlConfig, DaemonConfig};
-use crate::execute::{Executed, Executor, RedfishPower};
+use crate::execute::{BiosRead, Executed, Executor, RedfishPower};
 use crate::journal::Intent;
 use crate::shared::Shared;
+
+mod bios;
 
 /// Why the loop woke; results travel with the wake-up.
 #[derive(Debug)]
@@ -38,6 +40,8 @@ pub enum Wake {
     },
     /// Power actions finished (or failed) in the background.
     Executed(Vec<Executed>),
+    /// BIOS read back after a power-on that staged a profile.
+    Bios(Vec<BiosRead>),
 }
 
 /// How long in-flight power actions may finish at shutdown; past it they
@@ -69,9 +73,13 @@ pub struct Controller {
     executed: Vec<Executed>,
     /// The journal's open intents as last read.
     open_intents: Vec<Intent>,
+    /// BIOS reads for the next round.
+    bios_reads: Vec<BiosRead>,
     /// Power actions in flight.
     in_flight: JoinSet<()>,
     started: Instant,
+    /// The mig-parted configs file (`gpu-operator` MIG mode).
+    mig_parted_config: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for Controller {
@@ -123,6 +131,7 @@ impl Controller {
                 mode: control.mode,
                 deadlines: control.deadlines,
                 booking_s: control.provisioning_booking_s,
+                command_deadline_s: control.mig_deadline_s,
             },
             (shared.now)(),
         );
@@ -137,6 +146,8 @@ impl Controller {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept scheduler views; nodes that are off are planned with their models")
             }
         }
+        bios::seed(&shared, &mut decider);
+        let mig_parted_config = control.mig_parted_config.clone();
         Ok(Controller {
             config: control,
             writer: KubeWriter::spawn(kube.clone(), topology),
@@ -151,8 +162,10 @@ impl Controller {
             bmc: BTreeMap::new(),
             executed: Vec::new(),
             open_intents: Vec::new(),
+            bios_reads: Vec::new(),
             in_flight: JoinSet::new(),
             started: Instant::now(),
+            mig_parted_config,
         })
     }
 
@@ -306,6 +319,10 @@ impl Controller {
                 self.executed.extend(done);
                 false
             }
+            Wake::Bios(reads) => {
+                self.bios_reads.extend(reads);
+                false
+            }
         }
     }
 
@@ -349,12 +366,13 @@ impl Controller {
         let open_intents = self.open_intents.clone();
         let started = self.started;
         let bmc = &self.bmc;
-        let snapshot = self.observer.as_mut().expect("run started it").snapshot(
+        let mut snapshot = self.observer.as_mut().expect("run started it").snapshot(
             started.elapsed(),
             bmc,
             std::mem::take(&mut self.executed),
             open_intents,
         );
+        snapshot.bios_reads = std::mem::take(&mut self.bios_reads);
         self.decider.decide(&snapshot)
     }
 
@@ -375,6 +393,7 @@ impl Controller {
                 }
             });
         }
+        self.bios_effect(&d.bios, tx);
         // Reap what finished (their results came as wake-ups).
         while let Some(done) = self.in_flight.try_join_next() {
             log_join(done);
@@ -386,14 +405,64 @@ impl Controller {
                 warn!(node = %node, error = %accord::config_file::error_chain(&e), "cannot keep the node's scheduler view");
             }
         }
+        let labels = self.commands(&d.commands);
         self.writer
             .send(Writes {
                 events: d.events,
                 conditions: d.conditions,
                 nodes: d.publish,
+                labels,
             })
             .await;
         shared.metrics.record_round(&d.metrics);
+    }
+
+    /// Agent commands: journaled (flushed) before any agent can be handed
+    /// them; closes and releases; the mig-parted configs file written
+    /// before the labels that name its configurations (returned, to be
+    /// written after). Store writes are small and synchronous, so the
+    /// next round's observe sees them.
+    fn commands(&self, c: &super::decide::CommandEffects) -> Vec<(String, String, String)> {
+        let store = &self.shared.store;
+        let chain = |e: &dyn std::error::Error| accord::config_file::error_chain(e);
+        for (node, generation, result) in &c.close {
+            if let Err(e) = store.close_command(node, *generation, result.clone(), self.now()) {
+                warn!(node = %node, command = generation, error = %chain(&e), "cannot close the agent command");
+            }
+        }
+        for (node, generation) in &c.release {
+            if let Err(e) = store.release_command(node, *generation) {
+                warn!(node = %node, command = generation, error = %chain(&e), "cannot release the agent command");
+            }
+        }
+        let mut labels_ok = true;
+        if !c.mig_configs.is_empty() {
+            if let Err(e) = super::mig_parted::add(&self.mig_parted_config, &c.mig_configs) {
+                // Without the file, mig-manager cannot apply the label:
+                // set none; the commands time out and are planned again.
+                warn!(error = %chain(&e), "cannot write the mig-parted configs file; no mig.config label is set");
+                labels_ok = false;
+            }
+        }
+        for rec in &c.open {
+            match store.open_command(rec.clone()) {
+                Ok(r) => {
+                    info!(node = %r.node, command = r.generation, via = ?r.via, "agent command journaled")
+                }
+                Err(e) => {
+                    warn!(node = %rec.node, error = %chain(&e), "cannot journal the agent command; nothing is sent")
+                }
+            }
+        }
+        if labels_ok {
+            c.labels.clone()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn now(&self) -> u64 {
+        (self.shared.now)()
     }
 
     fn spawn_kube_forwarder(&self, tx: mpsc::Sender<Wake>) -> tokio::task::JoinHandle<()> {

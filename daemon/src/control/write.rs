@@ -22,11 +22,17 @@ pub struct Writes {
     pub conditions: Vec<ConditionWrite>,
     /// Accord's labels and taints, per Node.
     pub nodes: Vec<(String, Publication)>,
+    /// Single labels set on request (node, key, value): the GPU
+    /// Operator's `nvidia.com/mig.config`.
+    pub labels: Vec<(String, String, String)>,
 }
 
 impl Writes {
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty() && self.conditions.is_empty() && self.nodes.is_empty()
+        self.events.is_empty()
+            && self.conditions.is_empty()
+            && self.nodes.is_empty()
+            && self.labels.is_empty()
     }
 }
 
@@ -106,6 +112,18 @@ async fn write(
             Err(err) => warn_once(
                 format!("node {node} {err}"),
                 format!("Node {node}: cannot publish Accord's labels and taints: {err}"),
+            ),
+        }
+    }
+    for (node, key, value) in &w.labels {
+        match accord_kube::write::set_node_label(kube, node, key, value).await {
+            Ok(outcome) => {
+                tracing::info!(node = %node, label = %key, value = %value, ?outcome, "Node label set")
+            }
+            // The next round sees the label missing and sets it again.
+            Err(err) => warn_once(
+                format!("label {node} {key} {err}"),
+                format!("Node {node}: cannot set label {key}={value}: {err}"),
             ),
         }
     }

@@ -3,11 +3,11 @@
 //! (kept while it is off), and the labels and taints Accord publishes.
 //! Pure, like the rest of *decide*.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use accord::fleet::OnDrift;
 use accord::hardware::NodeHardware;
-use accord::truth::{Drift, Publication, SchedulerView};
+use accord::truth::{Drift, DriftKind, Publication, SchedulerView};
 use accord_api::control::ModelSource;
 use tracing::{info, warn};
 
@@ -17,19 +17,26 @@ impl Decider {
     /// Agents' new reports: each node is planned with its reported model
     /// from now on; where it differs from the declaration, that is said
     /// (log and a Warning event on the Node) once per difference.
+    /// `repartitioned`: nodes whose MIG layout Accord changed (their
+    /// latest command is done): their MIG mode and layout are Accord's
+    /// doing, not drift from the declaration.
     pub(super) fn absorb_reports(
         &mut self,
         reports: &BTreeMap<String, NodeHardware>,
+        repartitioned: &BTreeSet<String>,
         events: &mut Vec<Event>,
     ) {
         for (node, hw) in reports {
-            let Some(drift) = self.fleet.apply_report(node, hw) else {
+            let Some(mut drift) = self.fleet.apply_report(node, hw) else {
                 self.say_once(
                     format!("unknown node {node}"),
                     format!("node {node}: its agent reports, but the fleet file does not declare it; not planned with"),
                 );
                 continue;
             };
+            if repartitioned.contains(node) {
+                drift.retain(|d| !matches!(d.what, DriftKind::MigMode | DriftKind::MigLayout));
+            }
             if drift.is_empty() {
                 if self.declared_drift.remove(node).is_some() {
                     info!(node = %node, "the report agrees with the declaration again");
@@ -109,9 +116,10 @@ impl Decider {
         let topology = &self.fleet.topology;
         let mut out = Vec::new();
         for (node, view) in &snap.views {
-            let Some(want) = self.fleet.publication(node, snap.now) else {
+            let Some(mut want) = self.fleet.publication(node, snap.now) else {
                 continue;
             };
+            want.taints.extend(self.bios_taint(node));
             let labels_ok = want
                 .labels
                 .iter()

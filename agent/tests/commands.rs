@@ -1,0 +1,362 @@
+//! accordd's commands, as the agent carries them out: an accordd stub
+//! (axum, in process) answers heartbeats and reports with a command until
+//! the test changes it, and keeps every report. The agent applies each
+//! generation once, reports the outcome with the hardware discovered after
+//! it, and answers a repeat with the stored outcome.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use accord::hardware::{MigMode, NodeHardware};
+use accord_agent::mig::replay::ReplayedGpus;
+use accord_agent::run::AgentConfig;
+use accord_api::agent::{
+    AgentCommand, AgentReply, BusyGpu, CommandAction, CommandResult, MigTarget, Report,
+};
+use axum::extract::{Path as UrlPath, State};
+use axum::Json;
+
+/// How long any wait here waits for its condition.
+const WAIT: Duration = Duration::from_secs(30);
+
+type Task = tokio::task::JoinHandle<anyhow::Result<()>>;
+
+#[derive(Debug, Default)]
+struct NodeStub {
+    command: Option<AgentCommand>,
+    reports: Vec<Report>,
+    heartbeats: u64,
+}
+
+type Stub = Arc<Mutex<BTreeMap<String, NodeStub>>>;
+
+fn reply(node: String, stub: &NodeStub) -> Json<AgentReply> {
+    Json(AgentReply {
+        node,
+        generation: stub.reports.len() as u64,
+        outcome: None,
+        command: stub.command.clone(),
+    })
+}
+
+async fn report(
+    State(stub): State<Stub>,
+    UrlPath(node): UrlPath<String>,
+    Json(r): Json<Report>,
+) -> Json<AgentReply> {
+    let mut s = stub.lock().unwrap();
+    let n = s.entry(node.clone()).or_default();
+    n.reports.push(r);
+    reply(node, n)
+}
+
+async fn heartbeat(State(stub): State<Stub>, UrlPath(node): UrlPath<String>) -> Json<AgentReply> {
+    let mut s = stub.lock().unwrap();
+    let n = s.entry(node.clone()).or_default();
+    n.heartbeats += 1;
+    reply(node, n)
+}
+
+/// The stub on a free port: its URL and state.
+async fn stub() -> (String, Stub) {
+    let state = Stub::default();
+    let app = axum::Router::new()
+        .route("/v1/nodes/{node}/report", axum::routing::post(report))
+        .route("/v1/nodes/{node}/heartbeat", axum::routing::post(heartbeat))
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, state)
+}
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(rel)
+}
+
+/// An agent config replaying the H100 board (`nvml`: its NVML snapshot).
+fn config(dir: &Path, url: &str, node: &str, nvml: Option<&str>) -> AgentConfig {
+    let token = accord_testkit::daemon::secret(dir, &format!("{node}-token"), "t");
+    let nvml = nvml
+        .map(|n| {
+            format!(
+                "nvml_snapshot = \"{}\"\n",
+                fixture(&format!("nvml/{n}.json")).display()
+            )
+        })
+        .unwrap_or_default();
+    let text = format!(
+        "[daemon]\nurl = \"{url}\"\ntoken_file = \"{}\"\n[node]\nname = \"{node}\"\n\
+         [discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\n{nvml}\
+         [heartbeat]\ninterval_ms = 50\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n[mig]\nallow_gpu_reset = false\n",
+        token.display(),
+        fixture("hwloc/derived/dgx2-board0-no-nvml.xml").display()
+    );
+    let file = dir.join(format!("{node}.toml"));
+    std::fs::write(&file, text).unwrap();
+    AgentConfig::load(&file).unwrap()
+}
+
+/// Waits (up to [`WAIT`]) until `cond` holds for `node`'s stub state,
+/// panicking if the agent ends first; returns what `cond` returned.
+async fn wait<T>(
+    stub: &Stub,
+    node: &str,
+    agent: &mut Task,
+    what: &str,
+    cond: impl Fn(&NodeStub) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = stub.lock().unwrap().get(node).and_then(&cond) {
+            return v;
+        }
+        if agent.is_finished() {
+            panic!(
+                "the agent ended while waiting for {what}: {:?}",
+                agent.await
+            );
+        }
+        assert!(Instant::now() < deadline, "waited 30 s for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The last report carrying the outcome of `generation`, once there is one.
+fn outcome_of(
+    generation: u64,
+) -> impl Fn(&NodeStub) -> Option<(CommandResult, NodeHardware, usize)> {
+    move |n| {
+        n.reports.iter().enumerate().rev().find_map(|(i, r)| {
+            let c = r.command.as_ref().filter(|c| c.generation == generation)?;
+            Some((c.result.clone(), r.hardware.clone(), i))
+        })
+    }
+}
+
+fn layout(hw: &NodeHardware, gpu: u32) -> Option<Vec<String>> {
+    let mig = hw.gpus.iter().find(|g| g.index == gpu)?.mig.as_ref()?;
+    (mig.current_mode == MigMode::Enabled).then(|| mig.layout().unwrap_or_default())
+}
+
+fn apply_mig(generation: u64, gpu: u32, uuid: Option<String>, layout: &[&str]) -> AgentCommand {
+    AgentCommand {
+        generation,
+        action: CommandAction::ApplyMig {
+            gpus: vec![MigTarget {
+                index: gpu,
+                uuid,
+                layout: layout.iter().map(|s| (*s).to_owned()).collect(),
+            }],
+        },
+    }
+}
+
+fn set_command(stub: &Stub, node: &str, cmd: Option<AgentCommand>) {
+    stub.lock()
+        .unwrap()
+        .entry(node.to_owned())
+        .or_default()
+        .command = cmd;
+}
+
+async fn stop(stop: tokio::sync::oneshot::Sender<()>, agent: Task) {
+    let _ = stop.send(());
+    match tokio::time::timeout(WAIT, agent).await {
+        Ok(r) => r.unwrap().unwrap(),
+        Err(_) => panic!("the agent still runs 30 s after being told to stop"),
+    }
+}
+
+/// The command → outcome path on the lab's kind of agent (its GPUs a
+/// handle the test holds too): applied once, reported with the hardware
+/// after it; a repeat of the generation (the stub sends it in every
+/// answer) is answered with the stored outcome, never applied again; a
+/// new generation with the same layout is done without a change; a busy
+/// GPU is refused and left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_is_applied_once_and_answered_with_its_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, stub) = stub().await;
+    let node = "gpu-a";
+    let cfg = config(dir.path(), &url, node, Some("h100-8gpu"));
+    let snapshot = accord_agent::nvml::load_snapshot(&fixture("nvml/h100-8gpu.json")).unwrap();
+    let gpus = ReplayedGpus::new(snapshot);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let mut agent = tokio::spawn(accord_agent::run::run_with(
+        cfg,
+        Some(gpus.clone()),
+        async {
+            let _ = rx.await;
+        },
+    ));
+
+    let first = wait(&stub, node, &mut agent, "the first report", |n| {
+        n.reports.first().cloned()
+    })
+    .await;
+    assert!(first.command.is_none());
+    assert_eq!(layout(&first.hardware, 3), None, "MIG is off as recorded");
+    let uuid = first
+        .hardware
+        .gpus
+        .iter()
+        .find(|g| g.index == 3)
+        .unwrap()
+        .uuid
+        .clone();
+
+    let want = ["3g.40gb@0", "3g.40gb@4"];
+    set_command(&stub, node, Some(apply_mig(7, 3, uuid.clone(), &want)));
+    let (result, hw, at) = wait(
+        &stub,
+        node,
+        &mut agent,
+        "the outcome of generation 7",
+        outcome_of(7),
+    )
+    .await;
+    assert_eq!(result, CommandResult::Done);
+    assert_eq!(layout(&hw, 3).unwrap(), want);
+    assert_eq!((gpus.repartitions(), gpus.version()), (1, 1));
+
+    // Someone else (mig-manager, an admin) changes the GPU. accordd keeps
+    // sending generation 7: each repeat is answered with the stored
+    // outcome and the hardware as it is, never applied again.
+    let other = [MigTarget {
+        index: 3,
+        uuid: None,
+        layout: vec!["7g.80gb@0".to_owned()],
+    }];
+    assert_eq!(gpus.apply(&other, &Default::default()), CommandResult::Done);
+    let beats = stub.lock().unwrap()[node].heartbeats;
+    wait(&stub, node, &mut agent, "10 more heartbeats", |n| {
+        (n.heartbeats >= beats + 10).then_some(())
+    })
+    .await;
+    // The agent discovers on an hour's interval: the change is seen with
+    // the next command.
+    set_command(
+        &stub,
+        node,
+        Some(AgentCommand {
+            generation: 8,
+            action: CommandAction::Rediscover,
+        }),
+    );
+    let (result, hw, _) = wait(
+        &stub,
+        node,
+        &mut agent,
+        "the outcome of generation 8",
+        outcome_of(8),
+    )
+    .await;
+    assert_eq!(result, CommandResult::Done);
+    assert_eq!(
+        layout(&hw, 3).unwrap(),
+        ["7g.80gb@0"],
+        "generation 7 was applied again"
+    );
+    let repeats = stub.lock().unwrap()[node].reports[at + 1..]
+        .iter()
+        .filter(|r| r.command.as_ref().is_some_and(|c| c.generation == 7))
+        .count();
+    assert!(repeats >= 1, "the repeats were not answered");
+
+    // A new generation with the layout in place: done, nothing changed.
+    set_command(&stub, node, Some(apply_mig(9, 3, uuid, &["7g.80gb@0"])));
+    let (result, _, _) = wait(
+        &stub,
+        node,
+        &mut agent,
+        "the outcome of generation 9",
+        outcome_of(9),
+    )
+    .await;
+    assert_eq!(result, CommandResult::Done);
+    assert_eq!(
+        (gpus.repartitions(), gpus.version()),
+        (2, 2),
+        "only the test's own change"
+    );
+
+    // A GPU in use by a process Kubernetes does not know: refused, left
+    // alone.
+    gpus.set_busy(5, vec![4242]);
+    set_command(&stub, node, Some(apply_mig(10, 5, None, &["7g.80gb@0"])));
+    let (result, hw, _) = wait(
+        &stub,
+        node,
+        &mut agent,
+        "the outcome of generation 10",
+        outcome_of(10),
+    )
+    .await;
+    assert_eq!(
+        result,
+        CommandResult::Busy {
+            gpus: vec![BusyGpu {
+                index: 5,
+                pids: vec![4242]
+            }]
+        }
+    );
+    assert_eq!(layout(&hw, 5), None);
+    set_command(&stub, node, None);
+    stop(tx, agent).await;
+}
+
+/// An agent replaying a recording from its config alone: the twin of the
+/// recorded snapshot takes the command and discovery reads the twin, not
+/// the file. An agent with no NVML view answers that NVML is not there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaying_agent_rediscovers_its_twin_and_one_without_nvml_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, stub) = stub().await;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let cfg = config(dir.path(), &url, "gpu-b", Some("h100-8gpu-mig-1g"));
+    let mut agent = tokio::spawn(accord_agent::run::run(cfg, async {
+        let _ = rx.await;
+    }));
+    set_command(
+        &stub,
+        "gpu-b",
+        Some(apply_mig(1, 0, None, &["4g.40gb@0", "3g.40gb@4"])),
+    );
+    let (result, hw, _) = wait(&stub, "gpu-b", &mut agent, "gpu-b's outcome", outcome_of(1)).await;
+    assert_eq!(result, CommandResult::Done);
+    assert_eq!(layout(&hw, 0).unwrap(), ["4g.40gb@0", "3g.40gb@4"]);
+    assert_eq!(layout(&hw, 1).unwrap().len(), 7, "the others as recorded");
+    stop(tx, agent).await;
+
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let cfg = config(dir.path(), &url, "no-nvml", None);
+    let mut agent = tokio::spawn(accord_agent::run::run(cfg, async {
+        let _ = rx.await;
+    }));
+    set_command(
+        &stub,
+        "no-nvml",
+        Some(apply_mig(1, 0, None, &["7g.80gb@0"])),
+    );
+    let (result, _, _) = wait(
+        &stub,
+        "no-nvml",
+        &mut agent,
+        "no-nvml's outcome",
+        outcome_of(1),
+    )
+    .await;
+    let CommandResult::Failed { reason } = result else {
+        panic!("{result:?}");
+    };
+    assert!(reason.starts_with("NVML not available"), "{reason}");
+    stop(tx, agent).await;
+}

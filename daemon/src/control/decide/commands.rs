@@ -1,0 +1,530 @@
+//! Agent commands (MIG repartitions) in *decide*: the plan's
+//! `ReconfigureMig` actions become one journaled command per node (through
+//! the agent, or the GPU Operator's mig-manager), followed until the
+//! node's report shows the result or the deadline passes.
+//!
+//! - **In flight** (open): the node is planned as it will be (the target
+//!   layouts applied to its model), so a round never proposes the same
+//!   repartition again, and the workloads it is for wait as
+//!   `Repartitioning` (not `Placed`: a ProvisioningRequest is not
+//!   Provisioned on capacity that does not exist yet).
+//! - **Done**: the agent's report must show every target layout; then the
+//!   node keeps the new layout over a scheduler view that does not show it
+//!   yet (the device plugin / DRA driver republish after the change) for
+//!   up to [`SETTLE_S`].
+//! - **Refused or failed** (busy GPU, a reset not allowed, an NVML error):
+//!   the GPUs are left alone for [`HOLD_S`] (`withheld`), so the next plan
+//!   uses other GPUs or powers a node on.
+//! - **Deadline passed**: the command is closed as failed, the node is
+//!   Failed with that reason, and its demand is planned again.
+//!
+//! `gpu-operator` mode: the command is journaled undeliverable, accordd
+//! sets the Node label `nvidia.com/mig.config` to a named mig-parted
+//! configuration (written to the configs file first, by *effect*); when
+//! mig-manager says `success` the command is released and the agent, asked
+//! to rediscover, reports the new layout.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use accord::fleet::{Fleet, MigVia, Node};
+use accord::hardware::MigState;
+use accord::plan::{Action, Plan};
+use accord_api::agent::{CommandAction, CommandRecord, CommandResult, CommandState, MigTarget};
+use accord_api::mig_parted::{self, DeviceConfig};
+use tracing::{info, warn};
+
+use super::{node_ref, Event, Snapshot};
+
+/// How long a finished repartition's layout is preferred over a scheduler
+/// view that does not show it yet.
+pub(super) const SETTLE_S: u64 = 120;
+/// How long GPUs an agent refused (or failed) to repartition are left
+/// alone.
+pub(super) const HOLD_S: u64 = 300;
+/// How often the `nvidia.com/mig.config` label is sent again while the
+/// Node does not show it.
+const RELABEL_S: u64 = 30;
+
+/// What *effect* does about commands this round.
+#[derive(Debug, Clone, Default)]
+pub struct CommandEffects {
+    /// New commands to journal (the store numbers them).
+    pub open: Vec<CommandRecord>,
+    /// (node, generation, result): commands accordd closes (deadline
+    /// passed, mig-manager failed).
+    pub close: Vec<(String, u64, CommandResult)>,
+    /// (node, generation): `gpu-operator` commands the agent may now be
+    /// handed (mig-manager says `success`).
+    pub release: Vec<(String, u64)>,
+    /// mig-parted configurations to add to the configs file (before their
+    /// labels are set).
+    pub mig_configs: Vec<(String, Vec<DeviceConfig>)>,
+    /// (node, key, value): labels to set.
+    pub labels: Vec<(String, String, String)>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Commands {
+    /// Each node's latest command, as the snapshot showed it.
+    latest: BTreeMap<String, CommandRecord>,
+    /// Node → the generation whose end was already acted on.
+    handled: BTreeMap<String, u64>,
+    /// (node, GPU position) → until when, and why, it is left alone.
+    holds: BTreeMap<(String, usize), (u64, String)>,
+    /// Node → until when, and the layouts (by GPU position) it now has.
+    settling: BTreeMap<String, (u64, Vec<(usize, MigState)>)>,
+    /// Node → (generation, when its mig.config label was last sent).
+    labelled: BTreeMap<String, (u64, u64)>,
+}
+
+/// The kind label of a command's metrics.
+fn kind(via: MigVia) -> &'static str {
+    match via {
+        MigVia::Agent => "mig_agent",
+        MigVia::GpuOperator => "mig_gpu_operator",
+    }
+}
+
+fn via_text(via: MigVia) -> &'static str {
+    match via {
+        MigVia::Agent => "through the agent",
+        MigVia::GpuOperator => "through the GPU Operator",
+    }
+}
+
+fn result_label(r: &CommandResult) -> &'static str {
+    match r {
+        CommandResult::Done => "done",
+        CommandResult::Busy { .. } => "busy",
+        CommandResult::ResetRequired { .. } => "reset_required",
+        CommandResult::Failed { .. } => "failed",
+    }
+}
+
+/// The GPU position (what devices name) of NVML index `index` on `node`.
+fn position(node: &Node, index: u32) -> Option<usize> {
+    node.gpus
+        .iter()
+        .find(|g| g.nvml_index == index)
+        .map(|g| g.index)
+}
+
+/// The target layouts of `rec` as MIG states of `node`'s GPUs (targets
+/// that do not fit the GPU's profiles are left out: the agent refuses
+/// them).
+fn target_states(node: &Node, targets: &[MigTarget]) -> Vec<(usize, MigState)> {
+    targets
+        .iter()
+        .filter_map(|t| {
+            let g = node.gpus.iter().find(|g| g.nvml_index == t.index)?;
+            let state = g.mig.as_ref()?.with_layout(&t.layout).ok()?;
+            Some((g.index, state))
+        })
+        .collect()
+}
+
+/// Whether `node`'s model shows every target layout.
+fn shows(node: &Node, targets: &[MigTarget]) -> Result<(), String> {
+    for t in targets {
+        let Some(g) = node.gpus.iter().find(|g| g.nvml_index == t.index) else {
+            return Err(format!("the report has no GPU {}", t.index));
+        };
+        let Some(mig) = g.mig.as_deref() else {
+            return Err(format!("the report shows no MIG state on GPU {}", t.index));
+        };
+        let wanted = mig.with_layout(&t.layout).map_err(|e| e.to_string())?;
+        if !accord::plan::mig::same_layout(mig, &wanted) {
+            return Err(format!(
+                "GPU {} shows [{}], wanted [{}]",
+                t.index,
+                mig.layout()
+                    .map(|l| l.join(", "))
+                    .unwrap_or_else(|| "instances without placements".into()),
+                t.layout.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What [`Commands::absorb`] found (and [`Commands::issue`] says).
+#[derive(Debug, Default)]
+pub(super) struct Absorbed {
+    /// (node, reason): nodes to fail (a command's deadline passed).
+    pub fail: Vec<(String, String)>,
+    pub events: Vec<Event>,
+    pub metrics: Vec<(&'static str, &'static str)>,
+}
+
+impl Commands {
+    /// Takes this round's command records: acts once on each that ended
+    /// (done, refused, failed), closes those past their deadline, and
+    /// follows mig-manager for `gpu-operator` ones. `fleet` already holds
+    /// this round's reports.
+    pub(super) fn absorb(
+        &mut self,
+        snap: &Snapshot,
+        fleet: &Fleet,
+        act: bool,
+        effects: &mut CommandEffects,
+    ) -> Absorbed {
+        let now = snap.now;
+        let mut out = Absorbed::default();
+        self.holds.retain(|_, (until, _)| *until > now);
+        self.settling.retain(|_, (until, _)| *until > now);
+        self.latest = snap
+            .commands
+            .iter()
+            .map(|c| (c.node.clone(), c.clone()))
+            .collect();
+        for rec in snap.commands.iter() {
+            let node = &rec.node;
+            if self.handled.get(node).is_some_and(|g| *g >= rec.generation) {
+                continue;
+            }
+            let Some(model) = fleet.node(node) else {
+                continue;
+            };
+            match &rec.state {
+                CommandState::Closed { result, .. } => {
+                    self.handled.insert(node.clone(), rec.generation);
+                    self.ended(rec, result, model, now, &mut out);
+                }
+                _ if now >= rec.deadline => {
+                    self.handled.insert(node.clone(), rec.generation);
+                    let reason = format!(
+                        "MIG repartition {} (command {}) did not complete within {} s",
+                        via_text(rec.via),
+                        rec.generation,
+                        rec.deadline.saturating_sub(rec.opened_at)
+                    );
+                    warn!(node = %node, command = rec.generation, "{reason}; the node is failed and its demand planned again");
+                    out.metrics.push((kind(rec.via), "timeout"));
+                    out.events.push(Event {
+                        regarding: node_ref(node),
+                        reason: "MigRepartitionTimedOut",
+                        action: "Repartition",
+                        note: reason.clone(),
+                        warning: true,
+                    });
+                    if act {
+                        effects.close.push((
+                            node.clone(),
+                            rec.generation,
+                            CommandResult::Failed {
+                                reason: reason.clone(),
+                            },
+                        ));
+                    }
+                    out.fail.push((node.clone(), reason));
+                }
+                _ if rec.via == MigVia::GpuOperator && act => {
+                    self.follow_operator(rec, snap, effects, &mut out);
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// A command ended with `result`: verify, settle or hold.
+    fn ended(
+        &mut self,
+        rec: &CommandRecord,
+        result: &CommandResult,
+        model: &Node,
+        now: u64,
+        out: &mut Absorbed,
+    ) {
+        let node = &rec.node;
+        let verdict = match result {
+            CommandResult::Done => shows(model, &rec.targets).map_err(|why| {
+                format!("the agent said done, but its report does not show it: {why}")
+            }),
+            other => Err(other.describe()),
+        };
+        match verdict {
+            Ok(()) => {
+                let layouts = target_states(model, &rec.targets);
+                info!(node = %node, command = rec.generation, via = kind(rec.via), "MIG repartition done; the report shows it");
+                out.metrics.push((kind(rec.via), "done"));
+                out.events.push(Event {
+                    regarding: node_ref(node),
+                    reason: "MigRepartitioned",
+                    action: "Repartition",
+                    note: format!(
+                        "MIG repartitioned {} for {}: {}",
+                        via_text(rec.via),
+                        rec.for_workloads.join(", "),
+                        targets_text(&rec.targets)
+                    ),
+                    warning: false,
+                });
+                self.settling
+                    .insert(node.clone(), (now + SETTLE_S, layouts));
+            }
+            Err(why) => {
+                warn!(node = %node, command = rec.generation, reason = %why, "MIG repartition not done; its GPUs are left alone and the demand planned again");
+                out.metrics.push((
+                    kind(rec.via),
+                    match result {
+                        CommandResult::Done => "failed",
+                        r => result_label(r),
+                    },
+                ));
+                out.events.push(Event {
+                    regarding: node_ref(node),
+                    reason: "MigRepartitionRefused",
+                    action: "Repartition",
+                    note: format!(
+                        "MIG repartition {} for {} not done: {why}",
+                        via_text(rec.via),
+                        rec.for_workloads.join(", ")
+                    ),
+                    warning: true,
+                });
+                for t in &rec.targets {
+                    if let Some(pos) = position(model, t.index) {
+                        self.holds
+                            .insert((node.clone(), pos), (now + HOLD_S, why.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `gpu-operator`: keep the label set; on `success` hand the agent its
+    /// rediscovery; on `failed` close the command.
+    fn follow_operator(
+        &mut self,
+        rec: &CommandRecord,
+        snap: &Snapshot,
+        effects: &mut CommandEffects,
+        out: &mut Absorbed,
+    ) {
+        let node = &rec.node;
+        let Some(name) = &rec.mig_config else {
+            return;
+        };
+        let labels = snap.views.get(node).map(|v| &v.labels);
+        let shown = labels.and_then(|l| l.get(mig_parted::CONFIG_LABEL));
+        let state = labels.and_then(|l| l.get(mig_parted::STATE_LABEL));
+        if shown != Some(name) {
+            let due = match self.labelled.get(node) {
+                Some((g, at)) => *g != rec.generation || snap.now >= at + RELABEL_S,
+                None => true,
+            };
+            if due {
+                self.labelled
+                    .insert(node.clone(), (rec.generation, snap.now));
+                effects.labels.push((
+                    node.clone(),
+                    mig_parted::CONFIG_LABEL.to_owned(),
+                    name.clone(),
+                ));
+            }
+            return;
+        }
+        // The label shows our configuration: mig-manager's state is about
+        // it (it sets `pending` as soon as the label changes).
+        match state.map(String::as_str) {
+            Some("success") if !rec.deliver => {
+                info!(node = %node, config = %name, "mig-manager applied the configuration; asking the agent to rediscover");
+                effects.release.push((node.clone(), rec.generation));
+            }
+            Some("failed") if snap.now >= rec.opened_at + RELABEL_S => {
+                let reason = format!("mig-manager reports failed for configuration {name}");
+                effects.close.push((
+                    node.clone(),
+                    rec.generation,
+                    CommandResult::Failed { reason },
+                ));
+            }
+            _ => {}
+        }
+        let _ = out;
+    }
+
+    /// Plans `node` as its commands make it: in flight or settling, the
+    /// target layouts; held GPUs withheld from repartitioning. `viewed`:
+    /// the scheduler's view agrees with the model (no scheduler drift), so
+    /// a settled layout need not be forced.
+    pub(super) fn overlay(&self, node: &mut Node, viewed_agrees: bool) {
+        if let Some(rec) = self.latest.get(&node.name).filter(|r| r.is_open()) {
+            for (pos, state) in target_states(node, &rec.targets) {
+                accord::plan::mig::expect_layout(node, pos, &state);
+            }
+        } else if let (Some((_, layouts)), false) = (self.settling.get(&node.name), viewed_agrees) {
+            for (pos, state) in layouts {
+                accord::plan::mig::expect_layout(node, *pos, state);
+            }
+        }
+        for g in &mut node.gpus {
+            if self.holds.contains_key(&(node.name.clone(), g.index)) {
+                g.withheld = true;
+            }
+        }
+    }
+
+    /// A settling node whose scheduler view now agrees is settled.
+    pub(super) fn settled(&mut self, agreeing: &BTreeSet<String>) {
+        self.settling.retain(|n, _| !agreeing.contains(n));
+    }
+
+    /// Workloads waiting for a command in flight.
+    pub(super) fn waiting(&self) -> BTreeSet<String> {
+        self.latest
+            .values()
+            .filter(|r| r.is_open())
+            .flat_map(|r| r.for_workloads.iter().cloned())
+            .collect()
+    }
+
+    /// Nodes with a command in flight.
+    pub(super) fn in_flight(&self, node: &str) -> bool {
+        self.latest.get(node).is_some_and(|r| r.is_open())
+    }
+
+    /// Each node's latest command (the status shows them).
+    pub(super) fn latest(&self) -> Vec<CommandRecord> {
+        self.latest.values().cloned().collect()
+    }
+
+    /// The plan's MIG repartitions as new commands, one per node (none
+    /// while the node has one in flight). Returns the workloads they are
+    /// for.
+    pub(super) fn issue(
+        &mut self,
+        plan: &Plan,
+        seen: &Fleet,
+        now: u64,
+        deadline_s: u64,
+        effects: &mut CommandEffects,
+        said: &mut Absorbed,
+    ) -> BTreeSet<String> {
+        // Node → (GPU position, layout) and the workloads they are for.
+        type Wanted = (Vec<(usize, Vec<String>)>, BTreeSet<String>);
+        let mut per_node: BTreeMap<&str, Wanted> = BTreeMap::new();
+        for a in &plan.actions {
+            if let Action::ReconfigureMig {
+                node,
+                gpu,
+                layout,
+                for_workloads,
+            } = a
+            {
+                let e = per_node.entry(node.as_str()).or_default();
+                e.0.push((*gpu, layout.clone()));
+                e.1.extend(for_workloads.iter().cloned());
+            }
+        }
+        let mut waiting = BTreeSet::new();
+        for (name, (gpus, workloads)) in per_node {
+            if self.in_flight(name) {
+                continue;
+            }
+            let Some(node) = seen.node(name) else {
+                continue;
+            };
+            let targets: Vec<MigTarget> = gpus
+                .iter()
+                .filter_map(|(pos, layout)| {
+                    let g = node.gpus.iter().find(|g| g.index == *pos)?;
+                    Some(MigTarget {
+                        index: g.nvml_index,
+                        uuid: g.uuid.clone(),
+                        layout: layout.clone(),
+                    })
+                })
+                .collect();
+            if targets.is_empty() {
+                continue;
+            }
+            let via = node.mig_via;
+            let (action, deliver, mig_config) = match via {
+                MigVia::Agent => (
+                    CommandAction::ApplyMig {
+                        gpus: targets.clone(),
+                    },
+                    true,
+                    None,
+                ),
+                MigVia::GpuOperator => {
+                    let entries = operator_config(node, &targets);
+                    let config = mig_parted::config_name(&entries);
+                    effects.mig_configs.push((config.clone(), entries));
+                    effects.labels.push((
+                        name.to_owned(),
+                        mig_parted::CONFIG_LABEL.to_owned(),
+                        config.clone(),
+                    ));
+                    (CommandAction::Rediscover, false, Some(config))
+                }
+            };
+            info!(node = %name, via = kind(via), targets = %targets_text(&targets), workloads = %workloads.iter().cloned().collect::<Vec<_>>().join(","), "repartitioning MIG");
+            said.events.push(Event {
+                regarding: node_ref(name),
+                reason: "MigRepartitioning",
+                action: "Repartition",
+                note: format!(
+                    "repartitioning MIG {} for {}: {}",
+                    via_text(via),
+                    workloads.iter().cloned().collect::<Vec<_>>().join(", "),
+                    targets_text(&targets)
+                ),
+                warning: false,
+            });
+            said.metrics.push((kind(via), "issued"));
+            self.labelled.remove(name);
+            waiting.extend(workloads.iter().cloned());
+            effects.open.push(CommandRecord {
+                node: name.to_owned(),
+                generation: 0,
+                action,
+                via,
+                targets,
+                mig_config,
+                deliver,
+                for_workloads: workloads.into_iter().collect(),
+                opened_at: now,
+                deadline: now.saturating_add(deadline_s),
+                state: CommandState::Open,
+            });
+        }
+        waiting
+    }
+}
+
+/// The whole node's mig-parted configuration: every MIG-capable GPU with
+/// its target layout, or the layout it has now.
+fn operator_config(node: &Node, targets: &[MigTarget]) -> Vec<DeviceConfig> {
+    let mut out = Vec::new();
+    for g in &node.gpus {
+        let Some(mig) = g.mig.as_deref().filter(|m| m.capable) else {
+            continue;
+        };
+        let entry = match targets.iter().find(|t| t.index == g.nvml_index) {
+            Some(t) => mig_parted::device(g.nvml_index, Some(&t.layout)),
+            None if mig.current_mode == accord::hardware::MigMode::Enabled => {
+                let layout = mig.layout().unwrap_or_else(|| {
+                    mig.gpu_instances
+                        .iter()
+                        .map(|i| format!("{}@0", i.profile))
+                        .collect()
+                });
+                mig_parted::device(g.nvml_index, Some(&layout))
+            }
+            None => mig_parted::device(g.nvml_index, None),
+        };
+        out.push(entry);
+    }
+    out
+}
+
+fn targets_text(targets: &[MigTarget]) -> String {
+    targets
+        .iter()
+        .map(|t| format!("GPU {} → [{}]", t.index, t.layout.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}

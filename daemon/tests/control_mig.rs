@@ -1,0 +1,407 @@
+//! The twin for MIG repartitions: `decide` on hand-made snapshots, with
+//! the agent commands' records as the store would hold them after each
+//! round's effect. In flight → no second command and no power-on; done →
+//! the capacity counts once the report shows it; refused (busy) → the
+//! next plan leaves that GPU alone; deadline passed → the node fails.
+
+use std::time::Duration;
+
+use accord::demand::Demand;
+use accord::fleet::Fleet;
+use accord::hardware::{MigMode, MigState, NodeHardware};
+use accord::lifecycle::{Deadlines, Stage};
+use accord::plan::Action;
+use accord_api::agent::{BusyGpu, CommandAction, CommandRecord, CommandResult, CommandState};
+use accord_api::control::{Mode, WorkloadState};
+use accordd::control::decide::{Decider, Decision, Settings, Snapshot};
+
+const FLEET: &str = r#"
+[profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+gpu_memory_gib = 80
+cpu = "192"
+memory = "2Ti"
+
+[[racks]]
+name = "r1"
+
+[[nodes]]
+name = "r1-n1"
+rack = "r1"
+profile = "h100"
+
+[[nodes]]
+name = "r1-n2"
+rack = "r1"
+profile = "h100"
+"#;
+
+const T0: u64 = 100_000;
+const DEADLINE_S: u64 = 120;
+const H100: &str = "NVIDIA H100 80GB HBM3";
+
+/// r1-n1's model as its agent reports it: 8 H100s, MIG capable, MIG off.
+fn reported() -> NodeHardware {
+    let profile = accord::fleet::HardwareProfile {
+        gpus: 8,
+        gpu_model: Some(H100.into()),
+        gpu_memory_gib: 80,
+        ..accord::fleet::HardwareProfile::new("192", "2Ti")
+    };
+    let mut hw = accord::fleet::hardware_from_profile(&profile, &[]);
+    for (i, g) in hw.gpus.iter_mut().enumerate() {
+        g.uuid = Some(format!("GPU-0000000{i}"));
+        g.sources = vec![accord::hardware::Source::Nvml];
+        g.mig = Some(MigState {
+            capable: true,
+            current_mode: MigMode::Disabled,
+            pending_mode: MigMode::Disabled,
+            profiles: accord::hardware::mig::catalog::profiles_for_model(H100).unwrap(),
+            gpu_instances: Vec::new(),
+        });
+    }
+    hw
+}
+
+/// `hw` with GPU `gpu` (NVML index) partitioned as `layout`.
+fn with_layout(mut hw: NodeHardware, gpu: u32, layout: &[String]) -> NodeHardware {
+    let g = hw.gpus.iter_mut().find(|g| g.index == gpu).unwrap();
+    let mut state = g.mig.as_ref().unwrap().with_layout(layout).unwrap();
+    for (k, gi) in state.gpu_instances.iter_mut().enumerate() {
+        gi.compute_instances = vec![accord::hardware::ComputeInstance {
+            id: 0,
+            uuid: Some(format!("MIG-{gpu}-{k}")),
+            sm_count: None,
+            memory_mib: None,
+        }];
+    }
+    g.mig = Some(state);
+    hw
+}
+
+fn mig_pods(count: u32) -> Demand {
+    Demand::from_json(
+        &serde_json::json!({"workloads": [{"name": "infer", "namespace": "ml",
+            "pod_sets": [{"name": "w", "count": count,
+                "pod": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/mig-1g.10gb": "1"}}}]}]})
+        .to_string(),
+        "demand.json",
+    )
+    .unwrap()
+}
+
+struct Twin {
+    decider: Decider,
+    world: Snapshot,
+    now: u64,
+}
+
+impl Twin {
+    /// r1-n1 is on and Ready, its agent has reported; r1-n2 is off.
+    fn new() -> Twin {
+        let fleet = Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+        let settings = Settings {
+            mode: Mode::Act,
+            deadlines: Deadlines::default(),
+            booking_s: 300,
+            command_deadline_s: DEADLINE_S,
+        };
+        let mut world = Snapshot::default();
+        world.bmc.insert("r1-n1".into(), true);
+        world.bmc.insert("r1-n2".into(), false);
+        world.agents.insert("r1-n1".into(), T0 + 1);
+        world.kube_ready.insert("r1-n1".into(), true);
+        world.reports.insert("r1-n1".into(), reported());
+        let mut t = Twin {
+            decider: Decider::new(fleet, settings, T0),
+            world,
+            now: T0,
+        };
+        t.round(1);
+        t.round(1);
+        assert!(
+            matches!(t.stage("r1-n1"), Stage::Idle | Stage::Ready),
+            "{:?}",
+            t.stage("r1-n1")
+        );
+        t
+    }
+
+    /// Decide `after_s` after the last round, then play the store: new
+    /// commands journaled (numbered), closes applied.
+    fn round(&mut self, after_s: u64) -> Decision {
+        self.now += after_s;
+        let mut snap = self.world.clone();
+        snap.now = self.now;
+        snap.mono = Duration::from_secs(self.now - T0);
+        let d = self.decider.decide(&snap);
+        // Reports are absorbed once.
+        self.world.reports.clear();
+        for rec in &d.commands.open {
+            let last = self
+                .world
+                .commands
+                .iter()
+                .find(|c| c.node == rec.node)
+                .map_or(0, |c| c.generation);
+            self.world.commands.retain(|c| c.node != rec.node);
+            let mut rec = rec.clone();
+            rec.generation = last + 1;
+            self.world.commands.push(rec);
+        }
+        for (node, generation, result) in &d.commands.close {
+            self.close(node, *generation, result.clone());
+        }
+        d
+    }
+
+    fn close(&mut self, node: &str, generation: u64, result: CommandResult) {
+        for c in &mut self.world.commands {
+            if c.node == node && c.generation == generation && c.is_open() {
+                c.state = CommandState::Closed {
+                    at: self.now,
+                    result: result.clone(),
+                };
+            }
+        }
+    }
+
+    fn command(&self, node: &str) -> CommandRecord {
+        self.world
+            .commands
+            .iter()
+            .find(|c| c.node == node)
+            .cloned()
+            .unwrap()
+    }
+
+    fn stage(&self, node: &str) -> Stage {
+        self.decider.life(node).unwrap().stage
+    }
+}
+
+fn power_ons(d: &Decision) -> usize {
+    d.power
+        .iter()
+        .filter(|a| matches!(a, Action::PowerOn { .. }))
+        .count()
+}
+
+fn targets(rec: &CommandRecord) -> Vec<(u32, usize)> {
+    match &rec.action {
+        CommandAction::ApplyMig { gpus } => {
+            gpus.iter().map(|g| (g.index, g.layout.len())).collect()
+        }
+        CommandAction::Rediscover => Vec::new(),
+    }
+}
+
+#[test]
+fn an_idle_gpu_is_repartitioned_once_and_its_capacity_counts_when_the_report_shows_it() {
+    let mut t = Twin::new();
+    t.world.demand = mig_pods(3);
+    let d = t.round(1);
+    assert_eq!(power_ons(&d), 0, "{:?}", d.status.actions);
+    assert_eq!(d.commands.open.len(), 1, "{:?}", d.status.actions);
+    let rec = t.command("r1-n1");
+    assert_eq!(rec.generation, 1);
+    // GPU 0 becomes seven 1g.10gb instances, through the agent.
+    assert_eq!(targets(&rec), [(0, 7)]);
+    assert_eq!(rec.deadline, rec.opened_at + DEADLINE_S);
+    assert!(rec.deliver);
+    assert_eq!(d.status.workloads[0].state, WorkloadState::Repartitioning);
+    assert!(d.events.iter().any(|e| e.reason == "MigRepartitioning"));
+    assert_eq!(d.metrics.commands, [("mig_agent", "issued")]);
+
+    // In flight: no second command, nothing powered on, still waiting.
+    t.world.commands[0].state = CommandState::Sent { at: t.now };
+    for _ in 0..3 {
+        let d = t.round(5);
+        assert!(d.commands.open.is_empty(), "{:?}", d.commands.open);
+        assert_eq!(power_ons(&d), 0);
+        assert!(
+            !d.status
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::ReconfigureMig { .. })),
+            "the same repartition proposed again: {:?}",
+            d.status.actions
+        );
+        assert_eq!(d.status.workloads[0].state, WorkloadState::Repartitioning);
+    }
+
+    // Done: the report shows the layout; the pods fit where they are.
+    let layout = match &rec.action {
+        CommandAction::ApplyMig { gpus } => gpus[0].layout.clone(),
+        CommandAction::Rediscover => unreachable!(),
+    };
+    t.world
+        .reports
+        .insert("r1-n1".into(), with_layout(reported(), 0, &layout));
+    t.close("r1-n1", 1, CommandResult::Done);
+    let d = t.round(5);
+    assert_eq!(d.metrics.commands, [("mig_agent", "done")]);
+    assert!(d.events.iter().any(|e| e.reason == "MigRepartitioned"));
+    assert_eq!(d.status.workloads[0].state, WorkloadState::Placed);
+    assert!(d.commands.open.is_empty());
+    // Accord's own repartition is not drift from the declaration.
+    let n = d.status.nodes.iter().find(|n| n.name == "r1-n1").unwrap();
+    assert!(n.drift.is_empty(), "{:?}", n.drift);
+    assert!(
+        d.events.iter().all(|e| e.reason != "HardwareDrift"),
+        "{:?}",
+        d.events
+    );
+    assert_eq!(power_ons(&d), 0);
+    // And later rounds do not propose it again.
+    let d = t.round(5);
+    assert!(
+        d.commands.open.is_empty() && d.status.actions.is_empty(),
+        "{:?}",
+        d.status.actions
+    );
+}
+
+#[test]
+fn a_done_that_the_report_does_not_show_is_not_capacity() {
+    let mut t = Twin::new();
+    t.world.demand = mig_pods(2);
+    t.round(1);
+    // The agent says done, but its report still shows MIG off.
+    t.world.reports.insert("r1-n1".into(), reported());
+    t.close("r1-n1", 1, CommandResult::Done);
+    let d = t.round(5);
+    assert_eq!(d.metrics.commands.first(), Some(&("mig_agent", "failed")));
+    assert!(d
+        .events
+        .iter()
+        .any(|e| e.reason == "MigRepartitionRefused" && e.note.contains("does not show")));
+    // GPU 0 is left alone: the next command is for another GPU.
+    let rec = t.command("r1-n1");
+    assert_eq!(rec.generation, 2, "{:?}", d.commands);
+    assert_eq!(targets(&rec)[0].0, 1);
+}
+
+#[test]
+fn a_busy_gpu_is_never_repartitioned_the_demand_is_planned_again() {
+    let mut t = Twin::new();
+    t.world.demand = mig_pods(3);
+    t.round(1);
+    assert_eq!(targets(&t.command("r1-n1")), [(0, 7)]);
+    // The agent refuses: a process uses GPU 0.
+    t.close(
+        "r1-n1",
+        1,
+        CommandResult::Busy {
+            gpus: vec![BusyGpu {
+                index: 0,
+                pids: vec![4242],
+            }],
+        },
+    );
+    let d = t.round(5);
+    assert_eq!(d.metrics.commands[0], ("mig_agent", "busy"));
+    let refused = d
+        .events
+        .iter()
+        .find(|e| e.reason == "MigRepartitionRefused")
+        .unwrap();
+    assert!(
+        refused.warning && refused.note.contains("4242"),
+        "{}",
+        refused.note
+    );
+    // Planned again in the same round: GPU 1, never GPU 0.
+    let rec = t.command("r1-n1");
+    assert_eq!(rec.generation, 2);
+    assert_eq!(targets(&rec), [(1, 7)]);
+    assert_eq!(power_ons(&d), 0);
+}
+
+#[test]
+fn a_command_past_its_deadline_fails_the_node_and_its_demand_is_planned_again() {
+    let mut t = Twin::new();
+    t.world.demand = mig_pods(3);
+    t.round(1);
+    t.world.commands[0].state = CommandState::Sent { at: t.now };
+    let d = t.round(DEADLINE_S - 1);
+    assert!(d.commands.close.is_empty());
+    assert_ne!(t.stage("r1-n1"), Stage::Failed);
+    let d = t.round(1);
+    assert_eq!(d.commands.close.len(), 1, "{:?}", d.commands);
+    assert!(matches!(
+        &d.commands.close[0].2,
+        CommandResult::Failed { reason } if reason.contains("did not complete within 120 s")
+    ));
+    assert_eq!(t.stage("r1-n1"), Stage::Failed);
+    let why = t.decider.life("r1-n1").unwrap().reason.clone().unwrap();
+    assert!(why.contains("MIG repartition"), "{why}");
+    assert!(d
+        .events
+        .iter()
+        .any(|e| e.reason == "MigRepartitionTimedOut" && e.warning));
+    assert_eq!(d.metrics.commands[0], ("mig_agent", "timeout"));
+    // Planned again: not on the failed node.
+    assert!(d.commands.open.is_empty());
+    assert_ne!(d.status.workloads[0].state, WorkloadState::Repartitioning);
+}
+
+#[test]
+fn gpu_operator_mode_sets_the_label_and_hands_the_agent_a_rediscovery_on_success() {
+    let text = FLEET.replace(
+        "[[racks]]",
+        "[policy]\nmig_via = \"gpu-operator\"\n\n[[racks]]",
+    );
+    let fleet = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+    let mut t = Twin::new();
+    t.decider = Decider::new(
+        fleet,
+        Settings {
+            mode: Mode::Act,
+            deadlines: Deadlines::default(),
+            booking_s: 300,
+            command_deadline_s: DEADLINE_S,
+        },
+        t.now,
+    );
+    t.world.reports.insert("r1-n1".into(), reported());
+    t.round(1);
+    t.round(1);
+    t.world.demand = mig_pods(3);
+    let d = t.round(1);
+    let rec = t.command("r1-n1");
+    assert_eq!(rec.action, CommandAction::Rediscover);
+    assert!(!rec.deliver);
+    let name = rec.mig_config.clone().unwrap();
+    assert_eq!(d.commands.mig_configs.len(), 1);
+    assert_eq!(d.commands.mig_configs[0].0, name);
+    // GPU 0 gets seven 1g.10gb; the other seven stay as they are (off).
+    let entries = &d.commands.mig_configs[0].1;
+    assert_eq!(entries.len(), 8);
+    assert_eq!(entries[0].mig_devices["1g.10gb"], 7);
+    assert!(entries[1..].iter().all(|e| !e.mig_enabled));
+    assert_eq!(
+        d.commands.labels,
+        [(
+            "r1-n1".to_owned(),
+            "nvidia.com/mig.config".to_owned(),
+            name.clone()
+        )]
+    );
+    // mig-manager works on it, then says success: the agent is asked to
+    // rediscover.
+    let mut view = accord::truth::SchedulerView::default();
+    view.labels
+        .insert("nvidia.com/mig.config".into(), name.clone());
+    view.labels
+        .insert("nvidia.com/mig.config.state".into(), "pending".into());
+    t.world.views.insert("r1-n1".into(), view.clone());
+    let d = t.round(5);
+    assert!(d.commands.release.is_empty() && d.commands.labels.is_empty());
+    view.labels
+        .insert("nvidia.com/mig.config.state".into(), "success".into());
+    t.world.views.insert("r1-n1".into(), view);
+    let d = t.round(5);
+    assert_eq!(d.commands.release, [("r1-n1".to_owned(), 1)]);
+}

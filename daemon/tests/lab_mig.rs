@@ -1,0 +1,283 @@
+//! End to end in the lab, with the real accordd: MIG demand is met by
+//! repartitioning an idle GPU of a node that is on, through its agent or
+//! through the GPU Operator's mig-manager (the lab plays both on the
+//! machine's replayed NVML), and the scheduler sees the new devices
+//! because the lab's kubelet and device plugin republish them from the
+//! machine's new state. Nothing is powered on for it.
+
+use std::time::Duration;
+
+use accord::hardware::MigMode;
+use accord_api::agent::{CommandAction, CommandResult, CommandState};
+use accord_api::control::ControlStatus;
+use accord_lab::Lab;
+
+mod support;
+use support::lab::*;
+
+/// r1-n1 is on (it ran something earlier), replaying 8 x H100 with MIG
+/// off; r1-n2 is dark.
+const FLEET: &str = r#"
+[fleet.policy]
+idle_power_off_after_s = 600
+
+[fleet.profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "4"
+memory = "1500Gi"
+power_kw = 10.2
+
+[[fleet.racks]]
+name = "r1"
+
+[[fleet.nodes]]
+name = "r1-n1"
+rack = "r1"
+profile = "h100"
+power = "on"
+[[fleet.nodes]]
+name = "r1-n2"
+rack = "r1"
+profile = "h100"
+"#;
+
+/// `n` pods asking for one `1g.10gb` MIG device each: no GPU has one.
+fn mig_pods(name: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "---\n{{apiVersion: v1, kind: Pod, metadata: {{namespace: ml, name: {name}-{i}}}, spec: {{containers: [{{name: c, image: c, resources: {{requests: {{cpu: 100m, memory: 1Gi}}, limits: {{nvidia.com/mig-1g.10gb: \"1\"}}}}}}]}}}}\n"
+            )
+        })
+        .collect()
+}
+
+/// Starts the lab and waits until accordd plans r1-n1 with its agent's
+/// report (so the demand, released next, meets the machine as it is).
+async fn start_mig(test: &str, settings: &str, fleet: &str) -> Lab {
+    let lab = start(
+        test,
+        scenario(settings, fleet, &[("infer", mig_pods("infer", 3), 600_000)]),
+    )
+    .await;
+    lab.wait_status(
+        "r1-n1 up and planned with its agent's report",
+        Duration::from_secs(60),
+        |s| {
+            s.nodes.iter().any(|n| {
+                n.name == "r1-n1"
+                    && n.model == accord_api::control::ModelSource::Reported
+                    && matches!(
+                        n.stage,
+                        accord::lifecycle::Stage::Idle | accord::lifecycle::Stage::Ready
+                    )
+            })
+        },
+    )
+    .await
+    .unwrap();
+    lab.release("infer").unwrap();
+    lab
+}
+
+/// The Node's allocatable `nvidia.com/mig-1g.10gb`.
+fn mig_allocatable(lab: &Lab, node: &str) -> String {
+    lab.api.get("v1", "Node", "", node).unwrap()["status"]["allocatable"]["nvidia.com/mig-1g.10gb"]
+        .as_str()
+        .unwrap_or("0")
+        .to_owned()
+}
+
+/// What must hold once the pods are bound, whoever repartitioned: bound on
+/// r1-n1, nothing powered on, one repartition, never proposed again.
+async fn bound_on_the_repartitioned_node(lab: &Lab, kind: &str) -> ControlStatus {
+    bound(lab, "infer", Duration::from_secs(120)).await;
+    assert_eq!(nodes_of(lab, "ml/infer-"), set(&["r1-n1"]));
+    assert!(
+        lab.nodes_powered_on().is_empty(),
+        "{:?}",
+        lab.nodes_powered_on()
+    );
+    assert!(
+        lab.proxy.log().iter().all(|l| !l.power_on),
+        "a power-on Reset was sent"
+    );
+    assert_eq!(lab.emulator_resets("r1-n2"), 0);
+    // The scheduler saw the new devices: the kubelet stand-in republished
+    // them from the machine's new state.
+    assert_eq!(mig_allocatable(lab, "r1-n1"), "7");
+    // Accord does not propose the same repartition again: a few rounds
+    // later the command is still the first, and no action is planned.
+    let st = current_status(lab).await;
+    let st = rounds_after(lab, &st, 4).await;
+    assert_eq!(st.commands.len(), 1, "{:?}", st.commands);
+    let c = &st.commands[0];
+    assert_eq!((c.node.as_str(), c.generation), ("r1-n1", 1), "{c:?}");
+    assert!(
+        matches!(
+            &c.state,
+            CommandState::Closed {
+                result: CommandResult::Done,
+                ..
+            }
+        ),
+        "{c:?}"
+    );
+    assert!(st.actions.is_empty(), "{:?}", st.actions);
+    let m = metrics(lab).await;
+    for result in ["issued", "done"] {
+        let line = format!("accord_actions_total{{kind=\"{kind}\",result=\"{result}\"}} 1");
+        assert!(m.contains(&line), "no `{line}` in\n{m}");
+    }
+    let events = lab.api.list("events.k8s.io/v1", "Event");
+    for reason in ["MigRepartitioning", "MigRepartitioned"] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e["reason"] == reason && e["regarding"]["name"] == "r1-n1"),
+            "no {reason} event: {events:#?}"
+        );
+    }
+    st
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_gpu_is_repartitioned_through_the_agent_and_the_pods_bind_to_its_instances() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let lab = start_mig("mig_through_the_agent", QUICK, FLEET).await;
+    let st = bound_on_the_repartitioned_node(&lab, "mig_agent").await;
+    let c = &st.commands[0];
+    let CommandAction::ApplyMig { gpus } = &c.action else {
+        panic!("{c:?}");
+    };
+    assert_eq!(gpus.len(), 1);
+    assert_eq!(gpus[0].layout.len(), 7, "{gpus:?}");
+    // The machine itself: that GPU is partitioned, once.
+    let machine = lab.machine_gpus("r1-n1").expect("r1-n1 is on");
+    assert_eq!(machine.repartitions(), 1);
+    let snap = machine.snapshot();
+    let gpu = snap
+        .devices
+        .iter()
+        .find(|d| d.index == gpus[0].index)
+        .unwrap();
+    let mig = gpu.mig.as_ref().unwrap();
+    assert_eq!(mig.current_mode, MigMode::Enabled);
+    assert_eq!(mig.layout().unwrap(), gpus[0].layout);
+    let summary = lab.summary(None);
+    assert_eq!(
+        summary.mig_repartitions.get("agent"),
+        Some(&1),
+        "{}",
+        summary.render()
+    );
+    assert!(
+        summary.render().contains("MIG repartitions"),
+        "{}",
+        summary.render()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_gpu_operator_accordd_sets_the_mig_config_label_and_waits_for_success() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let fleet = FLEET.replace(
+        "idle_power_off_after_s = 600",
+        "idle_power_off_after_s = 600\nmig_via = \"gpu-operator\"",
+    );
+    let lab = start_mig("mig_through_the_gpu_operator", QUICK, &fleet).await;
+    let st = bound_on_the_repartitioned_node(&lab, "mig_gpu_operator").await;
+    let c = &st.commands[0];
+    assert_eq!(c.action, CommandAction::Rediscover);
+    let name = c.mig_config.clone().expect("a mig-parted configuration");
+    let node = lab.api.get("v1", "Node", "", "r1-n1").unwrap();
+    let labels = &node["metadata"]["labels"];
+    assert_eq!(labels["nvidia.com/mig.config"], name.as_str(), "{labels}");
+    assert_eq!(labels["nvidia.com/mig.config.state"], "success", "{labels}");
+    // accordd wrote the configuration it named, in mig-parted's format.
+    let file = std::fs::read_to_string(lab.dir.path().join(accord_lab::MIG_PARTED_FILE)).unwrap();
+    assert!(
+        file.contains("mig-configs:") && file.contains(&name),
+        "{file}"
+    );
+    // The label was accordd's write.
+    assert!(
+        lab.api
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("PATCH /api/v1/nodes/r1-n1")),
+        "{:?}",
+        lab.api.requests()
+    );
+    let summary = lab.summary(None);
+    assert_eq!(
+        summary.mig_repartitions.get("gpu-operator"),
+        Some(&1),
+        "{}",
+        summary.render()
+    );
+    assert_eq!(
+        summary.mig_repartitions.get("agent"),
+        None,
+        "{}",
+        summary.render()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_gpu_is_never_repartitioned_the_agent_refuses_and_accordd_plans_again() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    // A process Kubernetes does not know uses r1-n1's GPU 0, the one the
+    // planner would take first.
+    let settings = format!("{QUICK}\n[lab.machines.r1-n1]\nbusy_gpus = [0]\n");
+    let lab = start_mig("mig_busy_gpu", &settings, FLEET).await;
+    bound(&lab, "infer", Duration::from_secs(120)).await;
+    assert_eq!(nodes_of(&lab, "ml/infer-"), set(&["r1-n1"]));
+    assert!(lab.nodes_powered_on().is_empty());
+    // The pods can bind before accordd's next round absorbs the outcome.
+    let st = lab
+        .wait_status(
+            "r1-n1's second command done in accordd's status",
+            Duration::from_secs(30),
+            |s| {
+                s.commands.iter().any(|c| {
+                    c.generation == 2
+                        && matches!(
+                            &c.state,
+                            CommandState::Closed {
+                                result: CommandResult::Done,
+                                ..
+                            }
+                        )
+                })
+            },
+        )
+        .await
+        .unwrap();
+    let c = &st.commands[0];
+    assert_eq!(c.generation, 2, "{c:?}");
+    let CommandAction::ApplyMig { gpus } = &c.action else {
+        panic!("{c:?}");
+    };
+    assert!(gpus.iter().all(|g| g.index != 0), "{gpus:?}");
+    // GPU 0 was never touched.
+    let machine = lab.machine_gpus("r1-n1").expect("r1-n1 is on");
+    let snap = machine.snapshot();
+    let gpu0 = snap.devices.iter().find(|d| d.index == 0).unwrap();
+    assert_eq!(gpu0.mig.as_ref().unwrap().current_mode, MigMode::Disabled);
+    assert!(gpu0.mig.as_ref().unwrap().gpu_instances.is_empty());
+    assert_eq!(machine.repartitions(), 1);
+    let events = lab.api.list("events.k8s.io/v1", "Event");
+    assert!(
+        events.iter().any(|e| e["reason"] == "MigRepartitionRefused"
+            && e["type"] == "Warning"
+            && e["note"].as_str().is_some_and(|n| n.contains("in use"))),
+        "{events:#?}"
+    );
+    let m = metrics(&lab).await;
+    assert!(
+        m.contains("accord_actions_total{kind=\"mig_agent\",result=\"busy\"} 1"),
+        "{m}"
+    );
+}
