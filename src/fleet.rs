@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::demand::{Taint, TaintEffect};
 use crate::device::{devices_from_hardware, CounterSets, Device, NodeDevices, PlannerGpu, Sharing};
 use crate::hardware::{
-    mig::catalog, Gpu, GpuInstance, MigMode, MigPlacement, MigState, Nic, NicKind, NodeHardware,
-    NumaNode, PciBusId, Source,
+    mig::catalog, Gpu, MigMode, MigProfile, MigState, Nic, NicKind, NodeHardware, NumaNode,
+    PciBusId, Source,
 };
 use crate::quantity::{self, Milli};
 use crate::truth::{compare, Drift, Stated};
@@ -261,6 +261,37 @@ fn default_pods() -> i64 {
 /// Synthetic-model defaults for profile keys left unset.
 const DEFAULT_GPUS_PER_PCIE_ROOT: u32 = 1;
 const DEFAULT_NUMA_NODES: u32 = 2;
+
+/// Plausibility limits on the fleet file's numbers, each far above any real
+/// machine (like accordd's on agent reports, `daemon/src/api/limits.rs`):
+/// a declaration past one is a typo or hostile, and the synthetic model of
+/// a profile allocates by these numbers. `validate` refuses what is past
+/// them; building the fleet clamps to them as well, so nothing allocates
+/// or overflows by an unchecked number even without `validate`.
+pub mod max {
+    /// GPUs per node (an HGX/DGX board has 8, the largest systems 16).
+    pub const GPUS: u32 = 64;
+    /// RDMA NICs per node.
+    pub const NICS: u32 = 1024;
+    /// NUMA nodes per node.
+    pub const NUMA_NODES: u32 = 64;
+    /// GPUs under one PCIe root: the synthetic model makes them PCI
+    /// devices 0.. on the root's bus, its NIC device 0x1f.
+    pub const GPUS_PER_PCIE_ROOT: u32 = 16;
+    /// Memory per GPU, GiB (the largest today have under 300).
+    pub const GPU_MEMORY_GIB: u64 = 4096;
+    /// Pods per node (kubelet's default is 110; large nodes run a few
+    /// hundred).
+    pub const PODS: i64 = 10_000;
+    /// A node's draw when on, kW (an 8-GPU node draws about 10).
+    pub const NODE_POWER_KW: f64 = 1_000.0;
+    /// A rack's power budget, kW (a liquid-cooled rack takes about 130).
+    pub const RACK_POWER_KW: f64 = 1_000_000.0;
+    /// Seconds an idle node waits for its power-off: ten years.
+    pub const IDLE_POWER_OFF_AFTER_S: u64 = 10 * 365 * 24 * 3600;
+    /// Warm spares kept per rack or per profile.
+    pub const WARM_SPARES: u32 = 10_000;
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -767,13 +798,31 @@ impl FleetFile {
                 }
             }
         }
-        for p in self.policy.warm_spares_per_profile.keys() {
+        for (p, n) in &self.policy.warm_spares_per_profile {
             if !self.profiles.contains_key(p) {
                 problems.push(format!(
                     "policy.warm_spares_per_profile.{p}: no such profile"
                 ));
             }
+            at_most(
+                &mut problems,
+                &format!("policy.warm_spares_per_profile.{p}"),
+                u64::from(*n),
+                u64::from(max::WARM_SPARES),
+            );
         }
+        at_most(
+            &mut problems,
+            "policy.warm_spares_per_rack",
+            u64::from(self.policy.warm_spares_per_rack),
+            u64::from(max::WARM_SPARES),
+        );
+        at_most(
+            &mut problems,
+            "policy.idle_power_off_after_s",
+            self.policy.idle_power_off_after_s,
+            max::IDLE_POWER_OFF_AFTER_S,
+        );
         let racks: BTreeSet<&str> = self.racks.iter().map(|r| r.name.as_str()).collect();
         if racks.len() != self.racks.len() {
             problems.push("racks: duplicate rack names".into());
@@ -827,11 +876,15 @@ impl FleetFile {
             }
         }
         for r in &self.racks {
-            if r.power_budget_kw.is_some_and(|b| b.is_nan() || b <= 0.0) {
-                problems.push(format!(
-                    "racks.{}.power_budget_kw: must be positive",
-                    r.name
-                ));
+            if let Some(kw) = r.power_budget_kw {
+                if !(kw.is_finite() && kw > 0.0 && kw <= max::RACK_POWER_KW) {
+                    problems.push(format!(
+                        "racks.{}.power_budget_kw: {kw} is not a power budget (kW, above 0 \
+                         and at most {})",
+                        r.name,
+                        max::RACK_POWER_KW
+                    ));
+                }
             }
             if r.max_concurrent_power_ons == Some(0) {
                 problems.push(format!(
@@ -841,33 +894,55 @@ impl FleetFile {
             }
         }
         for (name, p) in &self.profiles {
-            if quantity::parse(&p.cpu).is_err() {
-                problems.push(format!("profiles.{name}.cpu: invalid quantity {:?}", p.cpu));
-            }
-            if quantity::parse(&p.memory).is_err() {
-                problems.push(format!(
-                    "profiles.{name}.memory: invalid quantity {:?}",
-                    p.memory
-                ));
-            }
+            let key = |k: &str| format!("profiles.{name}.{k}");
+            problems.extend(quantity_problem(&key("cpu"), &p.cpu));
+            problems.extend(quantity_problem(&key("memory"), &p.memory));
             if p.gpus > 0 && p.gpu_model.is_none() {
                 problems.push(format!("profiles.{name}.gpu_model: required when gpus > 0"));
             }
-            if p.gpus_per_pcie_root == Some(0) {
+            at_most(
+                &mut problems,
+                &key("gpus"),
+                u64::from(p.gpus),
+                u64::from(max::GPUS),
+            );
+            at_most(
+                &mut problems,
+                &key("gpu_memory_gib"),
+                p.gpu_memory_gib,
+                max::GPU_MEMORY_GIB,
+            );
+            if let Some(nics) = p.nics {
+                at_most(
+                    &mut problems,
+                    &key("nics"),
+                    u64::from(nics),
+                    u64::from(max::NICS),
+                );
+            }
+            if !(0..=max::PODS).contains(&p.pods) {
                 problems.push(format!(
-                    "profiles.{name}.gpus_per_pcie_root: must be at least 1"
+                    "profiles.{name}.pods: {} is not a pod limit (0 to {})",
+                    p.pods,
+                    max::PODS
                 ));
             }
-            if p.numa_nodes == Some(0) {
-                problems.push(format!("profiles.{name}.numa_nodes: must be at least 1"));
-            }
-            for entry in &p.mig_layout {
-                if parse_layout_entry(entry).is_none() {
-                    problems.push(format!(
-                        "profiles.{name}.mig_layout: {entry:?} is not PROFILE@START"
-                    ));
+            problems.extend(power_problem(&key("power_kw"), p.power_kw));
+            for (k, value, limit) in [
+                (
+                    "gpus_per_pcie_root",
+                    p.gpus_per_pcie_root,
+                    max::GPUS_PER_PCIE_ROOT,
+                ),
+                ("numa_nodes", p.numa_nodes, max::NUMA_NODES),
+            ] {
+                match value {
+                    Some(0) => problems.push(format!("profiles.{name}.{k}: must be at least 1")),
+                    Some(n) => at_most(&mut problems, &key(k), u64::from(n), u64::from(limit)),
+                    None => {}
                 }
             }
+            problems.extend(layout_problem(&key("mig_layout"), p, &p.mig_layout));
         }
         let mut names = BTreeSet::new();
         for n in &self.nodes {
@@ -896,18 +971,29 @@ impl FleetFile {
             }
             for (key, q) in [("cpu", &n.cpu), ("memory", &n.memory)] {
                 if let Some(q) = q {
-                    if quantity::parse(q).is_err() {
-                        problems.push(format!("nodes.{}.{key}: invalid quantity {q:?}", n.name));
-                    }
+                    problems.extend(quantity_problem(&format!("nodes.{}.{key}", n.name), q));
                 }
             }
             for (k, q) in &n.extended {
-                if quantity::parse(q).is_err() {
-                    problems.push(format!(
-                        "nodes.{}.extended.{k}: invalid quantity {q:?}",
-                        n.name
-                    ));
-                }
+                problems.extend(quantity_problem(
+                    &format!("nodes.{}.extended.{k}", n.name),
+                    q,
+                ));
+            }
+            if let Some(kw) = n.power_kw {
+                problems.extend(power_problem(&format!("nodes.{}.power_kw", n.name), kw));
+            }
+            // A node of a profile: its layout on the profile's GPUs; one
+            // with a model file: checked on its GPUs once loaded.
+            if let (Some(layout), Some(p)) = (
+                &n.mig_layout,
+                n.profile.as_ref().and_then(|p| self.profiles.get(p)),
+            ) {
+                problems.extend(layout_problem(
+                    &format!("nodes.{}.mig_layout", n.name),
+                    p,
+                    layout,
+                ));
             }
         }
         let mut res_names = BTreeSet::new();
@@ -963,7 +1049,12 @@ impl FleetFile {
                     r.name.clone(),
                     Rack {
                         name: r.name.clone(),
-                        power_budget_kw: r.power_budget_kw,
+                        // Checked; unchecked, a budget that is not a
+                        // number powers nothing on (NaN would pass every
+                        // comparison with it).
+                        power_budget_kw: r
+                            .power_budget_kw
+                            .map(|kw| if kw.is_nan() { 0.0 } else { kw }),
                         max_concurrent_power_ons: r.max_concurrent_power_ons,
                     },
                 )
@@ -998,9 +1089,9 @@ impl FleetFile {
                     (
                         hw,
                         Stated::profile(prof, self.dynamic_mig(cfg)),
-                        quantity::parse(&prof.cpu).unwrap_or(0),
-                        quantity::parse(&prof.memory).unwrap_or(0),
-                        prof.pods,
+                        allocatable(&prof.cpu).unwrap_or(0),
+                        allocatable(&prof.memory).unwrap_or(0),
+                        prof.pods.clamp(0, max::PODS),
                         prof.power_kw,
                     )
                 }
@@ -1017,6 +1108,13 @@ impl FleetFile {
                                     reason,
                                 })?;
                             if let Some(layout) = &cfg.mig_layout {
+                                let key = format!("nodes.{}.mig_layout", cfg.name);
+                                if let Some(problem) = model_layout_problem(&key, &hw, layout) {
+                                    return Err(FleetError::Invalid {
+                                        file: file.to_owned(),
+                                        problems: vec![problem],
+                                    });
+                                }
                                 apply_layout(&mut hw, layout);
                             }
                             let hw = Arc::new(hw);
@@ -1146,18 +1244,14 @@ impl FleetFile {
         let extended = cfg
             .extended
             .iter()
-            .map(|(k, v)| (k.clone(), quantity::parse(v).unwrap_or(0)))
+            .map(|(k, v)| (k.clone(), allocatable(v).unwrap_or(0)))
             .collect();
         let allocatable = Resources {
-            cpu: cfg
-                .cpu
-                .as_deref()
-                .and_then(|q| quantity::parse(q).ok())
-                .unwrap_or(cpu),
+            cpu: cfg.cpu.as_deref().and_then(allocatable).unwrap_or(cpu),
             memory: cfg
                 .memory
                 .as_deref()
-                .and_then(|q| quantity::parse(q).ok())
+                .and_then(allocatable)
                 .unwrap_or(memory),
             pods,
             extended,
@@ -1191,7 +1285,7 @@ impl FleetFile {
             failed: cfg.failed.clone(),
             idle_since: cfg.idle_since,
             allocatable,
-            power_kw: cfg.power_kw.unwrap_or(power_kw),
+            power_kw: power_draw(cfg.power_kw.unwrap_or(power_kw)),
             bios_profile: cfg.bios_profile.clone(),
             bios_profile_applied: cfg.bios_profile_applied.clone(),
             gpus: m.gpus,
@@ -1211,50 +1305,152 @@ pub fn parse_layout_entry(entry: &str) -> Option<(&str, u32)> {
     Some((profile, start.parse().ok()?))
 }
 
-/// Applies a MIG layout to every MIG-capable GPU (mode on, these instances).
+/// A declared allocatable amount: a quantity, not negative (`validate`
+/// refuses others; unchecked, they count as not given).
+fn allocatable(q: &str) -> Option<Milli> {
+    quantity::parse(q).ok().filter(|v| *v >= 0)
+}
+
+/// A declared power draw as the planner sums it: checked by `validate`;
+/// unchecked, one that is not a number or past the limit counts as the
+/// limit (never as free), a negative one as none.
+fn power_draw(kw: f64) -> f64 {
+    if kw.is_nan() {
+        max::NODE_POWER_KW
+    } else {
+        kw.clamp(0.0, max::NODE_POWER_KW)
+    }
+}
+
+/// `KEY: VALUE is above the limit of LIMIT`, when it is.
+fn at_most(problems: &mut Vec<String>, key: &str, value: u64, limit: u64) {
+    if value > limit {
+        problems.push(format!("{key}: {value} is above the limit of {limit}"));
+    }
+}
+
+/// Why `q` is no allocatable amount: not a quantity, or negative.
+fn quantity_problem(key: &str, q: &str) -> Option<String> {
+    match quantity::parse(q) {
+        Err(_) => Some(format!("{key}: invalid quantity {q:?}")),
+        Ok(v) if v < 0 => Some(format!("{key}: negative quantity {q:?}")),
+        Ok(_) => None,
+    }
+}
+
+/// Why `kw` is no node's power draw: not a number (NaN would pass every
+/// rack budget), infinite, negative, or past [`max::NODE_POWER_KW`].
+fn power_problem(key: &str, kw: f64) -> Option<String> {
+    (!(kw.is_finite() && (0.0..=max::NODE_POWER_KW).contains(&kw))).then(|| {
+        format!(
+            "{key}: {kw} is not a power draw (kW, 0 to {})",
+            max::NODE_POWER_KW
+        )
+    })
+}
+
+/// A GPU with MIG enabled, no instances, and these profiles.
+fn empty_mig(profiles: Vec<MigProfile>) -> MigState {
+    MigState {
+        capable: true,
+        current_mode: MigMode::Enabled,
+        pending_mode: MigMode::Enabled,
+        profiles,
+        gpu_instances: Vec::new(),
+    }
+}
+
+/// Why `layout` does not fit the GPUs of profile `p`: an entry that is not
+/// `PROFILE@START`, or (as [`MigState::with_layout`] finds) a profile or
+/// placement the GPU model's published table lacks, instances that
+/// overlap, more of a profile than a GPU holds. A layout for a GPU model
+/// without a table is an error where MIG is enabled: nothing could check
+/// it, and its instances would be made up.
+fn layout_problem(key: &str, p: &HardwareProfile, layout: &[String]) -> Option<String> {
+    if layout.is_empty() {
+        return None;
+    }
+    if let Some(entry) = layout.iter().find(|e| parse_layout_entry(e).is_none()) {
+        return Some(format!("{key}: {entry:?} is not PROFILE@START"));
+    }
+    let model = p.gpu_model.as_deref().unwrap_or_default();
+    match p.gpu_model.as_deref().and_then(catalog::profiles_for_model) {
+        Some(profiles) => empty_mig(profiles)
+            .with_layout(layout)
+            .err()
+            .map(|e| format!("{key}: {e} ({model})")),
+        None if p.mig_enabled => Some(format!(
+            "{key}: no published MIG profile table for gpu_model {model:?} to check it \
+             against (Accord has NVIDIA's for A100 40GB and 80GB and H100 80GB)"
+        )),
+        None => None,
+    }
+}
+
+/// Why `layout` does not fit the GPUs of a node's model file: as
+/// [`layout_problem`], on each GPU with a published table; none having
+/// one is an error too.
+fn model_layout_problem(key: &str, hw: &NodeHardware, layout: &[String]) -> Option<String> {
+    if layout.is_empty() {
+        return None;
+    }
+    if let Some(entry) = layout.iter().find(|e| parse_layout_entry(e).is_none()) {
+        return Some(format!("{key}: {entry:?} is not PROFILE@START"));
+    }
+    let mut tables = 0;
+    for gpu in &hw.gpus {
+        let Some(model) = gpu.model.as_deref() else {
+            continue;
+        };
+        let Some(profiles) = catalog::profiles_for_model(model) else {
+            continue;
+        };
+        tables += 1;
+        if let Err(e) = empty_mig(profiles).with_layout(layout) {
+            return Some(format!("{key}: GPU {}: {e} ({model})", gpu.index));
+        }
+    }
+    (tables == 0).then(|| {
+        format!(
+            "{key}: no GPU of the model has a published MIG profile table to check it \
+             against (Accord has NVIDIA's for A100 40GB and 80GB and H100 80GB)"
+        )
+    })
+}
+
+/// Applies a MIG layout to every MIG-capable GPU (mode on, these
+/// instances). The layout was checked (`validate`, `resolve`); one that
+/// does not fit a GPU (possible only unchecked) leaves it without
+/// instances rather than with made-up or overlapping ones.
 fn apply_layout(hw: &mut NodeHardware, layout: &[String]) {
     for gpu in &mut hw.gpus {
         let Some(profiles) = gpu.model.as_deref().and_then(catalog::profiles_for_model) else {
             continue;
         };
-        let mut instances = Vec::new();
-        for (i, entry) in layout.iter().enumerate() {
-            let Some((name, start)) = parse_layout_entry(entry) else {
-                continue;
-            };
-            if let Some(p) = profiles.iter().find(|p| p.name == name) {
-                let size = p.placements.first().map_or(1, |pl| pl.size);
-                instances.push(GpuInstance {
-                    id: i as u32 + 1,
-                    profile: name.to_owned(),
-                    profile_id: Some(p.id),
-                    placement: Some(MigPlacement { start, size }),
-                    compute_instances: Vec::new(),
-                });
-            }
-        }
-        gpu.mig = Some(MigState {
-            capable: true,
-            current_mode: MigMode::Enabled,
-            pending_mode: MigMode::Enabled,
-            profiles,
-            gpu_instances: instances,
-        });
+        let empty = empty_mig(profiles);
+        gpu.mig = Some(empty.with_layout(layout).unwrap_or(empty));
     }
 }
 
 /// A synthetic hardware model for a declared profile: GPUs and NICs spread
-/// over PCIe roots and NUMA nodes the way HGX boards are built.
+/// over PCIe roots and NUMA nodes the way HGX boards are built. Counts are
+/// clamped to the [`max`] limits `validate` holds them to: nothing here
+/// allocates or overflows by an unchecked number.
 pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> NodeHardware {
     let mut hw = NodeHardware::empty();
     hw.machine.memory_bytes =
-        u64::try_from(quantity::parse(&p.memory).unwrap_or(0) / 1000).unwrap_or(0);
+        u64::try_from(quantity::parse(&p.memory).unwrap_or(0).max(0) / 1000).unwrap_or(0);
+    let gpus = p.gpus.min(max::GPUS);
     let per_root = p
         .gpus_per_pcie_root
         .unwrap_or(DEFAULT_GPUS_PER_PCIE_ROOT)
-        .max(1);
-    let roots = p.gpus.div_ceil(per_root).max(1);
-    let numa = p.numa_nodes.unwrap_or(DEFAULT_NUMA_NODES).max(1);
+        .clamp(1, max::GPUS_PER_PCIE_ROOT);
+    let roots = gpus.div_ceil(per_root).max(1);
+    let numa = p
+        .numa_nodes
+        .unwrap_or(DEFAULT_NUMA_NODES)
+        .clamp(1, max::NUMA_NODES);
+    // Both at most 64: no overflow.
     let root_numa = |r: u32| (r * numa / roots).min(numa - 1);
     for id in 0..numa {
         hw.numa_nodes.push(NumaNode {
@@ -1264,20 +1460,21 @@ pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> Node
             memory_bytes: hw.machine.memory_bytes / u64::from(numa),
         });
     }
-    for i in 0..p.gpus {
+    let memory_bytes = p.gpu_memory_gib.min(max::GPU_MEMORY_GIB) << 30;
+    for i in 0..gpus {
         let r = i / per_root;
-        let bus = PciBusId::new(0, (0x10 + r * 0x10) as u8, (i % per_root) as u8, 0);
+        let (domain, bus) = root_bus(r);
         hw.gpus.push(Gpu {
             index: i,
             uuid: None,
-            pci_bus_id: bus,
+            pci_bus_id: PciBusId::new(domain, bus, (i % per_root) as u8, 0),
             vendor: Some("NVIDIA Corporation".into()),
             model: p.gpu_model.clone(),
-            memory_bytes: Some(p.gpu_memory_gib << 30),
+            memory_bytes: Some(memory_bytes),
             architecture: None,
             compute_capability: None,
             numa_node: Some(root_numa(r)),
-            pcie_root: Some(format!("pci0000:{:02x}", 0x10 + r * 0x10)),
+            pcie_root: Some(root_name(r)),
             pcie_switch: None,
             serial: None,
             os_devices: Vec::new(),
@@ -1286,16 +1483,17 @@ pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> Node
             sources: vec![Source::Hwloc],
         });
     }
-    for k in 0..p.nics.unwrap_or(0) {
+    for k in 0..p.nics.unwrap_or(0).min(max::NICS) {
         let r = k % roots;
+        let (domain, bus) = root_bus(r);
         hw.nics.push(Nic {
             name: format!("ib{k}"),
             kind: NicKind::Infiniband,
-            pci_bus_id: Some(PciBusId::new(0, (0x10 + r * 0x10) as u8, 0x1f, 0)),
+            pci_bus_id: Some(PciBusId::new(domain, bus, 0x1f, 0)),
             vendor: None,
             model: None,
             numa_node: Some(root_numa(r)),
-            pcie_root: Some(format!("pci0000:{:02x}", 0x10 + r * 0x10)),
+            pcie_root: Some(root_name(r)),
             pcie_switch: None,
             interfaces: vec![format!("ib{k}")],
             rdma_devices: vec![format!("mlx5_{k}")],
@@ -1307,6 +1505,20 @@ pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> Node
         apply_layout(&mut hw, mig_layout);
     }
     hw
+}
+
+/// The PCI domain and bus of synthetic PCIe root `r`: buses 0x10, 0x20, ...
+/// 0xf0 of domain 0, then the same of domain 1, and so on (a bus number is
+/// one byte: 64 roots must not wrap onto each other).
+fn root_bus(r: u32) -> (u32, u8) {
+    let bus = 0x10 + (r % 15) * 0x10;
+    (r / 15, u8::try_from(bus).unwrap_or(0xf0))
+}
+
+/// Synthetic PCIe root `r`'s name, as hwloc spells a host bridge.
+fn root_name(r: u32) -> String {
+    let (domain, bus) = root_bus(r);
+    format!("pci{domain:04x}:{bus:02x}")
 }
 
 impl Taint {

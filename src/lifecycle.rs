@@ -2,7 +2,9 @@
 //! and back: Off → PoweringOn → Booting (the BMC shows On) → AgentUp (the
 //! agent registered) → Ready (the Kubernetes node is Ready) → InUse ⇄ Idle
 //! → PoweringOff → Off, and Failed with a reason when a step misses its
-//! deadline. Pure: observations and the time in, the next state and what
+//! deadline; a node that was up and whose Kubernetes node is NotReady or
+//! whose agent is silent for `unhealthy_after_s` is Unhealthy (not used
+//! for planning) until both are back. Pure: observations and the time in, the next state and what
 //! happened out, so the loop, its tests and `accordctl status` agree.
 //! accordd's control loop drives it each round.
 
@@ -22,6 +24,9 @@ pub enum Stage {
     Idle,
     PoweringOff,
     Failed,
+    /// Was up; its Kubernetes node has been NotReady, or its agent silent,
+    /// for longer than `unhealthy_after_s`.
+    Unhealthy,
 }
 
 /// How long each step may take. Defaults sized for GPU servers.
@@ -36,6 +41,9 @@ pub struct Deadlines {
     pub agent_to_ready_s: u64,
     /// Shutdown requested → the BMC shows Off.
     pub power_off_s: u64,
+    /// A node that is up (Ready, InUse, Idle) whose Kubernetes node is
+    /// NotReady, or whose agent is silent, this long is Unhealthy.
+    pub unhealthy_after_s: u64,
 }
 
 impl Default for Deadlines {
@@ -45,6 +53,7 @@ impl Default for Deadlines {
             boot_to_agent_s: 900,
             agent_to_ready_s: 600,
             power_off_s: 600,
+            unhealthy_after_s: 300,
         }
     }
 }
@@ -60,6 +69,8 @@ pub struct Observation {
     pub kube_ready: bool,
     /// Pods bound to the node.
     pub pods: u32,
+    /// The agent was heard from recently (its heartbeats are not stale).
+    pub agent_alive: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +80,10 @@ pub struct NodeLife {
     pub since: u64,
     /// Why it failed, or what moved it (for `accordctl status`).
     pub reason: Option<String>,
+    /// Since when a node that is up has looked unwell (Kubernetes node not
+    /// Ready, or agent silent); `None` while it looks well.
+    #[serde(default)]
+    pub unwell_since: Option<u64>,
 }
 
 /// What a step did.
@@ -85,6 +100,7 @@ impl NodeLife {
             stage,
             since: now,
             reason: None,
+            unwell_since: None,
         }
     }
 
@@ -97,12 +113,21 @@ impl NodeLife {
         self.stage = to;
         self.since = now;
         self.reason = Some(reason);
+        if !matches!(
+            to,
+            Stage::Ready | Stage::InUse | Stage::Idle | Stage::Unhealthy
+        ) {
+            self.unwell_since = None;
+        }
     }
 
     /// The loop asked the BMC to power the node on.
     pub fn power_on_requested(&mut self, now: u64) -> Vec<Transition> {
         let mut out = Vec::new();
-        if matches!(self.stage, Stage::Off | Stage::Failed | Stage::PoweringOff) {
+        if matches!(
+            self.stage,
+            Stage::Off | Stage::Failed | Stage::PoweringOff | Stage::Unhealthy
+        ) {
             self.go(
                 Stage::PoweringOn,
                 now,
@@ -142,11 +167,22 @@ impl NodeLife {
     /// fails the node with the reason.
     pub fn observe(&mut self, obs: &Observation, now: u64, d: &Deadlines) -> Vec<Transition> {
         let mut out = Vec::new();
+        // A node that is up: how long has it looked unwell?
+        let well = obs.kube_ready && obs.agent_alive;
+        if matches!(self.stage, Stage::Ready | Stage::InUse | Stage::Idle) {
+            if well {
+                self.unwell_since = None;
+            } else {
+                self.unwell_since.get_or_insert(now);
+            }
+        }
+
         // Each pass moves at most one stage per observation it uses, so a
         // node seen fully up jumps Booting → AgentUp → Ready in one round.
         for _ in 0..6 {
             let before = out.len();
             let waited = now.saturating_sub(self.since);
+            let unwell_for = self.unwell_since.map(|t| now.saturating_sub(t));
             match self.stage {
                 Stage::Off if obs.bmc_on == Some(true) => self.go(
                     Stage::Booting,
@@ -184,6 +220,34 @@ impl NodeLife {
                     ),
                     &mut out,
                 ),
+                Stage::Ready | Stage::InUse | Stage::Idle
+                    if obs.bmc_on != Some(false)
+                        && unwell_for.is_some_and(|t| t > d.unhealthy_after_s) =>
+                {
+                    let what = match (obs.kube_ready, obs.agent_alive) {
+                        (false, false) => "Kubernetes node NotReady and agent silent",
+                        (false, true) => "Kubernetes node NotReady",
+                        _ => "agent silent",
+                    };
+                    self.go(
+                        Stage::Unhealthy,
+                        now,
+                        format!("{what} for more than {} s", d.unhealthy_after_s),
+                        &mut out,
+                    )
+                }
+                Stage::Unhealthy if obs.bmc_on == Some(false) => {
+                    self.go(Stage::Off, now, "BMC shows Off".into(), &mut out)
+                }
+                Stage::Unhealthy if well => {
+                    self.unwell_since = None;
+                    self.go(
+                        Stage::Ready,
+                        now,
+                        "healthy again: Kubernetes node Ready and agent heard".into(),
+                        &mut out,
+                    )
+                }
                 Stage::Ready | Stage::Idle if obs.pods > 0 => self.go(
                     Stage::InUse,
                     now,
@@ -234,15 +298,19 @@ impl NodeLife {
 
     /// How the planner sees the node: nodes on their way up count as
     /// committed (powering on), so the next round does not power on more
-    /// for the same pods; a failed node is never used.
+    /// for the same pods; a failed or unhealthy node is never used (an
+    /// unhealthy one is on, and not capacity).
     pub fn planner_power(&self) -> (PowerState, bool) {
         let power = match self.stage {
             Stage::Off | Stage::Failed => PowerState::Off,
             Stage::PoweringOn | Stage::Booting | Stage::AgentUp => PowerState::PoweringOn,
-            Stage::Ready | Stage::InUse | Stage::Idle => PowerState::On,
+            Stage::Ready | Stage::InUse | Stage::Idle | Stage::Unhealthy => PowerState::On,
             Stage::PoweringOff => PowerState::PoweringOff,
         };
-        (power, self.stage == Stage::Failed)
+        (
+            power,
+            matches!(self.stage, Stage::Failed | Stage::Unhealthy),
+        )
     }
 }
 
@@ -256,7 +324,62 @@ mod tests {
             agent_up,
             kube_ready,
             pods,
+            agent_alive: agent_up,
         }
+    }
+
+    #[test]
+    fn a_node_that_was_up_and_stops_answering_is_unhealthy_until_it_answers_again() {
+        let d = Deadlines {
+            unhealthy_after_s: 60,
+            ..Deadlines::default()
+        };
+        let mut n = NodeLife::new(Stage::InUse, 0);
+        // NotReady, agent still heard: unwell from 100.
+        let notready = Observation {
+            bmc_on: Some(true),
+            agent_up: true,
+            agent_alive: true,
+            kube_ready: false,
+            pods: 2,
+        };
+        assert!(n.observe(&notready, 100, &d).is_empty());
+        assert!(n.observe(&notready, 160, &d).is_empty(), "at the limit");
+        let t = n.observe(&notready, 161, &d);
+        assert_eq!(t[0].to, Stage::Unhealthy);
+        assert_eq!(
+            n.reason.as_deref(),
+            Some("Kubernetes node NotReady for more than 60 s")
+        );
+        assert_eq!(n.planner_power(), (PowerState::On, true), "not capacity");
+        // A blip shorter than the limit is nothing.
+        let mut m = NodeLife::new(Stage::Idle, 0);
+        let silent = Observation {
+            agent_alive: false,
+            kube_ready: true,
+            pods: 0,
+            ..notready
+        };
+        m.observe(&silent, 10, &d);
+        m.observe(&obs(Some(true), true, true, 0), 50, &d);
+        m.observe(&silent, 100, &d);
+        assert!(m.observe(&silent, 150, &d).is_empty());
+        assert_eq!(m.stage, Stage::Idle);
+        m.observe(&silent, 161, &d);
+        assert_eq!(m.stage, Stage::Unhealthy);
+        assert_eq!(m.reason.as_deref(), Some("agent silent for more than 60 s"));
+        // Both back: Ready again (and then in use or idle as usual).
+        let t = n.observe(&obs(Some(true), true, true, 2), 200, &d);
+        let path: Vec<Stage> = t.iter().map(|t| t.to).collect();
+        assert_eq!(path, [Stage::Ready, Stage::InUse]);
+        assert_eq!(n.unwell_since, None);
+        // An unhealthy node powered off is Off; it can be powered on again.
+        m.power_off_requested(300);
+        m.observe(&obs(Some(false), false, false, 0), 310, &d);
+        assert_eq!(m.stage, Stage::Off);
+        assert_eq!(m.unwell_since, None);
+        let mut u = NodeLife::new(Stage::Unhealthy, 0);
+        assert_eq!(u.power_on_requested(5)[0].to, Stage::PoweringOn);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use accord::fit::{
     allocate_devices, fingerprint, resource_fit, static_fit, CelEngine, DeviceContext, NodeUse,
     PodRequest,
 };
-use accord::fleet::{Fleet, FleetError, Node};
+use accord::fleet::{hardware_from_profile, Fleet, FleetError, HardwareProfile, Node};
 
 const FLEET: &str = r#"
 [profiles.h100]
@@ -249,6 +249,131 @@ fn a_selector_that_cannot_be_evaluated_is_an_explained_no() {
     }
 }
 
+/// A DeviceClass or claim is cluster input: a selector that would run
+/// forever, overflow the stack or panic the cel crate is an invalid
+/// selector, said as such, and planning goes on.
+#[test]
+fn hostile_selectors_are_invalid_not_a_hang_or_a_crash() {
+    let n = node();
+    let ten = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]";
+    let mut nested = "device.driver == 'gpu.nvidia.com'".to_owned();
+    for v in 0..7 {
+        nested = format!("{ten}.all(v{v}, {nested})");
+    }
+    let hostile = [
+        // 10^7 evaluations of the body: never finishes in practice.
+        (nested, "too costly"),
+        // A syntax error past column 65,535 (the cel crate's message
+        // panics there).
+        (
+            format!("device.driver == 'x' && {} ==", "1 + ".repeat(20_000)),
+            "bytes long",
+        ),
+        (
+            format!("{}true{}", "(".repeat(5_000), ")".repeat(5_000)),
+            "brackets nested",
+        ),
+        // Deep enough to overflow the evaluator's stack.
+        (
+            format!("device.driver == 'x' && 1{} > 0", " + 1".repeat(2_000)),
+            "levels deep",
+        ),
+        (
+            "device.driver.matches('(?:\\\\w{100}){100}')".to_owned(),
+            "too costly",
+        ),
+    ];
+    for (selector, needle) in &hostile {
+        let checked = accord::fit::check_selector(selector).unwrap_err();
+        assert!(checked.contains(needle), "{needle}: {checked}");
+        let spec = claim(
+            vec![DeviceRequest {
+                name: "gpu".into(),
+                exactly: Some(exact("gpu.nvidia.com", &[selector], 1)),
+                first_available: vec![],
+            }],
+            None,
+        );
+        let err = allocate(&spec, &n).unwrap_err();
+        assert!(
+            err.contains("invalid CEL selector") && err.contains(needle),
+            "{needle}: {err}"
+        );
+        assert!(err.len() < 1_000, "the selector is quoted short: {err}");
+    }
+    // Extremes compare, without overflow (`quantity` of a non-quantity is
+    // the smallest integer).
+    let extreme = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('x')) > 0";
+    let spec = claim(
+        vec![DeviceRequest {
+            name: "gpu".into(),
+            exactly: Some(exact("gpu.nvidia.com", &[extreme], 1)),
+            first_available: vec![],
+        }],
+        None,
+    );
+    assert_eq!(allocate(&spec, &n).unwrap(), ["gpu:gpu-0"]);
+}
+
+/// Every selector in the Kubernetes manifests we translate is within the
+/// limits (a fixture may still name a function we lack, on purpose).
+#[test]
+fn fixture_selectors_are_within_the_limits() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubernetes");
+    let mut dirs = vec![root];
+    let mut checked = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for selector in expressions(&text) {
+                if let Err(e) = accord::fit::check_selector(&selector) {
+                    assert!(
+                        e.starts_with("unknown function"),
+                        "{}: {selector}: {e}",
+                        path.display()
+                    );
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked}");
+}
+
+/// The `expression:` values of a YAML text: quoted on the line, or a block
+/// scalar (`|`, `|-`) on the lines indented below it.
+fn expressions(yaml: &str) -> Vec<String> {
+    let lines: Vec<&str> = yaml.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(at) = line.find("expression:") else {
+            continue;
+        };
+        let value = line[at + "expression:".len()..].trim();
+        let value = value.strip_suffix('}').unwrap_or(value).trim();
+        if value.starts_with('|') {
+            let indent = line.len() - line.trim_start().len();
+            let block: Vec<&str> = lines[i + 1..]
+                .iter()
+                .take_while(|l| l.len() - l.trim_start().len() > indent)
+                .map(|l| l.trim())
+                .collect();
+            out.push(block.join("\n"));
+        } else if let Some(q) = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+            out.push(q.to_owned());
+        }
+    }
+    out
+}
+
 #[test]
 fn unknown_device_class_is_refused() {
     let n = node();
@@ -326,6 +451,214 @@ nodes = ["ghost"]
         err.to_string(),
         "fleet.toml: node n1: hardware missing.json: missing.json: cannot read"
     );
+}
+
+/// The hostile values of issue 16: each is refused with a line naming its
+/// key, before anything is built by it (a million GPUs would abort on
+/// allocation, NaN power would pass every rack budget).
+#[test]
+fn hostile_fleet_numbers_are_refused_by_key() {
+    let hostile = r#"
+[policy]
+idle_power_off_after_s = 9223372036854775807
+warm_spares_per_rack = 4294967295
+warm_spares_per_profile = { big = 4294967295 }
+
+[profiles.big]
+gpus = 1000000
+gpu_model = "NVIDIA H100 80GB HBM3"
+gpu_memory_gib = 9223372036854775807
+cpu = "-200"
+memory = "-1Gi"
+pods = -1
+power_kw = nan
+nics = 4294967295
+numa_nodes = 4294967295
+gpus_per_pcie_root = 4294967295
+mig_enabled = true
+mig_layout = ["9g.99gb@0"]
+
+[profiles.overlap]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "1"
+memory = "1Gi"
+pods = 1000000
+power_kw = -3.0
+mig_enabled = true
+mig_layout = ["3g.40gb@0", "2g.20gb@2"]
+
+[profiles.no-table]
+gpus = 1
+gpu_model = "NVIDIA L40S"
+cpu = "1"
+memory = "1Gi"
+power_kw = inf
+mig_enabled = true
+mig_layout = ["1g.10gb@0"]
+
+[[racks]]
+name = "r1"
+power_budget_kw = nan
+max_concurrent_power_ons = 0
+
+[[racks]]
+name = "r2"
+power_budget_kw = -5.0
+
+[[nodes]]
+name = "n1"
+rack = "r1"
+profile = "overlap"
+cpu = "-1"
+memory = "-5"
+power_kw = nan
+extended = { "example.com/fpga" = "-2" }
+mig_layout = ["3g.40gb@1"]
+
+[[nodes]]
+name = "n2"
+profile = "big"
+mig_layout = ["1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6", "1g.10gb@7"]
+"#;
+    let err = Fleet::from_toml(hostile, "fleet.toml", &mut |_| Err("none".into())).unwrap_err();
+    let FleetError::Invalid { problems, .. } = &err else {
+        panic!("{err}")
+    };
+    for (key, needle) in [
+        ("policy.idle_power_off_after_s", "above the limit"),
+        ("policy.warm_spares_per_rack", "above the limit"),
+        ("policy.warm_spares_per_profile.big", "above the limit"),
+        ("profiles.big.gpus", "1000000 is above the limit of 64"),
+        ("profiles.big.gpu_memory_gib", "above the limit"),
+        ("profiles.big.cpu", "negative quantity \"-200\""),
+        ("profiles.big.memory", "negative quantity"),
+        ("profiles.big.pods", "-1 is not a pod limit"),
+        ("profiles.big.power_kw", "NaN is not a power draw"),
+        ("profiles.big.nics", "4294967295 is above the limit of 1024"),
+        ("profiles.big.numa_nodes", "above the limit"),
+        ("profiles.big.gpus_per_pcie_root", "above the limit"),
+        (
+            "profiles.big.mig_layout",
+            "\"9g.99gb@0\": the GPU has no such profile",
+        ),
+        ("profiles.overlap.pods", "not a pod limit"),
+        ("profiles.overlap.power_kw", "-3 is not a power draw"),
+        (
+            "profiles.overlap.mig_layout",
+            "overlaps an earlier instance",
+        ),
+        ("profiles.no-table.power_kw", "inf is not a power draw"),
+        (
+            "profiles.no-table.mig_layout",
+            "no published MIG profile table",
+        ),
+        ("racks.r1.power_budget_kw", "NaN is not a power budget"),
+        ("racks.r1.max_concurrent_power_ons", "must be at least 1"),
+        ("racks.r2.power_budget_kw", "-5 is not a power budget"),
+        ("nodes.n1.cpu", "negative quantity"),
+        ("nodes.n1.memory", "negative quantity"),
+        ("nodes.n1.power_kw", "NaN is not a power draw"),
+        ("nodes.n1.extended.example.com/fpga", "negative quantity"),
+        ("nodes.n1.mig_layout", "not a placement of that profile"),
+        ("nodes.n2.mig_layout", "\"1g.10gb@7\""),
+    ] {
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with(&format!("{key}: ")) && p.contains(needle)),
+            "missing {key}: ...{needle}... in {problems:#?}"
+        );
+    }
+    // One line per problem, each naming its key.
+    assert!(problems.iter().all(|p| !p.contains('\n')), "{problems:#?}");
+}
+
+/// A profile's synthetic model is bounded even where `validate` did not
+/// run: counts clamp to the limits, and 64 GPUs on 64 PCIe roots get 64
+/// distinct PCI addresses that read back.
+#[test]
+fn a_profile_model_is_bounded_even_unchecked() {
+    let hostile = HardwareProfile {
+        gpus: 1_000_000,
+        gpu_model: Some("NVIDIA H100 80GB HBM3".into()),
+        gpu_memory_gib: u64::MAX,
+        nics: Some(u32::MAX),
+        numa_nodes: Some(u32::MAX),
+        gpus_per_pcie_root: Some(u32::MAX),
+        mig_enabled: true,
+        mig_layout: vec!["3g.40gb@0".into(), "2g.20gb@2".into()],
+        ..HardwareProfile::new("-200", "-1Gi")
+    };
+    let hw = hardware_from_profile(&hostile, &hostile.mig_layout);
+    assert_eq!(hw.gpus.len(), 64);
+    assert_eq!(hw.nics.len(), 1024);
+    assert_eq!(hw.numa_nodes.len(), 64);
+    assert_eq!(hw.machine.memory_bytes, 0);
+    // An overlapping layout is not made up: the GPU has no instances.
+    assert!(hw.gpus[0].mig.as_ref().unwrap().gpu_instances.is_empty());
+
+    let one_per_root = HardwareProfile {
+        gpus: 64,
+        gpu_model: Some("NVIDIA H100 80GB HBM3".into()),
+        nics: Some(64),
+        gpus_per_pcie_root: Some(1),
+        ..HardwareProfile::new("1", "1Gi")
+    };
+    let hw = hardware_from_profile(&one_per_root, &[]);
+    let ids: std::collections::BTreeSet<_> = hw
+        .gpus
+        .iter()
+        .map(|g| g.pci_bus_id)
+        .chain(hw.nics.iter().filter_map(|n| n.pci_bus_id))
+        .collect();
+    assert_eq!(ids.len(), 128, "every GPU and NIC has its own address");
+    for id in ids {
+        assert_eq!(id.to_string().parse::<accord::hardware::PciBusId>(), Ok(id));
+    }
+    let roots: std::collections::BTreeSet<_> =
+        hw.gpus.iter().filter_map(|g| g.pcie_root.clone()).collect();
+    assert_eq!(roots.len(), 64);
+    // The first 15 roots are spelled as before.
+    assert_eq!(hw.gpus[0].pcie_root.as_deref(), Some("pci0000:10"));
+    assert_eq!(hw.gpus[14].pcie_root.as_deref(), Some("pci0000:f0"));
+    assert_eq!(hw.gpus[15].pcie_root.as_deref(), Some("pci0001:10"));
+}
+
+/// A node with a model file: its MIG layout is checked on the model's GPUs.
+#[test]
+fn a_model_files_mig_layout_is_checked() {
+    let h100 = HardwareProfile {
+        gpus: 2,
+        gpu_model: Some("NVIDIA H100 80GB HBM3".into()),
+        ..HardwareProfile::new("1", "1Gi")
+    };
+    let fleet = |layout: &str| {
+        let text =
+            format!("[[nodes]]\nname = \"n1\"\nhardware = \"n1.json\"\nmig_layout = {layout}\n");
+        Fleet::from_toml(&text, "fleet.toml", &mut |_| {
+            Ok(hardware_from_profile(&h100, &[]))
+        })
+    };
+    let ok = fleet(r#"["3g.40gb@0", "3g.40gb@4"]"#).unwrap();
+    let migs = ok.nodes[0]
+        .devices
+        .iter()
+        .filter(|d| d.kind == accord::device::DeviceKind::Mig)
+        .count();
+    assert_eq!(migs, 4, "two instances on each of two GPUs");
+    for (layout, needle) in [
+        (r#"["3g.40gb@0", "3g.40gb@2"]"#, "not a placement"),
+        (r#"["4g.40gb@0", "3g.40gb@0"]"#, "overlaps"),
+        (r#"["1g.10gb+me@0", "1g.10gb+me@1"]"#, "more instances"),
+        (r#"["x"]"#, "is not PROFILE@START"),
+    ] {
+        let err = fleet(layout).unwrap_err().to_string();
+        assert!(
+            err.contains("nodes.n1.mig_layout: ") && err.contains(needle),
+            "{layout}: {err}"
+        );
+    }
 }
 
 #[test]

@@ -3,7 +3,10 @@
 //! out daemon outages with capped exponential backoff and jitter. It never
 //! exits because the daemon is down. accordd's commands (in its answers)
 //! are carried out once per generation ([`crate::command`]) and answered
-//! with a report carrying the outcome, retried like any report.
+//! with a report carrying the outcome, retried like any report; an
+//! outcome accordd refuses is dropped (said once) and the report sent
+//! without it. accordd not knowing the node (a new store) forgets the
+//! last command too: the new store's generations start again from 1.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -303,6 +306,23 @@ async fn discover(config: &AgentConfig, backend: &MigBackend) -> Option<NodeHard
     }
 }
 
+/// accordd refused a report for what it carries (a 4xx other than those
+/// that say nothing about the body: unknown node, token, try later).
+fn refuses_content(e: &ClientError) -> bool {
+    use reqwest::StatusCode;
+    e.status().is_some_and(|s| {
+        s.is_client_error()
+            && !matches!(
+                s,
+                StatusCode::NOT_FOUND
+                    | StatusCode::UNAUTHORIZED
+                    | StatusCode::FORBIDDEN
+                    | StatusCode::REQUEST_TIMEOUT
+                    | StatusCode::TOO_MANY_REQUESTS
+            )
+    })
+}
+
 /// One line on the GPUs, for heartbeats: how many, and whether hwloc and
 /// NVML disagree about any of them.
 pub fn gpu_health(hw: Option<&NodeHardware>) -> String {
@@ -430,6 +450,16 @@ pub async fn run_with(
                         }
                     }
                 }
+                // Sent again, it would be refused again: every report after
+                // it held up, and no heartbeat meanwhile. Dropped (accordd's
+                // command times out there), the hardware goes now.
+                Err(e) if outcome.is_some() && refuses_content(&e) => {
+                    if let Some(o) = &outcome {
+                        warn!(error = %accord::config_file::error_chain(&e), command = o.generation, result = %o.result.describe(), "accordd refused the report carrying the command's outcome: reporting without it");
+                        commands.refused(o);
+                    }
+                    continue;
+                }
                 Err(e) => {
                     let wait = backoff.next_wait();
                     if !outage || e.status().is_some() {
@@ -460,9 +490,11 @@ pub async fn run_with(
                         }
                     }
                     // The daemon does not know this node (a new store):
-                    // report again.
+                    // report again, and forget the last command (the new
+                    // store numbers its commands from 1 again).
                     Err(e) if e.status() == Some(reqwest::StatusCode::NOT_FOUND) => {
                         reported = None;
+                        commands.forget();
                     }
                     Err(e) => {
                         if !outage {

@@ -2,7 +2,9 @@
 //! (axum, in process) answers heartbeats and reports with a command until
 //! the test changes it, and keeps every report. The agent applies each
 //! generation once, reports the outcome with the hardware discovered after
-//! it, and answers a repeat with the stored outcome.
+//! it, and answers a repeat with the stored outcome. Like accordd, the stub
+//! refuses (422) a report past accordd's limits and answers 404 to a
+//! heartbeat from a node its store does not know.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use accord_api::agent::{
     AgentCommand, AgentReply, BusyGpu, CommandAction, CommandResult, MigTarget, Report,
 };
 use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
 use axum::Json;
 
 /// How long any wait here waits for its condition.
@@ -28,6 +31,13 @@ struct NodeStub {
     command: Option<AgentCommand>,
     reports: Vec<Report>,
     heartbeats: u64,
+    /// The store does not know the node (replaced): heartbeats are
+    /// answered 404 until a report comes.
+    unknown: bool,
+    /// Every report carrying an outcome is refused (422).
+    refuse_outcomes: bool,
+    /// The reports refused.
+    refused: Vec<Report>,
 }
 
 type Stub = Arc<Mutex<BTreeMap<String, NodeStub>>>;
@@ -41,22 +51,38 @@ fn reply(node: String, stub: &NodeStub) -> Json<AgentReply> {
     })
 }
 
+type Answer = Result<Json<AgentReply>, (StatusCode, String)>;
+
 async fn report(
     State(stub): State<Stub>,
     UrlPath(node): UrlPath<String>,
     Json(r): Json<Report>,
-) -> Json<AgentReply> {
+) -> Answer {
     let mut s = stub.lock().unwrap();
     let n = s.entry(node.clone()).or_default();
+    let refusal = accordd::api::limits::check_report(&r).err().or_else(|| {
+        (n.refuse_outcomes && r.command.is_some()).then(|| "outcomes refused".to_owned())
+    });
+    if let Some(reason) = refusal {
+        n.refused.push(r);
+        return Err((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("report refused: {reason}"),
+        ));
+    }
+    n.unknown = false;
     n.reports.push(r);
-    reply(node, n)
+    Ok(reply(node, n))
 }
 
-async fn heartbeat(State(stub): State<Stub>, UrlPath(node): UrlPath<String>) -> Json<AgentReply> {
+async fn heartbeat(State(stub): State<Stub>, UrlPath(node): UrlPath<String>) -> Answer {
     let mut s = stub.lock().unwrap();
     let n = s.entry(node.clone()).or_default();
     n.heartbeats += 1;
-    reply(node, n)
+    if n.unknown {
+        return Err((StatusCode::NOT_FOUND, format!("node {node} is not known")));
+    }
+    Ok(reply(node, n))
 }
 
 /// The stub on a free port: its URL and state.
@@ -358,5 +384,168 @@ async fn a_replaying_agent_rediscovers_its_twin_and_one_without_nvml_says_so() {
         panic!("{result:?}");
     };
     assert!(reason.starts_with("NVML not available"), "{reason}");
+    stop(tx, agent).await;
+}
+
+/// An agent on a twin of the H100 board (the lab's kind), its first
+/// report in: the way to stop it, the agent, its GPUs and the first
+/// report.
+async fn twin_agent(
+    dir: &Path,
+    url: &str,
+    stub: &Stub,
+    node: &str,
+) -> (tokio::sync::oneshot::Sender<()>, Task, ReplayedGpus, Report) {
+    let cfg = config(dir, url, node, Some("h100-8gpu"));
+    let snapshot = accord_agent::nvml::load_snapshot(&fixture("nvml/h100-8gpu.json")).unwrap();
+    let gpus = ReplayedGpus::new(snapshot);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let mut agent = tokio::spawn(accord_agent::run::run_with(
+        cfg,
+        Some(gpus.clone()),
+        async {
+            let _ = rx.await;
+        },
+    ));
+    let first = wait(stub, node, &mut agent, "the first report", |n| {
+        n.reports.first().cloned()
+    })
+    .await;
+    (tx, agent, gpus, first)
+}
+
+/// accordd's store is replaced: the node is unknown (a heartbeat answered
+/// 404) and the new store numbers its commands from 1 again. The agent
+/// forgets the old generation 1: the new one is carried out, not answered
+/// with the old outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_accordds_store_is_replaced_its_generation_1_is_carried_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, stub) = stub().await;
+    let node = "gpu-c";
+    let (tx, mut agent, gpus, _) = twin_agent(dir.path(), &url, &stub, node).await;
+
+    set_command(&stub, node, Some(apply_mig(1, 3, None, &["7g.80gb@0"])));
+    let (result, hw, _) = wait(
+        &stub,
+        node,
+        &mut agent,
+        "generation 1's outcome",
+        outcome_of(1),
+    )
+    .await;
+    assert_eq!(result, CommandResult::Done);
+    assert_eq!(layout(&hw, 3).unwrap(), ["7g.80gb@0"]);
+    // The command closed: after two heartbeats answered without it, the
+    // agent only heartbeats (a repeat answered before is reported by then).
+    set_command(&stub, node, None);
+    let beats = stub.lock().unwrap()[node].heartbeats;
+    wait(&stub, node, &mut agent, "2 more heartbeats", |n| {
+        (n.heartbeats >= beats + 2).then_some(())
+    })
+    .await;
+
+    // A new store: the node unknown, its first command generation 1.
+    let want = ["3g.40gb@0", "3g.40gb@4"];
+    stub.lock().unwrap().insert(
+        node.to_owned(),
+        NodeStub {
+            command: Some(apply_mig(1, 3, None, &want)),
+            unknown: true,
+            ..NodeStub::default()
+        },
+    );
+    let (result, hw, _) = wait(
+        &stub,
+        node,
+        &mut agent,
+        "the new store's generation 1's outcome",
+        outcome_of(1),
+    )
+    .await;
+    assert_eq!(result, CommandResult::Done);
+    assert_eq!(
+        layout(&hw, 3).unwrap(),
+        want,
+        "answered with the old generation 1's outcome"
+    );
+    assert_eq!(gpus.repartitions(), 2);
+    set_command(&stub, node, None);
+    stop(tx, agent).await;
+}
+
+/// A report carrying an outcome that accordd refuses (422) does not hold
+/// the agent up: the outcome is dropped, said once, the hardware reported
+/// without it and the heartbeats go on; accordd repeating the command
+/// neither re-applies it nor sends the refused outcome again. An outcome
+/// past accordd's limits (a GPU busy with 2000 processes) is cut to fit
+/// before it is sent, and accordd takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_accordd_refuses_is_dropped_and_the_hardware_still_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, stub) = stub().await;
+    let node = "gpu-d";
+    let (tx, mut agent, gpus, first) = twin_agent(dir.path(), &url, &stub, node).await;
+    assert_eq!(layout(&first.hardware, 3), None);
+
+    stub.lock().unwrap().get_mut(node).unwrap().refuse_outcomes = true;
+    let want = ["3g.40gb@0", "3g.40gb@4"];
+    set_command(&stub, node, Some(apply_mig(1, 3, None, &want)));
+    let refused = wait(&stub, node, &mut agent, "the refused report", |n| {
+        n.refused.first().cloned()
+    })
+    .await;
+    assert_eq!(refused.command.unwrap().generation, 1);
+    let hw = wait(
+        &stub,
+        node,
+        &mut agent,
+        "the hardware reported without the outcome",
+        |n| {
+            n.reports
+                .iter()
+                .find(|r| r.command.is_none() && layout(&r.hardware, 3).is_some())
+                .map(|r| r.hardware.clone())
+        },
+    )
+    .await;
+    assert_eq!(layout(&hw, 3).unwrap(), want);
+    // Generation 1 stays in every answer: heartbeats go on, the refused
+    // outcome is not sent again, the command not applied again.
+    let beats = stub.lock().unwrap()[node].heartbeats;
+    wait(&stub, node, &mut agent, "5 more heartbeats", |n| {
+        (n.heartbeats >= beats + 5).then_some(())
+    })
+    .await;
+    {
+        let s = stub.lock().unwrap();
+        assert_eq!(s[node].refused.len(), 1, "the refused outcome sent again");
+        assert!(s[node].reports.iter().all(|r| r.command.is_none()));
+    }
+    assert_eq!(gpus.repartitions(), 1);
+
+    // Past accordd's limits: cut to fit at the source, taken.
+    stub.lock().unwrap().get_mut(node).unwrap().refuse_outcomes = false;
+    gpus.set_busy(5, (1..=2000).rev().collect());
+    set_command(&stub, node, Some(apply_mig(2, 5, None, &["7g.80gb@0"])));
+    let (result, _, _) = wait(
+        &stub,
+        node,
+        &mut agent,
+        "generation 2's outcome",
+        outcome_of(2),
+    )
+    .await;
+    assert_eq!(
+        result,
+        CommandResult::Busy {
+            gpus: vec![BusyGpu {
+                index: 5,
+                pids: (1..=1024).collect(),
+            }]
+        }
+    );
+    assert_eq!(stub.lock().unwrap()[node].refused.len(), 1);
+    set_command(&stub, node, None);
     stop(tx, agent).await;
 }

@@ -295,7 +295,10 @@ pub struct BiosStatus {
     /// fleet file says it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verified_at: Option<u64>,
-    /// Why the last profile staged did not take.
+    /// Why the wanted profile is not applied: the last one staged did
+    /// not take (`failed`), the running machine's BIOS differs from it
+    /// (`pending`: staged at its next power-on), or its BIOS cannot be
+    /// read back yet (`staged`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -325,12 +328,13 @@ impl BiosState {
 }
 
 /// What accordd keeps of a node's BIOS profile (its store's
-/// `bios_applied` tree): the last profile it staged and verified, or
-/// that did not take.
+/// `bios_applied` tree): the last profile it staged (written with the
+/// power-on, so a restart before the read-back still verifies it), then
+/// verified, or that did not take.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BiosRecord {
     pub profile: String,
-    /// Unix seconds of the verification.
+    /// Unix seconds of the verification (of the staging, for `Staged`).
     pub at: u64,
     #[serde(flatten)]
     pub result: BiosResult,
@@ -339,6 +343,8 @@ pub struct BiosRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum BiosResult {
+    /// Staged with a power-on, not read back yet.
+    Staged,
     /// Every attribute of the profile read back as wanted.
     Verified,
     /// Some did not take.

@@ -3,9 +3,11 @@
 //! token, compared in constant time; a refused request stores nothing.
 //! Node names in paths must be Kubernetes node names (400 otherwise);
 //! reports must be plausible and finite ([`limits`], 422 otherwise);
-//! connections that make no progress are closed ([`timeout`]).
+//! connections that make no progress are closed ([`timeout`]), and
+//! requests have deadlines for their headers and body ([`server`]).
 
 pub mod limits;
+pub mod server;
 pub mod timeout;
 
 use std::collections::BTreeMap;
@@ -22,6 +24,7 @@ use subtle::ConstantTimeEq;
 
 use crate::shared::Shared;
 use crate::store::{NodeRecord, ReportOutcome, StoreError};
+pub use server::{serve, Deadlines};
 pub use timeout::{IdleTimeout, IDLE_TIMEOUT};
 
 /// How agents prove who they are.
@@ -219,22 +222,19 @@ async fn report(
                 .store
                 .report(&node, report.hardware, report.agent_version, now)?;
         tracing::info!(node = %node, generation = record.generation, ?outcome, "report stored");
-        // The command's outcome is recorded after the model it came with:
-        // the loop reads both together.
-        let closed = match &report.command {
-            Some(c) => {
-                let closed = st.shared.store.command_outcome(&node, c, now)?;
-                tracing::info!(node = %node, command = c.generation, result = %c.result.describe(), closed, "command outcome");
-                closed
-            }
-            None => false,
-        };
-        if outcome != ReportOutcome::Unchanged || closed {
+        // The model is flagged before the command it answers is closed:
+        // the loop reads commands, then the flagged models, so a command
+        // it sees closed comes with this model.
+        if outcome != ReportOutcome::Unchanged || report.command.is_some() {
             st.shared
                 .models_changed
                 .lock()
                 .expect("lock")
                 .insert(node.clone());
+        }
+        if let Some(c) = &report.command {
+            let closed = st.shared.store.command_outcome(&node, c, now)?;
+            tracing::info!(node = %node, command = c.generation, result = %c.result.describe(), closed, "command outcome");
         }
         let command = st.shared.store.command_for_agent(&node, now)?;
         Ok(AgentReply {

@@ -75,6 +75,41 @@ pub struct ControlConfig {
     /// (install it as mig-manager's ConfigMap).
     #[serde(default = "default_mig_parted_config")]
     pub mig_parted_config: std::path::PathBuf,
+    /// Power-cycling Unhealthy nodes (off by default).
+    #[serde(default)]
+    pub repair: RepairConfig,
+}
+
+/// `[control.repair]`: an Unhealthy node with no pods is power-cycled, at
+/// most `max_cycles_per_node` times, while less than
+/// `max_unhealthy_percent` of the fleet is Unhealthy.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RepairConfig {
+    pub enabled: bool,
+    pub max_cycles_per_node: u32,
+    pub max_unhealthy_percent: u32,
+}
+
+impl Default for RepairConfig {
+    fn default() -> Self {
+        let d = crate::control::decide::Repair::default();
+        RepairConfig {
+            enabled: d.enabled,
+            max_cycles_per_node: d.max_cycles_per_node,
+            max_unhealthy_percent: d.max_unhealthy_percent,
+        }
+    }
+}
+
+impl From<RepairConfig> for crate::control::decide::Repair {
+    fn from(c: RepairConfig) -> Self {
+        crate::control::decide::Repair {
+            enabled: c.enabled,
+            max_cycles_per_node: c.max_cycles_per_node,
+            max_unhealthy_percent: c.max_unhealthy_percent,
+        }
+    }
 }
 
 fn default_booking_s() -> u64 {
@@ -291,6 +326,18 @@ impl DaemonConfig {
                 if v < 100 {
                     problems.push(format!("control.{key}: below 100 ms"));
                 }
+            }
+            if c.repair.max_unhealthy_percent > 100 {
+                problems.push("control.repair.max_unhealthy_percent: above 100".to_owned());
+            }
+            if c.repair.enabled && c.repair.max_cycles_per_node == 0 {
+                problems.push(
+                    "control.repair.max_cycles_per_node: 0 with repair enabled (nothing would be repaired)"
+                        .to_owned(),
+                );
+            }
+            if c.deadlines.unhealthy_after_s == 0 {
+                problems.push("control.deadlines.unhealthy_after_s: must be above 0".to_owned());
             }
             if c.mig_deadline_s == 0 || c.mig_deadline_s > 86_400 {
                 problems.push("control.mig_deadline_s: must be 1 to 86400".to_owned());

@@ -12,7 +12,9 @@
 //! `ApplyBiosProfile` before its `PowerOn`) stages the profile first,
 //! within the same wave (staging is part of the power-on, so the rack's
 //! concurrent power-on limit covers it), and records the profile on the
-//! intent. Once the machine is up the loop asks for the attributes back
+//! intent and in the store's BIOS tree (a `staged` record, which outlives
+//! the intent: a restart before the read-back still verifies it). Once
+//! the machine is up the loop asks for the attributes back
 //! ([`Executor::read_bios`]); comparing them is *decide*'s.
 
 use std::collections::BTreeMap;
@@ -357,15 +359,22 @@ impl<P: PowerControl + 'static> Executor<P> {
                     node,
                     wave,
                     for_workloads,
-                } => waves
-                    .entry(*wave)
-                    .or_default()
-                    .push(self.journal.record_power_on(
+                } => {
+                    let profile = bios.get(node.as_str()).map(|p| (*p).to_owned());
+                    let intent = self.journal.record_power_on(
                         node,
                         for_workloads.clone(),
-                        bios.get(node.as_str()).map(|p| (*p).to_owned()),
+                        profile.clone(),
                         now,
-                    )?),
+                    )?;
+                    // The staging outlives the intent (closed once the
+                    // BMC shows On, minutes before POST is over): kept
+                    // until the read-back, for a restart in between.
+                    if let Some(profile) = &profile {
+                        self.journal.record_bios_staged(node, profile, now)?;
+                    }
+                    waves.entry(*wave).or_default().push(intent);
+                }
                 PlanAction::PowerOff { node, .. } => offs.push(self.journal.record(
                     node,
                     Action::PowerOff { force: false },

@@ -143,6 +143,12 @@ impl Journal {
         Ok(intent)
     }
 
+    /// The database it writes (a power-on's BIOS staging is kept in the
+    /// store's BIOS tree with it: `store/bios.rs`).
+    pub(crate) fn db(&self) -> &sled::Db {
+        &self.db
+    }
+
     /// Marks an intent's state, durably.
     pub fn mark(&self, intent: &mut Intent, state: IntentState) -> Result<(), StoreError> {
         intent.state = state;

@@ -167,11 +167,12 @@ async fn serve_maybe_bound(
         Some(acceptor) => {
             let listener = tls::TlsListener::new(listener, acceptor)?;
             tracing::info!(listen = %config.server.listen, "accordd serving over TLS");
-            axum::serve(
-                api::IdleTimeout::new(listener, api::IDLE_TIMEOUT),
+            api::serve(
+                listener,
                 api::router(state, max_body),
+                api::Deadlines::default(),
+                shutdown,
             )
-            .with_graceful_shutdown(shutdown)
             .await
             .context("HTTP server failed")
         }
@@ -236,12 +237,13 @@ pub async fn serve_on(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     tracing::info!(listen = %listener.local_addr()?, "accordd serving");
-    // Connections without progress for IDLE_TIMEOUT are closed.
-    axum::serve(
-        api::IdleTimeout::new(listener, api::IDLE_TIMEOUT),
+    // Deadlines: idle connections, request headers, request bodies.
+    api::serve(
+        listener,
         api::router(state, max_body_bytes),
+        api::Deadlines::default(),
+        shutdown,
     )
-    .with_graceful_shutdown(shutdown)
     .await
     .context("HTTP server failed")
 }

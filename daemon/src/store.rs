@@ -25,10 +25,16 @@ const JOURNAL: &str = "journal";
 const SCHEDULER_VIEWS: &str = "scheduler_views";
 /// Agent commands: each node's latest (`commands.rs`).
 const COMMANDS: &str = "commands";
+/// The control loop's lifecycles and bookings (`state.rs`).
+const LIFECYCLE: &str = "lifecycle";
+const BOOKINGS: &str = "bookings";
 const SCHEMA_KEY: &[u8] = b"schema";
 
 mod bios;
 mod commands;
+mod state;
+
+pub use state::Booking;
 
 /// How long [`Store::close`] is usually given: the flush, sled's flusher
 /// thread and its last writes take milliseconds, not seconds.
@@ -75,6 +81,11 @@ pub struct Store {
     liveness: sled::Tree,
     views: sled::Tree,
     commands: sled::Tree,
+    /// Serialises the read-modify-writes of `commands` (the API hands
+    /// commands out while the loop opens and closes them).
+    commands_lock: std::sync::Mutex<()>,
+    lifecycle: sled::Tree,
+    bookings: sled::Tree,
     dir: PathBuf,
 }
 
@@ -153,6 +164,9 @@ impl Store {
                 .open_tree(SCHEDULER_VIEWS)
                 .map_err(io("open scheduler views tree"))?,
             commands: db.open_tree(COMMANDS).map_err(io("open commands tree"))?,
+            commands_lock: std::sync::Mutex::new(()),
+            lifecycle: db.open_tree(LIFECYCLE).map_err(io("open lifecycle tree"))?,
+            bookings: db.open_tree(BOOKINGS).map_err(io("open bookings tree"))?,
             db,
             dir: dir.to_owned(),
         };
@@ -182,8 +196,13 @@ impl Store {
             liveness,
             views,
             commands,
+            commands_lock: _,
+            lifecycle,
+            bookings,
             dir,
         } = self;
+        drop(lifecycle);
+        drop(bookings);
         drop(nodes);
         drop(liveness);
         drop(views);

@@ -132,6 +132,8 @@ impl Twin {
     /// commands journaled (numbered), closes applied.
     fn round(&mut self, after_s: u64) -> Decision {
         self.now += after_s;
+        // r1-n1's agent heartbeats all along.
+        self.world.agents.insert("r1-n1".into(), self.now);
         let mut snap = self.world.clone();
         snap.now = self.now;
         snap.mono = Duration::from_secs(self.now - T0);
@@ -345,6 +347,64 @@ fn a_command_past_its_deadline_fails_the_node_and_its_demand_is_planned_again() 
     // Planned again: not on the failed node.
     assert!(d.commands.open.is_empty());
     assert_ne!(d.status.workloads[0].state, WorkloadState::Repartitioning);
+    // Its agent still heartbeats: the node stays failed, and nothing is
+    // sent to it again...
+    for _ in 0..3 {
+        let d = t.round(5);
+        assert_eq!(t.stage("r1-n1"), Stage::Failed);
+        assert!(d.commands.open.is_empty(), "{:?}", d.commands.open);
+    }
+    // ...until its agent reports again.
+    t.world.reports.insert("r1-n1".into(), reported());
+    t.round(5);
+    t.round(1);
+    assert!(
+        matches!(t.stage("r1-n1"), Stage::Ready | Stage::Idle),
+        "{:?}",
+        t.stage("r1-n1")
+    );
+}
+
+#[test]
+fn after_a_restart_commands_closed_before_it_are_not_acted_on_again() {
+    let mut t = Twin::new();
+    t.world.demand = mig_pods(3);
+    t.round(1);
+    let layout = match &t.command("r1-n1").action {
+        CommandAction::ApplyMig { gpus } => gpus[0].layout.clone(),
+        CommandAction::Rediscover => unreachable!(),
+    };
+    t.world
+        .reports
+        .insert("r1-n1".into(), with_layout(reported(), 0, &layout));
+    t.close("r1-n1", 1, CommandResult::Done);
+    let d = t.round(5);
+    assert_eq!(d.metrics.commands, [("mig_agent", "done")]);
+    // accordd restarts: a new decider, the store as it was.
+    let fleet = Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+    t.decider = Decider::new(
+        fleet,
+        Settings {
+            mode: Mode::Act,
+            deadlines: Deadlines::default(),
+            booking_s: 300,
+            command_deadline_s: DEADLINE_S,
+        },
+        t.now,
+    );
+    t.world
+        .reports
+        .insert("r1-n1".into(), with_layout(reported(), 0, &layout));
+    t.world.demand = Demand::default();
+    for _ in 0..3 {
+        let d = t.round(5);
+        assert!(d.metrics.commands.is_empty(), "{:?}", d.metrics.commands);
+        assert!(
+            d.events.iter().all(|e| !e.reason.starts_with("Mig")),
+            "{:?}",
+            d.events
+        );
+    }
 }
 
 #[test]
@@ -403,5 +463,45 @@ fn gpu_operator_mode_sets_the_label_and_hands_the_agent_a_rediscovery_on_success
         .insert("nvidia.com/mig.config.state".into(), "success".into());
     t.world.views.insert("r1-n1".into(), view);
     let d = t.round(5);
+    assert_eq!(d.commands.release, [("r1-n1".to_owned(), 1)]);
+}
+
+#[test]
+fn a_leftover_mig_manager_state_is_not_taken_for_the_new_configurations() {
+    let text = FLEET.replace(
+        "[[racks]]",
+        "[policy]\nmig_via = \"gpu-operator\"\n\n[[racks]]",
+    );
+    let fleet = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+    let mut t = Twin::new();
+    t.decider = Decider::new(
+        fleet,
+        Settings {
+            mode: Mode::Act,
+            deadlines: Deadlines::default(),
+            booking_s: 300,
+            command_deadline_s: DEADLINE_S,
+        },
+        t.now,
+    );
+    t.world.reports.insert("r1-n1".into(), reported());
+    t.round(1);
+    t.round(1);
+    t.world.demand = mig_pods(3);
+    t.round(1);
+    let name = t.command("r1-n1").mig_config.unwrap();
+    // The Node shows the new label, and still `success` from an earlier
+    // configuration: not taken at once...
+    let mut view = accord::truth::SchedulerView::default();
+    view.labels.insert("nvidia.com/mig.config".into(), name);
+    view.labels
+        .insert("nvidia.com/mig.config.state".into(), "success".into());
+    t.world.views.insert("r1-n1".into(), view);
+    let d = t.round(1);
+    assert!(d.commands.release.is_empty(), "{:?}", d.commands.release);
+    let d = t.round(2);
+    assert!(d.commands.release.is_empty(), "{:?}", d.commands.release);
+    // ...only once it has had time to be replaced.
+    let d = t.round(3);
     assert_eq!(d.commands.release, [("r1-n1".to_owned(), 1)]);
 }

@@ -580,6 +580,49 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
         "booked nodes being powered off: {open_offs:?}"
     );
     assert_eq!(lab.nodes_on(), powered, "booked nodes stay on");
+    // accordd is killed and restarted: the booking is in its store, so the
+    // nodes stay on past the idle time after the restart too.
+    lab.kill_daemon();
+    lab.start_daemon().unwrap();
+    let st0 = lab
+        .wait_status(
+            "accordd's first round after the restart",
+            Duration::from_secs(60),
+            |s| s.round >= 1 && s.round < st.round,
+        )
+        .await
+        .unwrap();
+    lab.wait_status(
+        &format!(
+            "a round {IDLE_S} s + 2 ticks after the restart's round {}",
+            st0.round
+        ),
+        Duration::from_secs(30),
+        |s| s.at > st0.at + IDLE_S + 2 && s.round >= st0.round + 2,
+    )
+    .await
+    .unwrap();
+    let offs: Vec<_> = lab
+        .proxy
+        .log()
+        .into_iter()
+        .filter(|l| {
+            l.method == "POST"
+                && !l.power_on
+                && powered.iter().any(|n| {
+                    l.path == format!("/redfish/v1/Systems/{n}/Actions/ComputerSystem.Reset")
+                })
+        })
+        .collect();
+    assert!(
+        offs.is_empty(),
+        "booked nodes powered off after a restart: {offs:?}"
+    );
+    assert_eq!(
+        lab.nodes_on(),
+        powered,
+        "booked nodes stay on across a restart"
+    );
     // Kueue admits the job: its pods bind to the booked nodes.
     for i in 0..2 {
         let pod = serde_json::json!({

@@ -107,9 +107,29 @@ async fn bound_on_the_repartitioned_node(lab: &Lab, kind: &str) -> ControlStatus
     // The scheduler saw the new devices: the kubelet stand-in republished
     // them from the machine's new state.
     assert_eq!(mig_allocatable(lab, "r1-n1"), "7");
+    // The pods can bind before accordd's next round absorbs the outcome
+    // (and, with the GPU Operator, before the agent's rediscovery).
+    let st = lab
+        .wait_status(
+            "r1-n1's command done in accordd's status",
+            Duration::from_secs(60),
+            |s| {
+                s.commands.iter().any(|c| {
+                    c.node == "r1-n1"
+                        && matches!(
+                            &c.state,
+                            CommandState::Closed {
+                                result: CommandResult::Done,
+                                ..
+                            }
+                        )
+                })
+            },
+        )
+        .await
+        .unwrap();
     // Accord does not propose the same repartition again: a few rounds
     // later the command is still the first, and no action is planned.
-    let st = current_status(lab).await;
     let st = rounds_after(lab, &st, 4).await;
     assert_eq!(st.commands.len(), 1, "{:?}", st.commands);
     let c = &st.commands[0];

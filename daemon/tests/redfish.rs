@@ -247,6 +247,65 @@ fn bmc_probe_with_credentials_and_without_trust() {
     );
 }
 
+/// `accordctl bmc probe` on web servers that are not BMCs: a login page,
+/// `null`, an array, invalid JSON. Exit 1 (failure, per `--help`), the
+/// BMC, the URL and what came back on stderr, nothing on stdout.
+#[test]
+fn bmc_probe_refuses_what_is_not_a_redfish_service_root() {
+    use axum::http::header::CONTENT_TYPE;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answer = |content_type: &'static str, body: &'static str| {
+        axum::routing::get(move || async move { ([(CONTENT_TYPE, content_type)], body) })
+    };
+    let app = axum::Router::new()
+        .route(
+            "/html/redfish/v1",
+            answer(
+                "text/html",
+                "<!DOCTYPE html>\n<html><title>Login</title></html>",
+            ),
+        )
+        .route("/null/redfish/v1", answer("application/json", "null"))
+        .route("/array/redfish/v1", answer("application/json", "[]"))
+        .route(
+            "/invalid/redfish/v1",
+            answer("application/json", "{\"RedfishVersion\": "),
+        );
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    for (kind, what) in [
+        (
+            "html",
+            r#"not JSON (expected value at line 1 column 1); Content-Type text/html, 49 bytes: "<!DOCTYPE html>\n<html><title>Login</title></html>""#,
+        ),
+        (
+            "null",
+            r#"JSON null, not an object; Content-Type application/json, 4 bytes: "null""#,
+        ),
+        ("array", "JSON array, not an object"),
+        ("invalid", "not JSON (EOF while parsing a value"),
+    ] {
+        let url = format!("http://{addr}/{kind}");
+        let out = accord_testkit::process::output_within(
+            Command::new(env!("CARGO_BIN_EXE_accordctl"))
+                .args(["bmc", "probe", &url])
+                .env_remove("ACCORD_BMC_INVENTORY"),
+            std::time::Duration::from_secs(60),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{kind}: {}", text(&out));
+        assert!(out.stdout.is_empty(), "{kind}: {}", text(&out));
+        let want = format!(
+            "accordctl: error: BMC 127.0.0.1: GET {url}/redfish/v1: not a Redfish service root: "
+        );
+        assert!(stderr.contains(&want), "{kind}: {stderr}\nlacks {want}");
+        assert!(stderr.contains(what), "{kind}: {stderr}\nlacks {what}");
+    }
+}
+
 #[test]
 fn bios_apply_to_a_rack_within_its_limit() {
     let peer = start_static(&mockup("dmtf-public-rackmount1")).unwrap();

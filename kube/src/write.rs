@@ -17,14 +17,15 @@ use serde_json::{json, Map, Value};
 /// Who Accord says it is on events and patches.
 pub const MANAGER: &str = "accordd";
 
-/// What [`publish_node`] did.
+/// What [`publish_node`] (or [`set_node_label`],
+/// [`set_provisioning_condition`]) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublishOutcome {
-    /// The Node already showed the publication: nothing written.
+    /// The object already showed it: nothing written.
     Unchanged,
     /// One merge patch written.
     Written,
-    /// No such Node (gone, or not registered yet).
+    /// No such object (gone, or a Node not registered yet).
     NotFound,
 }
 
@@ -254,6 +255,25 @@ fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
 }
 
+/// The ProvisioningRequest condition types Accord writes (those
+/// cluster-autoscaler's provisioning classes define); every other
+/// condition on a request is someone else's and left as it is.
+pub const PROVISIONING_CONDITION_TYPES: [&str; 5] = [
+    "Accepted",
+    "Provisioned",
+    "Failed",
+    "BookingExpired",
+    "CapacityRevoked",
+];
+
+/// How many times [`set_provisioning_condition`] reads and writes before
+/// it gives up on a request that keeps changing under it.
+pub const CONDITION_WRITE_ATTEMPTS: u32 = 5;
+
+/// The pause between attempts after a conflict (as client-go's
+/// `retry.RetryOnConflict`).
+const CONFLICT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// One ProvisioningRequest condition, as Kueue reads them: `Accepted`,
 /// `Provisioned`, `Failed`, `BookingExpired`, `CapacityRevoked`.
 #[derive(Debug, Clone)]
@@ -264,36 +284,182 @@ pub struct ProvisioningCondition {
     pub message: String,
 }
 
-/// Sets a condition on a ProvisioningRequest's status (replacing one of the
-/// same type; the others stay), through the status subresource.
+/// Why [`set_provisioning_condition`] wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ConditionWriteError {
+    /// Not one of [`PROVISIONING_CONDITION_TYPES`]: Accord does not write
+    /// other components' conditions.
+    #[error("{0:?} is not a condition type Accord writes")]
+    NotAccords(String),
+    /// The request as read carries no resourceVersion, so a write could
+    /// not be conditional; none is made.
+    #[error("the ProvisioningRequest as read has no resourceVersion; an unconditional write is not made")]
+    NoResourceVersion,
+    /// Every attempt found the request changed since its read (`409
+    /// Conflict`); the next round decides again.
+    #[error("the ProvisioningRequest changed between read and write in each of {attempts} attempts (409 Conflict)")]
+    Conflict { attempts: u32 },
+    /// The read or the write failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// Sets one of Accord's conditions on a ProvisioningRequest, through the
+/// status subresource, changing nothing else.
+///
+/// Each attempt reads the request and works out its conditions with
+/// [`provisioning_condition_patch`]: nothing is written when the
+/// condition already shows what Accord wants ([`PublishOutcome::Unchanged`]);
+/// else one JSON merge patch (field manager `accordd`) of
+/// `status.conditions` carrying the read's `metadata.resourceVersion`, so
+/// a request changed in between (by cluster-autoscaler, Kueue or a user)
+/// is not overwritten: the API server answers `409 Conflict` and the
+/// request is read and worked out again, up to
+/// [`CONDITION_WRITE_ATTEMPTS`] times, then
+/// [`ConditionWriteError::Conflict`]. `NotFound` for a request that is
+/// gone.
 pub async fn set_provisioning_condition(
     client: &kube::Client,
     namespace: &str,
     name: &str,
     condition: &ProvisioningCondition,
-) -> Result<(), kube::Error> {
+) -> Result<PublishOutcome, ConditionWriteError> {
+    if !PROVISIONING_CONDITION_TYPES.contains(&condition.type_.as_str()) {
+        return Err(ConditionWriteError::NotAccords(condition.type_.clone()));
+    }
     let ar = crate::watch::crds()
         .into_iter()
         .find(|a| a.kind == "ProvisioningRequest")
         .expect("listed");
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
-    let current = api.get_status(name).await?;
-    let mut conditions: Vec<serde_json::Value> = current.data["status"]["conditions"]
+    let params = PatchParams {
+        field_manager: Some(MANAGER.to_owned()),
+        ..Default::default()
+    };
+    for attempt in 1..=CONDITION_WRITE_ATTEMPTS {
+        if attempt > 1 {
+            tokio::time::sleep(CONFLICT_BACKOFF).await;
+        }
+        let current = match api.get_status(name).await {
+            Ok(c) => c,
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(PublishOutcome::NotFound),
+            Err(e) => return Err(e.into()),
+        };
+        if current.metadata.resource_version.is_none() {
+            return Err(ConditionWriteError::NoResourceVersion);
+        }
+        let Some(patch) = provisioning_condition_patch(&current, condition, Time(jiff_now()))
+        else {
+            return Ok(PublishOutcome::Unchanged);
+        };
+        match api.patch_status(name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => return Ok(PublishOutcome::Written),
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(PublishOutcome::NotFound),
+            Err(kube::Error::Api(s)) if s.is_conflict() => {
+                tracing::debug!(
+                    namespace,
+                    name,
+                    attempt,
+                    "ProvisioningRequest changed since read; reading it again"
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ConditionWriteError::Conflict {
+        attempts: CONDITION_WRITE_ATTEMPTS,
+    })
+}
+
+fn status_word(status: bool) -> &'static str {
+    if status {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// The merge patch for `pr`'s status subresource that makes it show
+/// `condition`, or `None` when it already does. Pure.
+///
+/// The patch carries `pr`'s `metadata.resourceVersion` and the whole
+/// `status.conditions` list (a merge patch replaces lists): every
+/// condition of another type stays as it is, in its place; the one of
+/// `condition`'s type (the first, a duplicate is dropped) keeps its
+/// other fields and gets the status, reason and message, with
+/// `observedGeneration` the request's `metadata.generation`; its
+/// `lastTransitionTime` becomes `now` only when the status flips (or it
+/// has none), as Kubernetes' condition conventions say. A condition not
+/// there yet is added at the end.
+pub fn provisioning_condition_patch(
+    pr: &DynamicObject,
+    condition: &ProvisioningCondition,
+    now: Time,
+) -> Option<Value> {
+    let generation = pr.metadata.generation;
+    let want_status = status_word(condition.status);
+    let current: &[Value] = pr.data["status"]["conditions"]
         .as_array()
-        .cloned()
-        .unwrap_or_default();
-    conditions.retain(|c| c["type"] != condition.type_.as_str());
-    let generation = current.metadata.generation.unwrap_or(0);
-    conditions.push(json!({
-        "type": condition.type_,
-        "status": if condition.status { "True" } else { "False" },
-        "reason": condition.reason,
-        "message": condition.message,
-        "observedGeneration": generation,
-        "lastTransitionTime": Time(jiff_now()),
-    }));
-    let patch = json!({"status": {"conditions": conditions}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(drop)
+        .map_or(&[], Vec::as_slice);
+    let is_ours = |c: &Value| c["type"].as_str() == Some(condition.type_.as_str());
+    let now = serde_json::to_value(now).unwrap_or(Value::Null);
+
+    let mut conditions = Vec::with_capacity(current.len() + 1);
+    let mut found = false;
+    let mut changed = false;
+    for c in current {
+        if !is_ours(c) {
+            conditions.push(c.clone());
+            continue;
+        }
+        if found {
+            // A second condition of the type (a list map has one per
+            // type; the API server would refuse the write with both).
+            changed = true;
+            continue;
+        }
+        found = true;
+        let mut c = c.clone();
+        let flips = c["status"].as_str() != Some(want_status);
+        let same = !flips
+            && c["reason"].as_str() == Some(condition.reason.as_str())
+            && c["message"].as_str() == Some(condition.message.as_str())
+            && generation.is_none_or(|g| c["observedGeneration"].as_i64() == Some(g))
+            && c["lastTransitionTime"].is_string();
+        if !same {
+            changed = true;
+            if flips || !c["lastTransitionTime"].is_string() {
+                c["lastTransitionTime"] = now.clone();
+            }
+            c["status"] = Value::from(want_status);
+            c["reason"] = Value::from(condition.reason.as_str());
+            c["message"] = Value::from(condition.message.as_str());
+            if let Some(g) = generation {
+                c["observedGeneration"] = Value::from(g);
+            }
+        }
+        conditions.push(c);
+    }
+    if !found {
+        changed = true;
+        let mut c = json!({
+            "type": condition.type_,
+            "status": want_status,
+            "reason": condition.reason,
+            "message": condition.message,
+            "lastTransitionTime": now,
+        });
+        if let Some(g) = generation {
+            c["observedGeneration"] = Value::from(g);
+        }
+        conditions.push(c);
+    }
+    if !changed {
+        return None;
+    }
+    let mut metadata = json!({});
+    if let Some(rv) = &pr.metadata.resource_version {
+        metadata["resourceVersion"] = Value::from(rv.as_str());
+    }
+    Some(json!({"metadata": metadata, "status": {"conditions": conditions}}))
 }

@@ -131,6 +131,9 @@ struct NodeSim {
     gpus: Option<accord_agent::mig::replay::ReplayedGpus>,
     /// Repartitions its GPUs carried out in earlier boots.
     repartitions: u64,
+    /// Its software hangs ([`Lab::hang`]): agent and kubelet stopped while
+    /// the BMC shows On, until the machine is powered off.
+    hung: bool,
 }
 
 #[derive(Debug, Default)]
@@ -390,6 +393,7 @@ impl Lab {
             tokio::spawn(world::scheduler(ctx.clone())),
             tokio::spawn(world::submitter(ctx.clone())),
             tokio::spawn(mig_manager::run(ctx.clone())),
+            tokio::spawn(world::evictor(ctx.clone())),
             tokio::spawn(world::watch_status(ctx)),
         ];
         say!(options, dir = %d.display(), nodes = fleet.nodes.len(), bmcs = %emulator.url(), kube = %api.url, "lab up: {} emulated BMCs, fake Kubernetes API (Kubernetes {kube}{}), accordd config {}", fleet.nodes.len(), kube.dra_api_version().map_or(", no DRA".to_owned(), |v| format!(", DRA {v}")), config_path.display());
@@ -515,6 +519,28 @@ impl Lab {
         r.nodes.get(node).map_or(0, |n| {
             n.repartitions + n.gpus.as_ref().map_or(0, |g| g.repartitions())
         })
+    }
+}
+
+impl Lab {
+    /// The machine's software hangs: its agent stops and its kubelet stops
+    /// posting status (the Node goes NotReady, tainted unreachable), while
+    /// the BMC still shows it On; a power cycle brings it back. False when
+    /// the machine is not up.
+    pub fn hang(&self, node: &str) -> bool {
+        let stop = {
+            let mut r = self.record.lock().expect("lock");
+            let Some(sim) = r.nodes.get_mut(node).filter(|s| s.on && s.registered) else {
+                return false;
+            };
+            sim.hung = true;
+            sim.agent.take()
+        };
+        if let Some(stop) = stop {
+            let _ = stop.send(());
+        }
+        world::node_lost(&self.api, node);
+        true
     }
 }
 

@@ -69,6 +69,11 @@ pub struct LabSettings {
     /// Every machine's BIOS attributes at the start (default:
     /// [`crate::bios::default_attributes`]).
     pub bios: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Kubernetes' taint-based eviction: a pod bound to a Node tainted
+    /// `node.kubernetes.io/unreachable` this long is evicted, and its
+    /// controller makes it again, unbound (Kubernetes: 300 s, the pods'
+    /// default toleration). Unset: never (the lab's runs are shorter).
+    pub evict_after_ms: Option<u64>,
 }
 
 /// Recorded hardware: exactly one of `builtin` (an embedded recording),
@@ -156,6 +161,7 @@ impl Default for LabSettings {
             machines: BTreeMap::new(),
             bios_profiles: BTreeMap::new(),
             bios: None,
+            evict_after_ms: None,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! [`Ctx`]: the machines (BMC power → agent → Kubernetes Node), the
 //! stand-in scheduler, the submitter, and the narration of accordd's view.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -88,6 +88,7 @@ pub(super) async fn machines(ctx: Ctx) {
                     came_on.insert(name.clone(), now - boot - kubelet);
                 }
                 if on
+                    && !sim.hung
                     && !sim.agent_started
                     && came_on
                         .get(&name)
@@ -120,6 +121,7 @@ pub(super) async fn machines(ctx: Ctx) {
                     }
                     sim.agent_started = false;
                     sim.registered = false;
+                    sim.hung = false;
                     came_on.remove(&name);
                     agent_at.remove(&name);
                     went_off = true;
@@ -169,7 +171,7 @@ pub(super) async fn machines(ctx: Ctx) {
                 register_node(&ctx, &name).await;
             }
             if went_off {
-                node_lost(&ctx, &name);
+                node_lost(&ctx.api, &name);
                 say!(ctx, node = %name, "BMC shows Off: agent stopped, Node NotReady and tainted unreachable");
             }
         }
@@ -189,26 +191,24 @@ const READINESS_TAINTS: [&str; 2] = [
 /// lifecycle controller taints it unreachable (here at once, not after
 /// the node-monitor grace period). Its ResourceSlice stays too, as it
 /// does while the Node exists.
-fn node_lost(ctx: &Ctx, name: &str) {
-    let Some(mut node) = ctx.api.get("v1", "Node", "", name) else {
-        return;
-    };
-    node["status"]["conditions"] = json!([{
-        "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-        "message": "Kubelet stopped posting node status.",
-    }]);
-    let mut taints: Vec<Value> = node["spec"]["taints"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|t| !READINESS_TAINTS.contains(&t["key"].as_str().unwrap_or("")))
-        .cloned()
-        .collect();
-    for effect in ["NoSchedule", "NoExecute"] {
-        taints.push(json!({"key": READINESS_TAINTS[0], "effect": effect}));
-    }
-    node["spec"]["taints"] = Value::Array(taints);
-    ctx.api.apply(node);
+pub(crate) fn node_lost(api: &accord_testkit::fake_api::FakeApi, name: &str) {
+    api.update("v1", "Node", "", name, |node| {
+        node["status"]["conditions"] = json!([{
+            "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+        }]);
+        let mut taints: Vec<Value> = node["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| !READINESS_TAINTS.contains(&t["key"].as_str().unwrap_or("")))
+            .cloned()
+            .collect();
+        for effect in ["NoSchedule", "NoExecute"] {
+            taints.push(json!({"key": READINESS_TAINTS[0], "effect": effect}));
+        }
+        node["spec"]["taints"] = Value::Array(taints);
+    });
 }
 
 /// The machine's kubelet registers its Node, and the NVIDIA device
@@ -594,6 +594,72 @@ pub(super) async fn watch_status(ctx: Ctx) {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Kubernetes' taint-based eviction (`lab.evict_after_ms`): a pod bound to
+/// a Node tainted `node.kubernetes.io/unreachable` (NoExecute) for that
+/// long is evicted, and its controller makes it again, unbound, with the
+/// same name (as a StatefulSet or JobSet would); the scheduler then places
+/// it like any pending pod.
+pub(super) async fn evictor(ctx: Ctx) {
+    let Some(after) = ctx.scenario.lab.evict_after_ms.map(Duration::from_millis) else {
+        return;
+    };
+    let mut tainted_since: BTreeMap<String, Instant> = BTreeMap::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = Instant::now();
+        let unreachable: BTreeSet<String> = ctx
+            .api
+            .list("v1", "Node")
+            .iter()
+            .filter(|n| {
+                n["spec"]["taints"].as_array().is_some_and(|ts| {
+                    ts.iter()
+                        .any(|t| t["key"] == READINESS_TAINTS[0] && t["effect"] == "NoExecute")
+                })
+            })
+            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        tainted_since.retain(|n, _| unreachable.contains(n));
+        for n in &unreachable {
+            tainted_since.entry(n.clone()).or_insert(now);
+        }
+        let due: BTreeSet<&String> = tainted_since
+            .iter()
+            .filter(|(_, t)| now.duration_since(**t) >= after)
+            .map(|(n, _)| n)
+            .collect();
+        if due.is_empty() {
+            continue;
+        }
+        for pod in ctx.api.list("v1", "Pod") {
+            let Some(node) = pod["spec"]["nodeName"].as_str() else {
+                continue;
+            };
+            if !due.contains(&node.to_owned()) {
+                continue;
+            }
+            let (ns, name) = key_of(&pod);
+            let mut fresh = pod.clone();
+            if let Some(spec) = fresh["spec"].as_object_mut() {
+                spec.remove("nodeName");
+            }
+            fresh["status"] = json!({"phase": "Pending"});
+            if let Some(meta) = fresh["metadata"].as_object_mut() {
+                meta.remove("resourceVersion");
+                meta.remove("uid");
+            }
+            let mut r = ctx.record.lock().expect("lock");
+            ctx.api.delete("v1", "Pod", &ns, &name);
+            ctx.api.apply(fresh);
+            if let Some((t, g, _)) = r.bound.remove(&(ns.clone(), name.clone())) {
+                r.used_gpu_s += now.duration_since(t).as_secs_f64() * g;
+            }
+            drop(r);
+            say!(ctx, node = %node, pod = %format!("{ns}/{name}"), "evicted from an unreachable node; its controller makes it again");
         }
     }
 }

@@ -2,7 +2,9 @@
 //! re-created on 401, deleted on close; basic auth when the BMC has no
 //! session service), a per-BMC limit on requests in flight and a shared
 //! global one, retries with capped backoff on 5xx, timeouts and connection
-//! errors (never on 4xx), and Task monitors followed to completion.
+//! errors (never on 4xx), and Task monitors followed to completion. Every
+//! answer is read through one bounded reader: past
+//! [`BmcSettings::max_response_bytes`] it is refused, not read further.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -10,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use accord::backoff::Backoff;
-use reqwest::header::{HeaderMap, ACCEPT, ETAG, IF_MATCH, LOCATION};
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, ETAG, IF_MATCH, LOCATION};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::{json, Value};
 use tokio::sync::{OnceCell, Semaphore};
@@ -47,7 +49,15 @@ pub struct BmcSettings {
     pub task_timeout: Duration,
     /// Use SessionService sessions when the BMC offers them.
     pub sessions: bool,
+    /// The largest answer read from this BMC, in bytes; a larger one is a
+    /// [`RedfishError::TooLarge`] and the rest of it is never read.
+    pub max_response_bytes: usize,
 }
+
+/// [`BmcSettings::max_response_bytes`] unless the inventory says
+/// otherwise: far above any Redfish document (a BIOS attribute registry
+/// is a few MiB), far below what would hurt accordd.
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
 
 impl Default for BmcSettings {
     fn default() -> Self {
@@ -66,6 +76,7 @@ impl Default for BmcSettings {
             force_after_graceful: true,
             task_timeout: Duration::from_secs(600),
             sessions: true,
+            max_response_bytes: MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -174,8 +185,61 @@ pub struct Reply {
     pub location: Option<String>,
     /// The JSON body; `Null` when empty or not JSON.
     pub body: Value,
+    /// What the body was (content type, size, first bytes, whether it was
+    /// JSON), for errors that must say what came back.
+    pub raw: RawBody,
     /// `X-Auth-Token`, when a session was created.
     pub token: Option<Secret>,
+}
+
+/// What an answer's body was, without keeping it: its `Content-Type`, its
+/// size, its first bytes and why it is not JSON, when it is not. Its
+/// `Display` escapes everything that came from the BMC (no control
+/// characters reach a terminal or a log line).
+#[derive(Debug, Clone, Default)]
+pub struct RawBody {
+    pub content_type: Option<String>,
+    pub len: usize,
+    /// The first [`RawBody::HEAD`] bytes, escaped.
+    pub head: String,
+    /// The JSON parser's error (a position, never the input), when the
+    /// body is not empty and not JSON.
+    pub json_error: Option<String>,
+}
+
+impl RawBody {
+    /// How many bytes of the body are kept to show.
+    pub const HEAD: usize = 64;
+
+    fn new(content_type: Option<&[u8]>, bytes: &[u8], json_error: Option<String>) -> RawBody {
+        let escape = |b: &[u8], max: usize| {
+            let mut s = b[..b.len().min(max)].escape_ascii().to_string();
+            if b.len() > max {
+                s.push('…');
+            }
+            s
+        };
+        RawBody {
+            content_type: content_type.map(|c| escape(c, 100)),
+            len: bytes.len(),
+            head: escape(bytes, Self::HEAD),
+            json_error,
+        }
+    }
+}
+
+impl std::fmt::Display for RawBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.content_type {
+            Some(c) => write!(f, "Content-Type {c}")?,
+            None => f.write_str("no Content-Type")?,
+        }
+        if self.len == 0 {
+            f.write_str(", empty body")
+        } else {
+            write!(f, ", {} bytes: \"{}\"", self.len, self.head)
+        }
+    }
 }
 
 /// One BMC. Cheap to share (`Arc`); every method may run concurrently,
@@ -233,9 +297,23 @@ impl Bmc {
     pub async fn root(&self) -> Result<&ServiceRoot, RedfishError> {
         self.root
             .get_or_try_init(|| async {
+                let path = "/redfish/v1";
                 let reply = self
-                    .request_as(Method::GET, "/redfish/v1", None, None, AuthUse::None)
+                    .request_as(Method::GET, path, None, None, AuthUse::None)
                     .await?;
+                let not_root = |what: String| RedfishError::NotRedfish {
+                    bmc: self.target.name.clone(),
+                    url: self.url(path),
+                    expected: "service root",
+                    found: format!("{what}; {}", reply.raw),
+                };
+                if let Some(e) = &reply.raw.json_error {
+                    return Err(not_root(format!("not JSON ({e})")));
+                }
+                if reply.raw.len == 0 {
+                    return Err(not_root("no document".to_owned()));
+                }
+                model::check_root(&reply.body).map_err(not_root)?;
                 Ok(model::parse_root(&reply.body))
             })
             .await
@@ -339,15 +417,21 @@ impl Bmc {
             .map_err(|e| self.transport_error(method_name, &url, e))?;
         let status = resp.status();
         let headers = resp.headers().clone();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(method_name, &url, e))?;
-        let body: Value = if bytes.is_empty() {
-            Value::Null
+        let bytes = self.read_body(resp, method_name, &url).await?;
+        let (body, json_error) = if bytes.is_empty() {
+            (Value::Null, None)
         } else {
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+            match serde_json::from_slice(&bytes) {
+                Ok(v) => (v, None),
+                Err(e) => (Value::Null, Some(e.to_string())),
+            }
         };
+        let raw = RawBody::new(
+            headers.get(CONTENT_TYPE).map(|v| v.as_bytes()),
+            &bytes,
+            json_error,
+        );
+        drop(bytes);
         if status == StatusCode::UNAUTHORIZED {
             return Err(RedfishError::Unauthorized {
                 bmc: self.target.name.clone(),
@@ -374,7 +458,49 @@ impl Bmc {
             )
             .map(Secret::new),
             body,
+            raw,
         })
+    }
+
+    /// The body, read chunk by chunk up to `max_response_bytes`: refused
+    /// at once when its `Content-Length` is larger, else as soon as the
+    /// bytes read pass the limit. The rest is never read (the connection
+    /// is dropped with the response), so memory stays within the limit.
+    async fn read_body(
+        &self,
+        mut resp: reqwest::Response,
+        method: &'static str,
+        url: &str,
+    ) -> Result<Vec<u8>, RedfishError> {
+        let limit = self.target.settings.max_response_bytes;
+        let declared = resp.content_length();
+        let too_large = |read: usize| {
+            debug!(bmc = %self.target.name, url, limit, declared, read,
+                   "answer over the size limit; not read further");
+            RedfishError::TooLarge {
+                bmc: self.target.name.clone(),
+                method,
+                url: url.to_owned(),
+                limit,
+                declared,
+            }
+        };
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(too_large(0));
+        }
+        // What a header says is not trusted with more than 1 MiB up front.
+        let mut body = Vec::with_capacity(declared.map_or(0, |n| (n as usize).min(1 << 20)));
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| self.transport_error(method, url, e))?
+        {
+            if chunk.len() > limit - body.len() {
+                return Err(too_large(body.len() + chunk.len()));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 
     fn transport_error(&self, method: &'static str, url: &str, e: reqwest::Error) -> RedfishError {
@@ -457,6 +583,9 @@ impl Bmc {
             },
             Err(e @ RedfishError::Unauthorized { .. }) => Err(e),
             Err(e @ RedfishError::UntrustedCertificate { .. }) => Err(e),
+            // A BMC that answers credentials with more than the limit is
+            // not one to send them to on every request.
+            Err(e @ RedfishError::TooLarge { .. }) => Err(e),
             Err(e) if e.is_transient() && e.status().is_none() => Err(e),
             Err(e) => {
                 debug!(bmc = %self.target.name, error = %e, "session refused; using basic auth");

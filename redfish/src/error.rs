@@ -81,6 +81,38 @@ pub enum RedfishError {
         url: String,
         waited_s: u64,
     },
+    /// An answer larger than `limits.max_response_bytes`: refused as soon
+    /// as its `Content-Length` says so, else once that many bytes have
+    /// been read; the rest is never read.
+    #[error(
+        "BMC {bmc}: {method} {url}: answer larger than the {limit}-byte limit{} \
+         (limits.max_response_bytes)",
+        declared_suffix(*declared)
+    )]
+    TooLarge {
+        bmc: String,
+        method: &'static str,
+        url: String,
+        limit: usize,
+        /// The `Content-Length` the BMC declared, when it did.
+        declared: Option<u64>,
+    },
+    /// The document is not what a Redfish service answers there (HTML,
+    /// not JSON, `null`, an array, an object without a service root's
+    /// properties): `found` says what came back, escaped.
+    #[error("BMC {bmc}: GET {url}: not a Redfish {expected}: {found}")]
+    NotRedfish {
+        bmc: String,
+        url: String,
+        expected: &'static str,
+        found: String,
+    },
+}
+
+fn declared_suffix(declared: Option<u64>) -> String {
+    declared
+        .map(|n| format!(" (Content-Length {n})"))
+        .unwrap_or_default()
 }
 
 fn attempts_suffix(attempts: u32) -> String {
@@ -140,6 +172,8 @@ impl RedfishError {
             RedfishError::NotReached { .. } => "not_reached",
             RedfishError::TaskFailed { .. } => "task_failed",
             RedfishError::TaskTimeout { .. } => "task_timeout",
+            RedfishError::TooLarge { .. } => "too_large",
+            RedfishError::NotRedfish { .. } => "not_redfish",
         }
     }
 }

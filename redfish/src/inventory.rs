@@ -123,15 +123,23 @@ impl Default for PowerSection {
 pub struct LimitsSection {
     /// Requests in flight to all BMCs together.
     pub max_in_flight_total: usize,
+    /// The largest answer read from a BMC, in bytes (every read: GETs,
+    /// task monitors, session creation).
+    pub max_response_bytes: usize,
 }
 
 impl Default for LimitsSection {
     fn default() -> Self {
         LimitsSection {
             max_in_flight_total: 64,
+            max_response_bytes: crate::client::MAX_RESPONSE_BYTES,
         }
     }
 }
+
+/// `limits.max_response_bytes` bounds: a BMC's BIOS document needs tens
+/// of KiB; a GiB read whole is what the limit is there to prevent.
+const MAX_RESPONSE_BYTES_RANGE: std::ops::RangeInclusive<usize> = (64 << 10)..=(1 << 30);
 
 /// One or many BMCs: `nodes` is a name, a range pattern, or a list of them.
 #[derive(Debug, Clone, Deserialize)]
@@ -369,6 +377,14 @@ impl Inventory {
         if self.limits.max_in_flight_total == 0 {
             problems.push("limits.max_in_flight_total: must be at least 1".to_owned());
         }
+        if !MAX_RESPONSE_BYTES_RANGE.contains(&self.limits.max_response_bytes) {
+            problems.push(format!(
+                "limits.max_response_bytes: {} is outside {}..={} (64 KiB to 1 GiB)",
+                self.limits.max_response_bytes,
+                MAX_RESPONSE_BYTES_RANGE.start(),
+                MAX_RESPONSE_BYTES_RANGE.end()
+            ));
+        }
         for (name, p) in &self.bios_profiles {
             if p.attributes.is_empty() {
                 problems.push(format!("bios_profiles.{name}.attributes: empty"));
@@ -393,6 +409,7 @@ impl Inventory {
             force_after_graceful: self.power.force_after_graceful,
             task_timeout: Duration::from_secs(self.power.task_timeout_s),
             sessions: self.defaults.sessions,
+            max_response_bytes: self.limits.max_response_bytes,
         }
     }
 
@@ -543,6 +560,31 @@ mod tests {
         assert_eq!(r["gpu-02"].endpoint, "https://10.0.1.02");
         assert_eq!(r["gpu-02"].system.as_deref(), Some("gpu-02"));
         assert!(inv.validate().is_empty());
+    }
+
+    #[test]
+    fn the_response_size_limit_is_read_and_bounded() {
+        let parse = |limits: &str| -> Inventory {
+            accord::config_file::parse(
+                &format!("[limits]\n{limits}\n[[bmc]]\nnodes = \"n1\"\nendpoint = \"https://b\"\n"),
+                "t.toml",
+            )
+            .unwrap()
+        };
+        let inv = parse("");
+        let r = &inv.resolve().unwrap()["n1"];
+        assert_eq!(inv.settings(r).max_response_bytes, 16 << 20);
+        let inv = parse("max_response_bytes = 1048576");
+        assert!(inv.validate().is_empty());
+        assert_eq!(inv.settings(r).max_response_bytes, 1 << 20);
+        for bad in ["0", "65535", "1073741825"] {
+            let p = parse(&format!("max_response_bytes = {bad}")).validate();
+            assert_eq!(p.len(), 1, "{bad}: {p:?}");
+            assert!(
+                p[0].starts_with(&format!("limits.max_response_bytes: {bad} is outside")),
+                "{p:?}"
+            );
+        }
     }
 
     #[test]

@@ -151,6 +151,38 @@ pub fn parse_root(v: &Value) -> ServiceRoot {
     }
 }
 
+/// Whether a document is a Redfish service root, as far as Accord needs
+/// one: a JSON object that says it is one (`RedfishVersion`, an
+/// `@odata.id` of `/redfish/v1`, or an `@odata.type` of
+/// `#ServiceRoot.…`) and links to what Accord reads (`Systems` or
+/// `Chassis`). DMTF's schema also requires `Id`, `Name` and `Links`;
+/// firmware leaves them out (the quirks mockup has no `Links`), so they
+/// are not asked for. `Err` says what the document is instead, never
+/// what it holds.
+pub fn check_root(v: &Value) -> Result<(), String> {
+    let Some(o) = v.as_object() else {
+        return Err(format!("JSON {}, not an object", json_kind(v)));
+    };
+    let text = |key: &str| o.get(key).and_then(Value::as_str);
+    let says_root = text("RedfishVersion").is_some()
+        || text("@odata.id")
+            .is_some_and(|id| normalize_path(id, &mut Vec::new(), "@odata.id") == "/redfish/v1")
+        || text("@odata.type")
+            .is_some_and(|t| t.trim_start_matches('#').starts_with("ServiceRoot."));
+    if !says_root {
+        return Err(
+            "a JSON object without RedfishVersion, an @odata.id of /redfish/v1 \
+                    or an @odata.type of ServiceRoot"
+                .to_owned(),
+        );
+    }
+    let mut notes = Vec::new();
+    if link(v, "Systems", &mut notes).is_none() && link(v, "Chassis", &mut notes).is_none() {
+        return Err("a service root that links to neither Systems nor Chassis".to_owned());
+    }
+    Ok(())
+}
+
 /// The member paths of a collection.
 pub fn members(v: &Value, notes: &mut Vec<String>) -> Vec<String> {
     v.get("Members")
@@ -682,6 +714,40 @@ mod tests {
             &json!({"@Redfish.Settings": {"SupportedApplyTimes": {}}}),
         );
         assert!(b.apply_times.is_empty());
+    }
+
+    #[test]
+    fn service_roots_are_recognized_tolerantly_and_anything_else_is_not() {
+        for root in [
+            json!({"RedfishVersion": "1.0.0", "Systems": {"@odata.id": "/redfish/v1/Systems"}}),
+            json!({"@odata.id": "/redfish/v1/", "Chassis": {"@odata.id": "/redfish/v1/Chassis/"}}),
+            json!({"@odata.id": "https://bmc/redfish/v1", "Systems": {"@odata.id": "/s"}}),
+            json!({"@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot",
+                   "Systems": {"@odata.id": "/redfish/v1/Systems"}}),
+        ] {
+            assert_eq!(check_root(&root), Ok(()), "{root}");
+        }
+        for (doc, why) in [
+            (json!(null), "JSON null, not an object"),
+            (json!([1, 2]), "JSON array, not an object"),
+            (json!(7), "JSON number, not an object"),
+            (json!("<html>"), "JSON string, not an object"),
+            (
+                json!({"status": "ok", "Systems": {"@odata.id": "/redfish/v1/Systems"}}),
+                "without RedfishVersion",
+            ),
+            (
+                json!({"RedfishVersion": 1, "@odata.id": "/api/v1"}),
+                "without RedfishVersion",
+            ),
+            (
+                json!({"RedfishVersion": "1.6.0", "Systems": "/redfish/v1/Systems"}),
+                "neither Systems nor Chassis",
+            ),
+        ] {
+            let e = check_root(&doc).unwrap_err();
+            assert!(e.contains(why), "{doc}: {e}");
+        }
     }
 
     #[test]

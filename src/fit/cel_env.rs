@@ -8,6 +8,10 @@
 //! share one evaluation unless the expression mentions such an attribute.
 //! The cache is a `HashMap` that is only looked up, never iterated, so it
 //! cannot leak an order into a plan.
+//!
+//! Every expression is checked against Kubernetes' limits for a selector
+//! (length, nesting, estimated cost; `cel_limits`) before it runs: one
+//! that fails them is an invalid selector, never run.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +19,11 @@ use std::sync::Arc;
 use cel::extractors::This;
 use cel::{Context, Program, Value};
 
+use super::cel_limits::{self, clip, panic_message};
 use crate::device::{AttrValue, Device, NODE_SPECIFIC};
+
+/// Characters of a selector quoted in a message.
+const SHOWN_CHARS: usize = 120;
 
 struct Expr {
     text: String,
@@ -114,8 +122,10 @@ fn context(device: &Device) -> Result<Context<'static, 'static>, cel::Declaratio
     ctx.add_function("quantity", |s: Arc<String>| -> i64 {
         crate::quantity::parse(&s).map_or(i64::MIN, base_units)
     })?;
+    // By comparison, not subtraction: `quantity` of something that is not
+    // one is i64::MIN, and `a - b` would overflow.
     ctx.add_function("compareTo", |This(a): This<i64>, b: i64| -> i64 {
-        (a - b).signum()
+        a.cmp(&b) as i64
     })?;
     // Kubernetes' quantity library (quantities are base-unit integers here)
     // and the strings extension the NVIDIA driver's examples use.
@@ -220,22 +230,35 @@ impl CelEngine {
         if let Some(hit) = self.cache.get(&key) {
             return hit.clone();
         }
+        let shown = || clip(&expr.text, SHOWN_CHARS);
         let result = match &expr.program {
-            Err(e) => Err(format!(
-                "CEL selector `{}` does not compile: {e}",
-                expr.text
-            )),
+            Err(e) => Err(format!("invalid CEL selector `{}`: {e}", shown())),
             Ok(program) => match context(device) {
                 Err(e) => Err(format!("CEL environment: {e}")),
-                Ok(ctx) => match program.execute(&ctx) {
-                    Ok(Value::Bool(b)) => Ok(b),
-                    Ok(other) => Err(format!(
-                        "CEL selector `{}` gave {other:?}, not a boolean",
-                        expr.text
+                // A panic in the interpreter is this selector's failure on
+                // this device, not the planner's end (the cel crate's
+                // evaluator has `unreachable!`s and panics of its own).
+                Ok(ctx) => match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    program.execute(&ctx)
+                })) {
+                    Ok(Ok(Value::Bool(b))) => Ok(b),
+                    Ok(Ok(other)) => Err(format!(
+                        "CEL selector `{}` gave {}, not a boolean",
+                        shown(),
+                        clip(&format!("{other:?}"), SHOWN_CHARS)
                     )),
-                    Err(e) => Err(format!(
-                        "CEL selector `{}` cannot be evaluated on {}: {e}",
-                        expr.text, device.name
+                    Ok(Err(e)) => Err(format!(
+                        "CEL selector `{}` cannot be evaluated on {}: {}",
+                        shown(),
+                        device.name,
+                        clip(&e.to_string(), SHOWN_CHARS)
+                    )),
+                    Err(panic) => Err(format!(
+                        "CEL selector `{}` cannot be evaluated on {}: the CEL interpreter \
+                         failed ({})",
+                        shown(),
+                        device.name,
+                        panic_message(&*panic)
                     )),
                 },
             },
@@ -245,15 +268,10 @@ impl CelEngine {
     }
 }
 
-/// Compiles an expression; the error is the parser's first line.
+/// Compiles an expression within Kubernetes' limits for a selector; the
+/// error says why not (the parser's first error, or the limit).
 fn compile(text: &str) -> Result<Program, String> {
-    Program::compile(text).map_err(|e| {
-        e.to_string()
-            .lines()
-            .next()
-            .unwrap_or("syntax error")
-            .to_owned()
-    })
+    cel_limits::compile(text)
 }
 
 /// Functions Accord adds to CEL's standard ones.
@@ -268,8 +286,9 @@ const EXTENSIONS: &[&str] = &[
 ];
 
 /// Checks a selector before any device is seen, as the API server's
-/// validation would: it parses, names no variable but `device`, and calls
-/// only functions the environment has (CEL's standard ones, `quantity`,
+/// validation would: it parses within Kubernetes' limits (10 KiB, cost;
+/// see `cel_limits`), names no variable but `device`, and calls only
+/// functions the environment has (CEL's standard ones, `quantity`,
 /// `compareTo`). What passes may still fail on a device (a missing
 /// attribute), which fit reports per device.
 pub fn check(text: &str) -> Result<(), String> {

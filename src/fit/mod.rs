@@ -3,6 +3,7 @@
 //! and NodeAffinity plugins; device fit follows DRA structured parameters.
 
 mod cel_env;
+mod cel_limits;
 mod devices;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ pub use crate::device::fingerprint;
 pub use cel_env::check as check_selector;
 pub use cel_env::CelEngine;
 pub(crate) use cel_env::FnvMap;
+pub use cel_limits::{MAX_SELECTOR_BYTES, MAX_SELECTOR_COST};
 pub use devices::{
     allocate_compiled, allocate_devices, compile_devices, DeviceAllocation, DeviceContext,
     DeviceUse, PodDevices,

@@ -4,9 +4,12 @@
 //! from a resourceVersion then stream (chunked JSON lines), bookmarks, and
 //! `410 Gone` (an ERROR event with an Expired Status) for a watch from a
 //! compacted version, after which clients re-list. It serves get, create,
-//! replace, merge patch (also for `/status`) and delete, for the resources
-//! Accord reads and writes; a `metadata.resourceVersion` in a patch or
-//! replace must be the stored one (else `409 Conflict`). It is not a
+//! replace, merge patch (also for `/status`, where they change only the
+//! status) and delete, for the resources Accord reads and writes; a
+//! `metadata.resourceVersion` in a patch or replace (of the object or its
+//! status) must be the stored one (else `409 Conflict`). A test can make
+//! another writer's change land just before a write
+//! ([`FakeApi::change_before_next_write`]). It is not a
 //! validating server: objects are stored as given, and an object stored
 //! at one version of a group is not converted to the others.
 //!
@@ -293,6 +296,26 @@ struct Inner {
     /// Watches from a resourceVersion below this get 410 Gone.
     compacted: u64,
     uid: u64,
+    /// Other writers' changes, each made when the next write to its
+    /// object arrives ([`FakeApi::change_before_next_write`]).
+    interposed: Vec<Interposed>,
+}
+
+/// A change to one object (resource, namespace, name) that lands just
+/// before the next write to it.
+struct Interposed {
+    resource: usize,
+    key: (String, String),
+    change: Box<dyn FnOnce(&mut Value) + Send>,
+}
+
+impl std::fmt::Debug for Interposed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interposed")
+            .field("resource", &self.resource)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -519,6 +542,36 @@ impl FakeApi {
         let mut object = inner.objects[r].get(&key)?.clone();
         change(&mut object);
         Some(self.shared.put_locked(&mut inner, r, key.0, key.1, object))
+    }
+
+    /// Another writer's change to an existing object, made (as
+    /// [`FakeApi::update`] does) the moment the next write (PUT or PATCH,
+    /// of the object or a subresource) to it arrives, before that write is
+    /// checked: a write whose client read the object before is then
+    /// stale, as when another writer wins the race between a client's
+    /// read and its write. Several queued for one object land one per
+    /// write, in order. Panics when the kind is not served.
+    pub fn change_before_next_write(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value) + Send + 'static,
+    ) {
+        let resource = self
+            .resource_of(api_version, kind)
+            .unwrap_or_else(|| panic!("fake API serves no {api_version} {kind}"));
+        self.shared
+            .inner
+            .lock()
+            .expect("lock")
+            .interposed
+            .push(Interposed {
+                resource,
+                key: (namespace.to_owned(), name.to_owned()),
+                change: Box::new(change),
+            });
     }
 
     /// Deletes an object; false when there was none.
@@ -1042,9 +1095,20 @@ async fn handle(
             // Read, check, merge and store under one lock, as the API
             // server's compare-and-swap on etcd does.
             let mut inner = shared.inner.lock().expect("lock");
-            let current = inner.objects[t.resource]
-                .get(&(ns.clone(), name.clone()))
-                .cloned();
+            let key = (ns.clone(), name.clone());
+            // Another writer's change queued for this object lands first.
+            if let Some(i) = inner
+                .interposed
+                .iter()
+                .position(|c| c.resource == t.resource && c.key == key)
+            {
+                let other = inner.interposed.remove(i);
+                if let Some(mut o) = inner.objects[t.resource].get(&key).cloned() {
+                    (other.change)(&mut o);
+                    shared.put_locked(&mut inner, t.resource, ns.clone(), name.clone(), o);
+                }
+            }
+            let current = inner.objects[t.resource].get(&key).cloned();
             // Optimistic concurrency: a resourceVersion in the body must
             // be the stored one.
             if let (Some(cur), Some(want)) = (&current, patch["metadata"].get("resourceVersion")) {
@@ -1058,9 +1122,20 @@ async fn handle(
                 (None, true) => json!({"metadata": {"name": name}}),
                 (None, false) => return not_found(spec.plural, name),
             };
-            if method == Method::PUT {
+            let status_only = t.subresource.as_deref() == Some("status");
+            if method == Method::PUT && status_only {
+                // A replace of the status changes only the status.
+                match patch.get("status") {
+                    Some(s) => object["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = object.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+            } else if method == Method::PUT {
                 object = patch;
-            } else if t.subresource.as_deref() == Some("status") {
+            } else if status_only {
                 // A status patch changes only the status.
                 if let Some(s) = patch.get("status") {
                     merge(&mut object["status"], s);

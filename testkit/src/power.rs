@@ -3,7 +3,9 @@
 //! fail), with a log of every Reset sent. For the executor and control-loop
 //! tests that need no BMC at all. Its BIOS is a map of attributes per
 //! machine: staged attributes apply at the next power-on, except on
-//! machines set to drop them.
+//! machines set to drop them, to apply them late (a slow POST, with or
+//! without the settings object cleared meanwhile), or whose BIOS reads
+//! fail for a while (a BMC busy during POST).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -32,6 +34,17 @@ pub struct SimulatedPower {
     pub bios_late: Mutex<Vec<String>>,
     /// `node profile` per staging that sent something.
     pub bios_staged: Mutex<Vec<String>>,
+    /// Machines whose BMC clears the settings object at the power-on (it
+    /// schedules a BIOS job, as Dell iDRAC does): staged attributes are
+    /// then neither current nor pending until
+    /// [`SimulatedPower::finish_post`] applies them.
+    pub bios_job_at_reset: Mutex<Vec<String>>,
+    /// Attributes in a scheduled BIOS job, per machine (not readable).
+    pub bios_jobs: Mutex<BTreeMap<String, Map<String, Value>>>,
+    /// Per machine, how many of its next BIOS reads fail (the BMC busy).
+    pub bios_read_errors: Mutex<BTreeMap<String, u32>>,
+    /// BIOS reads asked of each machine (failed ones too).
+    pub bios_reads: Mutex<BTreeMap<String, u32>>,
 }
 
 impl SimulatedPower {
@@ -72,7 +85,23 @@ impl SimulatedPower {
             .expect("lock")
             .iter()
             .any(|n| n == node);
-        if on && !late {
+        let job = self
+            .bios_job_at_reset
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|n| n == node);
+        if on && job {
+            // The BMC takes the settings into a job run during POST.
+            if let Some(pending) = self.bios_pending.lock().expect("lock").remove(node) {
+                self.bios_jobs
+                    .lock()
+                    .expect("lock")
+                    .entry(node.to_owned())
+                    .or_default()
+                    .extend(pending);
+            }
+        } else if on && !late {
             // Staged settings apply during POST (or are dropped).
             let pending = self
                 .bios_pending
@@ -98,20 +127,38 @@ impl SimulatedPower {
         Ok(())
     }
 
-    /// A slow POST ends: `node`'s staged attributes apply.
+    /// A slow POST ends: `node`'s staged attributes (and its BIOS job's)
+    /// apply.
     pub fn finish_post(&self, node: &str) {
-        let pending = self
-            .bios_pending
+        let mut pending = self
+            .bios_jobs
             .lock()
             .expect("lock")
             .remove(node)
             .unwrap_or_default();
+        pending.extend(
+            self.bios_pending
+                .lock()
+                .expect("lock")
+                .remove(node)
+                .unwrap_or_default(),
+        );
         self.bios
             .lock()
             .expect("lock")
             .entry(node.to_owned())
             .or_default()
             .extend(pending);
+    }
+
+    /// BIOS reads asked of `node` so far.
+    pub fn bios_reads(&self, node: &str) -> u32 {
+        self.bios_reads
+            .lock()
+            .expect("lock")
+            .get(node)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Every staging that sent something, as `node profile`.
@@ -188,6 +235,21 @@ impl PowerControl for SimulatedPower {
     async fn read_bios(&self, node: &str, profile: &str) -> Result<BiosSeen, PowerError> {
         let wanted = self.profile(node, profile)?;
         self.is_on(node).await?;
+        *self
+            .bios_reads
+            .lock()
+            .expect("lock")
+            .entry(node.to_owned())
+            .or_default() += 1;
+        if let Some(n) = self.bios_read_errors.lock().expect("lock").get_mut(node) {
+            if *n > 0 {
+                *n -= 1;
+                return Err(PowerError::Refused {
+                    node: node.to_owned(),
+                    reason: "BMC busy: 503 Service Unavailable".into(),
+                });
+            }
+        }
         let get = |m: &Mutex<BTreeMap<String, Map<String, Value>>>| {
             m.lock()
                 .expect("lock")

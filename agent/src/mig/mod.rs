@@ -23,6 +23,9 @@
 //! everything, where the agent keeps an instance that already has the
 //! wanted profile at the wanted placement (what runs there survives, and a
 //! retry after a half-done apply finishes the job instead of redoing it).
+//! A GPU that needs a reset the agent may not do is answered
+//! `reset_required` with every mode the command set put back: nothing is
+//! left pending to take effect at the next boot.
 
 pub mod nvml;
 pub mod replay;
@@ -283,7 +286,9 @@ fn check(ctrl: &mut dyn MigControl, t: &MigTarget) -> Result<Plan, String> {
 
 /// Makes each target GPU hold exactly its layout, in mig-manager's order
 /// (see the module's comment). Nothing is changed unless every target
-/// checks out and none that needs a change is in use. Any NVML error part
+/// checks out and none that needs a change is in use; an answer
+/// `ResetRequired` leaves every GPU as it was (a mode set is put back,
+/// never left pending for the next boot). Any NVML error part
 /// way stops at once with a reason naming the GPU, the step and the
 /// instance; every step leaves a state from which the same command
 /// finishes the job (a kept instance is never destroyed, a created one is
@@ -344,33 +349,65 @@ fn run(
         info!(result = %result.describe(), "MIG layout refused");
         return Ok(result);
     }
-    // 3. MIG mode on every GPU that needs it, then the resets.
+    // 3. MIG mode on every GPU that needs it, then the resets. GPUs with
+    // MIG mode off go first: only they can need a reset, and NVML says so
+    // only once the mode is set (`nvmlDeviceSetMigMode`'s activation
+    // status). When one does and no reset is allowed, every mode this
+    // command set is put back before the answer: left pending, it would
+    // take effect at the node's next boot, a MIG-enabled GPU without
+    // instances (its whole-GPU capacity gone).
+    let mut set = Vec::new();
     let mut reset = Vec::new();
-    for p in plans.iter().filter(|p| p.mode_change()) {
-        let needs_reset = if p.modes.pending == MigMode::Enabled {
-            // Set before, not yet in effect (the mode changes only when
-            // it is not in effect or not pending).
-            true
-        } else {
-            info!(gpu = p.gpu, "enabling MIG mode");
-            ctrl.set_mig_mode(p.gpu, true)
-                .map_err(|e| format!("GPU {}: enabling MIG mode: {e}", p.gpu))?
-        };
-        if needs_reset {
+    for p in plans.iter().filter(|p| p.modes.current != MigMode::Enabled) {
+        if p.modes.pending == MigMode::Enabled {
+            // Pending before this command (not its to put back): only
+            // the reset is missing.
             reset.push(p.gpu);
+            continue;
+        }
+        info!(gpu = p.gpu, "enabling MIG mode");
+        match ctrl.set_mig_mode(p.gpu, true) {
+            Ok(needs_reset) => {
+                set.push(p.gpu);
+                if needs_reset {
+                    reset.push(p.gpu);
+                }
+            }
+            Err(e) => {
+                let reason = format!("GPU {}: enabling MIG mode: {e}", p.gpu);
+                return Err(match put_back(ctrl, &set) {
+                    Ok(()) => reason,
+                    Err(left) => format!("{reason}; {left}"),
+                });
+            }
         }
     }
-    if !reset.is_empty() {
-        if !opts.allow_gpu_reset {
-            let result = CommandResult::ResetRequired { gpus: reset };
-            info!(result = %result.describe(), "MIG layout not applied");
-            return Ok(result);
+    if !reset.is_empty() && !opts.allow_gpu_reset {
+        if let Err(left) = put_back(ctrl, &set) {
+            let gpus: Vec<String> = reset.iter().map(u32::to_string).collect();
+            return Err(format!(
+                "GPU {}: enabling MIG mode needs a GPU reset, not allowed (mig.allow_gpu_reset = false); {left}",
+                gpus.join(", ")
+            ));
         }
-        for gpu in &reset {
-            info!(gpu, "resetting the GPU: MIG mode takes effect");
-            ctrl.reset_gpu(*gpu)
-                .map_err(|e| format!("GPU {gpu}: GPU reset: {e}"))?;
-        }
+        let result = CommandResult::ResetRequired { gpus: reset };
+        info!(result = %result.describe(), "MIG layout not applied");
+        return Ok(result);
+    }
+    // MIG mode in effect but to go off at the next reset (someone disabled
+    // it): set on again, which needs no reset.
+    for p in plans
+        .iter()
+        .filter(|p| p.modes.current == MigMode::Enabled && p.mode_change())
+    {
+        info!(gpu = p.gpu, "MIG mode is pending off: enabling it again");
+        ctrl.set_mig_mode(p.gpu, true)
+            .map_err(|e| format!("GPU {}: enabling MIG mode: {e}", p.gpu))?;
+    }
+    for gpu in &reset {
+        info!(gpu, "resetting the GPU: MIG mode takes effect");
+        ctrl.reset_gpu(*gpu)
+            .map_err(|e| format!("GPU {gpu}: GPU reset: {e}"))?;
     }
     for p in plans.iter().filter(|p| p.mode_change()) {
         let now = ctrl
@@ -389,6 +426,27 @@ fn run(
     }
     info!(gpus = plans.len(), "MIG layout applied");
     Ok(CommandResult::Done)
+}
+
+/// Puts MIG mode back off on `gpus`, whose mode this command enabled (in
+/// effect or pending), the last first; every one that could not be put
+/// back, said.
+fn put_back(ctrl: &mut dyn MigControl, gpus: &[u32]) -> Result<(), String> {
+    let mut left = Vec::new();
+    for gpu in gpus.iter().rev() {
+        info!(gpu, "putting MIG mode back off");
+        if let Err(e) = ctrl.set_mig_mode(*gpu, false) {
+            warn!(gpu, error = %e, "MIG mode not put back off");
+            left.push(format!(
+                "GPU {gpu}: putting MIG mode back off: {e} (it stays enabled or pending)"
+            ));
+        }
+    }
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(left.join("; "))
+    }
 }
 
 /// Step 4 on one GPU, against its instances as listed now (MIG mode may

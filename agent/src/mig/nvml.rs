@@ -8,7 +8,9 @@
 //! parameter contracts quoted in each `SAFETY` note); every symbol is looked
 //! up before it is called (a driver without one is an error, never a
 //! panic); every struct NVML fills in is built whole in Rust first, so
-//! nothing is read that NVML did not write or Rust did not initialise.
+//! nothing is read that NVML did not write or Rust did not initialise;
+//! no count NVML reports sizes a buffer past a cap (a larger one is an
+//! error, never an allocation that aborts the agent).
 //! The workspace denies unsafe code; this is the one module that allows it.
 
 #![allow(unsafe_code)]
@@ -22,8 +24,8 @@ use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
     nvmlComputeInstanceInfo_t, nvmlComputeInstancePlacement_t, nvmlComputeInstanceProfileInfo_t,
     nvmlComputeInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t, nvmlGpuInstance_t,
-    NvmlLib, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
-    NVML_GPU_INSTANCE_PROFILE_COUNT,
+    nvmlProcessInfo_t, nvmlReturn_t, NvmlLib, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+    NVML_COMPUTE_INSTANCE_PROFILE_COUNT, NVML_GPU_INSTANCE_PROFILE_COUNT,
 };
 
 use super::{CallResult, GpuInstanceInfo, MigControl, MigModes, NvmlCallError};
@@ -32,8 +34,48 @@ fn call_err(e: NvmlError) -> NvmlCallError {
     NvmlCallError(e.to_string())
 }
 
-fn check(code: nvml_wrapper_sys::bindings::nvmlReturn_t) -> CallResult<()> {
+fn check(code: nvmlReturn_t) -> CallResult<()> {
     nvml_try(code).map_err(call_err)
+}
+
+/// A profile the GPU (or GPU instance) does not have is skipped: NVML says
+/// `NotSupported` for a profile it does not support here and
+/// `InvalidArgument` for an index it does not know. Any other error (the
+/// GPU lost, NVML unloaded) is reported, never taken for "no such
+/// profile".
+fn supported<T>(r: Result<T, NvmlError>) -> CallResult<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(NvmlError::NotSupported | NvmlError::InvalidArg) => Ok(None),
+        Err(e) => Err(call_err(e)),
+    }
+}
+
+// Counts NVML reports size the buffers it fills; a garbage one (up to
+// 2^32) would abort the agent on the allocation. Each is capped far above
+// what a GPU has, and a larger one is an error: NVML is not answering
+// sanely, so nothing it says about the GPU is acted on.
+
+/// Instances of one profile on a GPU or GPU instance: a GPU has 8 memory
+/// slices and 7 compute slices, so at most 7 of any profile.
+const MAX_INSTANCES: u32 = 64;
+/// Placements of one GPU-instance profile: at most one per memory slice
+/// (8).
+const MAX_PLACEMENTS: u32 = 64;
+/// Processes on one GPU: accordd takes at most 1024 pids per busy GPU in
+/// an outcome (`max::PIDS_PER_GPU`); a GPU runs far fewer compute
+/// processes (MPS: tens of clients). 24 KiB of buffer.
+pub(crate) const MAX_PROCESSES: u32 = 1024;
+
+/// The length of a buffer for `count` things NVML reported, or an error
+/// past `cap`.
+fn buffer_len(count: c_uint, cap: u32, what: &str) -> CallResult<usize> {
+    if count > cap {
+        return Err(NvmlCallError(format!(
+            "NVML reports {count} {what}; more than {cap} is not plausible"
+        )));
+    }
+    Ok(count as usize)
 }
 
 /// A function of the loaded library, or why it is not there.
@@ -123,24 +165,48 @@ fn ci_profile(
             &mut info,
         )
     };
-    match nvml_try(code) {
-        Ok(()) => Ok(Some(info)),
-        Err(NvmlError::NotSupported | NvmlError::InvalidArg) => Ok(None),
-        Err(e) => Err(call_err(e)),
-    }
+    supported(nvml_try(code).map(|()| info))
 }
 
-/// Up to `cap` handles from a NVML list call that fills a caller's buffer
-/// and says how many it wrote.
+/// Up to `count` entries (as NVML reported it, at most `cap`) from a NVML
+/// list call that fills a caller's buffer and says how many it wrote.
 fn handles<H: Copy>(
+    count: c_uint,
     cap: u32,
+    what: &str,
     null: H,
-    fill: impl FnOnce(*mut H, &mut c_uint) -> nvml_wrapper_sys::bindings::nvmlReturn_t,
+    fill: impl FnOnce(*mut H, &mut c_uint) -> nvmlReturn_t,
 ) -> CallResult<Vec<H>> {
-    let mut buf = vec![null; cap as usize];
-    let mut count: c_uint = 0;
-    check(fill(buf.as_mut_ptr(), &mut count))?;
-    buf.truncate((count as usize).min(cap as usize));
+    let len = buffer_len(count, cap, what)?;
+    let mut buf = vec![null; len];
+    let mut written: c_uint = 0;
+    check(fill(buf.as_mut_ptr(), &mut written))?;
+    buf.truncate((written as usize).min(len));
+    Ok(buf)
+}
+
+/// Every entry of a NVML list call that takes the buffer's size in and
+/// says how many it wrote (`NVML_ERROR_INSUFFICIENT_SIZE` past it), into a
+/// buffer of `cap`: no count NVML reports sizes it.
+fn up_to<H: Copy>(
+    cap: u32,
+    what: &str,
+    null: H,
+    fill: impl FnOnce(*mut H, &mut c_uint) -> nvmlReturn_t,
+) -> CallResult<Vec<H>> {
+    let len = cap as usize;
+    let mut buf = vec![null; len];
+    let mut count: c_uint = cap;
+    match nvml_try(fill(buf.as_mut_ptr(), &mut count)) {
+        Ok(()) => {}
+        Err(NvmlError::InsufficientSize(_)) => {
+            return Err(NvmlCallError(format!(
+                "NVML reports more than {cap} {what}; more is not plausible"
+            )))
+        }
+        Err(e) => return Err(call_err(e)),
+    }
+    buf.truncate((count as usize).min(len));
     Ok(buf)
 }
 
@@ -157,13 +223,20 @@ fn compute_instances(lib: &NvmlLib, gi: nvmlGpuInstance_t) -> CallResult<Vec<u32
         if p.instanceCount == 0 {
             continue;
         }
-        let list = handles(p.instanceCount, null_mut(), |buf, count| {
-            // SAFETY: nvml.h: the buffer "must be large enough to
-            // accommodate the instances supported by the profile", and it
-            // has `instanceCount` (the profile's maximum) slots; `count`
-            // is written.
-            unsafe { f(gi, p.id, buf, count) }
-        })?;
+        let what = format!("compute instances of profile {}", p.id);
+        let list = handles(
+            p.instanceCount,
+            MAX_INSTANCES,
+            &what,
+            null_mut(),
+            |buf, count| {
+                // SAFETY: nvml.h: the buffer "must be large enough to
+                // accommodate the instances supported by the profile", and it
+                // has `instanceCount` (the profile's maximum) slots; `count`
+                // is written.
+                unsafe { f(gi, p.id, buf, count) }
+            },
+        )?;
         for ci in list {
             ids.push(ci_info(lib, ci)?.id);
         }
@@ -179,19 +252,26 @@ pub(crate) fn instances_of(device: &Device<'_>) -> CallResult<Vec<GpuInstanceInf
     let dev = raw(device);
     let mut out = Vec::new();
     for index in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
-        let Ok(p) = device.profile_info(index) else {
+        let Some(p) = supported(device.profile_info(index))? else {
             continue;
         };
         if p.instance_count == 0 {
             continue;
         }
-        let list = handles(p.instance_count, null_mut(), |buf, count| {
-            // SAFETY: nvml.h: the buffer "must be large enough to
-            // accommodate the instances supported by the profile", and it
-            // has `instance_count` (the profile's maximum) slots; `count`
-            // is written.
-            unsafe { f(dev, p.id, buf, count) }
-        })?;
+        let what = format!("GPU instances of profile {}", p.id);
+        let list = handles(
+            p.instance_count,
+            MAX_INSTANCES,
+            &what,
+            null_mut(),
+            |buf, count| {
+                // SAFETY: nvml.h: the buffer "must be large enough to
+                // accommodate the instances supported by the profile", and it
+                // has `instance_count` (the profile's maximum) slots; `count`
+                // is written.
+                unsafe { f(dev, p.id, buf, count) }
+            },
+        )?;
         for gi in list {
             let info = gi_info(lib, gi)?;
             out.push(GpuInstanceInfo {
@@ -228,13 +308,17 @@ pub(crate) fn possible_placements(
     if n == 0 {
         return Ok(Vec::new());
     }
+    let what = format!("placements of profile {profile_id}");
     let list = handles(
         n,
+        MAX_PLACEMENTS,
+        &what,
         placement_t(MigPlacement { start: 0, size: 0 }),
         |buf, count| {
             *count = n;
-            // SAFETY: the buffer has `n` initialised slots and `count` says
-            // so; NVML writes at most `count` and sets it to what it wrote.
+            // SAFETY: the buffer has `n` initialised slots (`handles`
+            // made it that long, or refused) and `count` says so; NVML
+            // writes at most `count` and sets it to what it wrote.
             unsafe { f(dev, profile_id, buf, count) }
         },
     )?;
@@ -321,10 +405,27 @@ impl MigControl for LiveMig {
     }
 
     fn running_pids(&mut self, gpu: u32) -> CallResult<Vec<u32>> {
-        let procs = self
-            .device(gpu)?
-            .running_compute_processes()
-            .map_err(call_err)?;
+        // Not nvml-wrapper's `running_compute_processes`: it sizes its
+        // buffer from the count NVML reports (plus 5), unbounded.
+        let nvml = self.nvml()?;
+        let device = nvml.device_by_index(gpu).map_err(call_err)?;
+        let f = sym(
+            &nvml.lib().nvmlDeviceGetComputeRunningProcesses_v3,
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+        )?;
+        let none = nvmlProcessInfo_t {
+            pid: 0,
+            usedGpuMemory: 0,
+            gpuInstanceId: 0,
+            computeInstanceId: 0,
+        };
+        let procs = up_to(MAX_PROCESSES, "processes", none, |buf, count| {
+            // SAFETY: a live device handle of this library; nvml.h:
+            // `infoCount` is "the infos array size" on the way in (the
+            // buffer's `MAX_PROCESSES` initialised slots) and the number
+            // written on the way out.
+            unsafe { f(raw(&device), count, buf) }
+        })?;
         Ok(procs.into_iter().map(|p| p.pid).collect())
     }
 
@@ -464,5 +565,98 @@ impl MigControl for LiveMig {
         // one handle into `ci`.
         check(unsafe { create(gi, full.id, &mut ci) })?;
         Ok(ci_info(lib, ci)?.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nvml_wrapper_sys::bindings::{
+        nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST, nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
+        nvmlReturn_enum_NVML_SUCCESS,
+    };
+
+    use super::*;
+
+    /// A count past its cap is refused before any buffer is made (a
+    /// garbage count of 2^32 - 1 would abort the agent on the allocation);
+    /// one within it sizes the buffer, and a written count past the buffer
+    /// is not believed.
+    #[test]
+    fn a_count_nvml_reports_past_its_cap_sizes_no_buffer() {
+        let mut called = false;
+        let r = handles(
+            u32::MAX,
+            MAX_INSTANCES,
+            "GPU instances",
+            null_mut::<u8>(),
+            |_, _| {
+                called = true;
+                nvmlReturn_enum_NVML_SUCCESS
+            },
+        );
+        assert_eq!(
+            r.unwrap_err().0,
+            "NVML reports 4294967295 GPU instances; more than 64 is not plausible"
+        );
+        assert!(!called, "NVML called though no buffer was made");
+        assert!(handles(
+            MAX_PLACEMENTS + 1,
+            MAX_PLACEMENTS,
+            "placements",
+            0u32,
+            |_, _| 0
+        )
+        .is_err());
+
+        let r = handles(3, MAX_INSTANCES, "GPU instances", 0u32, |buf, count| {
+            // SAFETY: the buffer has 3 slots.
+            unsafe { buf.add(2).write(7) };
+            *count = u32::MAX;
+            nvmlReturn_enum_NVML_SUCCESS
+        });
+        assert_eq!(r.unwrap(), [0, 0, 7]);
+    }
+
+    /// A list that takes its buffer's size: the buffer is the cap, NVML is
+    /// told so, and more than it is an error.
+    #[test]
+    fn a_list_longer_than_its_cap_is_an_error() {
+        let r = up_to(MAX_PROCESSES, "processes", 0u32, |buf, count| {
+            assert_eq!(*count, MAX_PROCESSES);
+            // SAFETY: the buffer has `count` slots.
+            unsafe { buf.write(42) };
+            *count = 1;
+            nvmlReturn_enum_NVML_SUCCESS
+        });
+        assert_eq!(r.unwrap(), [42]);
+        let r = up_to(MAX_PROCESSES, "processes", 0u32, |_, count| {
+            *count = 5000;
+            nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE
+        });
+        assert_eq!(
+            r.unwrap_err().0,
+            "NVML reports more than 1024 processes; more is not plausible"
+        );
+        let r = up_to(MAX_PROCESSES, "processes", 0u32, |_, _| {
+            nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST
+        });
+        assert!(r.is_err());
+    }
+
+    /// Only "no such profile here" skips a profile; a lost GPU is an
+    /// error, not an empty list.
+    #[test]
+    fn only_an_unsupported_profile_is_skipped() {
+        assert_eq!(supported(Ok(3)), Ok(Some(3)));
+        assert_eq!(supported::<u32>(Err(NvmlError::NotSupported)), Ok(None));
+        assert_eq!(supported::<u32>(Err(NvmlError::InvalidArg)), Ok(None));
+        for e in [
+            NvmlError::GpuLost,
+            NvmlError::Uninitialized,
+            NvmlError::Unknown,
+        ] {
+            let said = e.to_string();
+            assert_eq!(supported::<u32>(Err(e)), Err(NvmlCallError(said)));
+        }
     }
 }

@@ -523,19 +523,25 @@ mod tests {
         let t = twin("h100-8gpu");
         t.lock().snapshot.devices[1].architecture = Some("Ampere".to_owned());
         let targets = [target(1, &["7g.80gb@0"])];
+        let before = t.snapshot();
         assert_eq!(
             t.apply(&targets, &OPTS),
             CommandResult::ResetRequired { gpus: vec![1] }
         );
+        // MIG mode put back, not left pending for the next boot: the GPU
+        // as it was, nothing changed, nobody woken.
         let mig = t.snapshot().devices[1].mig.clone().unwrap();
         assert_eq!(
             (mig.current_mode, mig.pending_mode),
-            (MigMode::Disabled, MigMode::Enabled)
+            (MigMode::Disabled, MigMode::Disabled)
         );
+        assert_eq!(t.snapshot(), before);
+        assert_eq!((t.version(), t.repartitions()), (0, 0));
         let allow = ApplyOptions {
             allow_gpu_reset: true,
         };
         assert_eq!(t.apply(&targets, &allow), CommandResult::Done);
+        assert_eq!((t.version(), t.repartitions()), (1, 1));
         assert_eq!(
             t.snapshot().devices[1]
                 .mig

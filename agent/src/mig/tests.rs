@@ -387,19 +387,23 @@ fn a_mode_change_that_needs_a_reset_is_refused_unless_allowed_then_a_retry_finis
     let mut f = Fake::h100s(2).with_layout(1, &["1g.10gb@0"]);
     f.gpus.get_mut(&0).unwrap().reset_needed = true;
     let targets = [target(0, &["7g.80gb@0"]), target(1, &["7g.80gb@0"])];
+    let before = f.gpus.clone();
     let r = apply(&mut f, &targets, &NO_RESET);
     assert_eq!(r, CommandResult::ResetRequired { gpus: vec![0] });
-    // The mode is pending; no instance changed on either GPU.
-    assert_eq!(f.changes(), ["set_mig_mode 0 on"]);
+    // The mode is put back, not left pending for the next boot; no
+    // instance changed on either GPU.
+    assert_eq!(f.changes(), ["set_mig_mode 0 on", "set_mig_mode 0 off"]);
+    assert_eq!(modes(&f), modes_of(&before));
     assert_eq!(f.layout(1), ["1g.10gb@0"]);
 
-    // Again without a reset: nothing at all changes.
+    // Again without a reset: the same answer, the GPUs as they were.
     f.calls.clear();
     let r = apply(&mut f, &targets, &NO_RESET);
     assert_eq!(r, CommandResult::ResetRequired { gpus: vec![0] });
-    assert!(f.changes().is_empty(), "{:?}", f.calls);
+    assert_eq!(f.changes(), ["set_mig_mode 0 on", "set_mig_mode 0 off"]);
+    assert_eq!(modes(&f), modes_of(&before));
 
-    // Allowed: the reset, then the instances.
+    // Allowed: the mode, the reset, then the instances.
     f.calls.clear();
     let allow = ApplyOptions {
         allow_gpu_reset: true,
@@ -409,6 +413,7 @@ fn a_mode_change_that_needs_a_reset_is_refused_unless_allowed_then_a_retry_finis
     assert_eq!(
         f.changes(),
         [
+            "set_mig_mode 0 on",
             "reset 0",
             "create_gi 0 0@0",
             "create_ci 0 1",
@@ -418,6 +423,106 @@ fn a_mode_change_that_needs_a_reset_is_refused_unless_allowed_then_a_retry_finis
             "create_ci 1 1",
         ]
     );
+}
+
+/// Every GPU's MIG modes (current, pending).
+fn modes_of(gpus: &BTreeMap<u32, FakeGpu>) -> Vec<(u32, Option<(MigMode, MigMode)>)> {
+    gpus.iter()
+        .map(|(i, g)| (*i, g.modes.map(|m| (m.current, m.pending))))
+        .collect()
+}
+
+fn modes(f: &Fake) -> Vec<(u32, Option<(MigMode, MigMode)>)> {
+    modes_of(&f.gpus)
+}
+
+/// One GPU needs a reset that is not allowed: every mode the command set
+/// is put back, the last first, whether it needed the reset (pending) or
+/// took effect at once; MIG mode pending off elsewhere is not touched.
+#[test]
+fn a_refused_reset_puts_back_every_mode_the_command_set_and_touches_nothing_else() {
+    let mut f = Fake::h100s(3).with_layout(2, &["7g.80gb@0"]);
+    f.gpus.get_mut(&1).unwrap().reset_needed = true;
+    f.gpus.get_mut(&2).unwrap().modes.as_mut().unwrap().pending = MigMode::Disabled;
+    let before = f.gpus.clone();
+    let targets = [
+        target(0, &["7g.80gb@0"]),
+        target(1, &["7g.80gb@0"]),
+        target(2, &["7g.80gb@0"]),
+    ];
+    let r = apply(&mut f, &targets, &NO_RESET);
+    assert_eq!(r, CommandResult::ResetRequired { gpus: vec![1] });
+    assert_eq!(
+        f.changes(),
+        [
+            "set_mig_mode 0 on",
+            "set_mig_mode 1 on",
+            "set_mig_mode 1 off",
+            "set_mig_mode 0 off",
+        ]
+    );
+    assert_eq!(modes(&f), modes_of(&before));
+    assert!(f.layout(0).is_empty() && f.layout(1).is_empty());
+    assert_eq!(f.layout(2), ["7g.80gb@0"]);
+}
+
+/// MIG mode pending on before the command (set by someone else): the
+/// command needs only the reset and, refused it, changes nothing.
+#[test]
+fn a_mode_pending_before_the_command_is_left_as_it_was() {
+    let mut f = Fake::h100s(1);
+    f.gpus.get_mut(&0).unwrap().reset_needed = true;
+    f.gpus.get_mut(&0).unwrap().modes.as_mut().unwrap().pending = MigMode::Enabled;
+    let before = f.gpus.clone();
+    let r = apply(&mut f, &[target(0, &["7g.80gb@0"])], &NO_RESET);
+    assert_eq!(r, CommandResult::ResetRequired { gpus: vec![0] });
+    assert!(f.changes().is_empty(), "{:?}", f.calls);
+    assert_eq!(modes(&f), modes_of(&before));
+}
+
+/// A mode that cannot be put back is a failure naming it (the GPU is not
+/// as it was: someone has to look); a mode that cannot be set puts back
+/// the ones set before it.
+#[test]
+fn a_mode_not_put_back_is_a_failure_and_a_mode_not_set_puts_back_the_others() {
+    let mut f = Fake::h100s(2);
+    f.gpus.get_mut(&1).unwrap().reset_needed = true;
+    let targets = [target(0, &["7g.80gb@0"]), target(1, &["7g.80gb@0"])];
+    f.fail = Some("set_mig_mode 0 off".to_owned());
+    let r = apply(&mut f, &targets, &NO_RESET);
+    assert_eq!(
+        r,
+        CommandResult::Failed {
+            reason: "GPU 1: enabling MIG mode needs a GPU reset, not allowed (mig.allow_gpu_reset = false); \
+                     GPU 0: putting MIG mode back off: Unknown Error (injected) (it stays enabled or pending)"
+                .to_owned()
+        }
+    );
+    assert_eq!(
+        modes(&f)[1],
+        (1, Some((MigMode::Disabled, MigMode::Disabled))),
+        "GPU 1 put back all the same"
+    );
+
+    let mut f = Fake::h100s(2);
+    let before = f.gpus.clone();
+    f.fail = Some("set_mig_mode 1 on".to_owned());
+    let r = apply(&mut f, &targets, &NO_RESET);
+    assert_eq!(
+        r,
+        CommandResult::Failed {
+            reason: "GPU 1: enabling MIG mode: Unknown Error (injected)".to_owned()
+        }
+    );
+    assert_eq!(
+        f.changes(),
+        [
+            "set_mig_mode 0 on",
+            "set_mig_mode 1 on",
+            "set_mig_mode 0 off"
+        ]
+    );
+    assert_eq!(modes(&f), modes_of(&before));
 }
 
 #[test]

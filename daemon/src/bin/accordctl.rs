@@ -179,7 +179,9 @@ enum BmcCommand {
     /// Inspect a BMC before adding it to the inventory: service root,
     /// systems, power state, advertised reset types and the ones Accord
     /// would use, BIOS settings target, chassis power; and every firmware
-    /// quirk tolerated. Needs no accordd configuration.
+    /// quirk tolerated. Needs no accordd configuration. Fails (exit 1)
+    /// on anything that is not a Redfish service root, saying what came
+    /// back, and on an answer over 16 MiB.
     Probe {
         /// The BMC, e.g. https://10.0.5.17
         url: String,

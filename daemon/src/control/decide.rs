@@ -74,6 +74,9 @@ pub struct Snapshot {
     pub watches: Vec<KindWatch>,
     /// Each node's latest agent command, from the store.
     pub commands: Vec<CommandRecord>,
+    /// The store's commands could not be read this round: no command is
+    /// decided on (the last round's view is kept).
+    pub commands_unreadable: bool,
     /// BIOS read back since the last round (asked for by `bios.checks`).
     pub bios_reads: Vec<crate::execute::BiosRead>,
 }
@@ -125,6 +128,10 @@ pub struct Decision {
     /// Agent commands to journal, close or release; mig-parted
     /// configurations and labels (act mode only).
     pub commands: CommandEffects,
+    /// Lifecycles that changed this round: kept in the store.
+    pub lives_changed: Vec<(String, NodeLife)>,
+    /// The bookings, when they changed this round: kept in the store.
+    pub bookings: Option<BTreeMap<String, crate::store::Booking>>,
     /// BIOS reads to make and outcomes to keep (act mode only).
     pub bios: BiosEffects,
 }
@@ -139,6 +146,28 @@ pub struct Settings {
     /// How long an agent command (a MIG repartition) may take before its
     /// node is failed.
     pub command_deadline_s: u64,
+}
+
+/// Power-cycling Unhealthy nodes (`[control.repair]`): off unless enabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repair {
+    pub enabled: bool,
+    /// Power cycles per node at most (since accordd started).
+    pub max_cycles_per_node: u32,
+    /// No repair while this share of the fleet's nodes (percent) or more
+    /// is Unhealthy: a fleet-wide problem (network, API server) is not
+    /// fixed by power-cycling machines.
+    pub max_unhealthy_percent: u32,
+}
+
+impl Default for Repair {
+    fn default() -> Self {
+        Repair {
+            enabled: false,
+            max_cycles_per_node: 1,
+            max_unhealthy_percent: 20,
+        }
+    }
 }
 
 /// How many unmade observe-mode writes the status keeps.
@@ -176,6 +205,14 @@ pub struct Decider {
     commands: commands::Commands,
     /// BIOS profiles: staged, verified, failed.
     bios: bios::BiosBook,
+    repair: Repair,
+    /// The lifecycles and bookings as last handed to the store.
+    saved_lives: BTreeMap<String, NodeLife>,
+    saved_bookings: BTreeMap<String, (BTreeSet<String>, u64)>,
+    /// Node → power cycles done to repair it.
+    repair_cycles: BTreeMap<String, u32>,
+    /// Nodes powered off to repair them: powered on again once Off.
+    repairing: BTreeSet<String>,
 }
 
 impl Decider {
@@ -203,6 +240,11 @@ impl Decider {
             published: BTreeMap::new(),
             commands: commands::Commands::default(),
             bios: bios::BiosBook::default(),
+            repair: Repair::default(),
+            saved_lives: BTreeMap::new(),
+            saved_bookings: BTreeMap::new(),
+            repair_cycles: BTreeMap::new(),
+            repairing: BTreeSet::new(),
         }
     }
 
@@ -214,6 +256,32 @@ impl Decider {
             .into_iter()
             .filter(|(n, _)| known.contains(n))
             .collect();
+    }
+
+    /// Lifecycles and bookings kept from before a restart (the store's):
+    /// a node powering on keeps its deadline, an idle one its idle timer,
+    /// a booked one its booking. Nodes no longer in the fleet are ignored.
+    pub fn seed_state(
+        &mut self,
+        lives: BTreeMap<String, NodeLife>,
+        bookings: BTreeMap<String, crate::store::Booking>,
+    ) {
+        for (node, life) in lives {
+            if let Some(l) = self.lives.get_mut(&node) {
+                *l = life;
+            }
+        }
+        self.saved_lives = self.lives.clone();
+        self.booked = bookings
+            .into_iter()
+            .map(|(k, b)| (k, (b.nodes, b.until)))
+            .collect();
+        self.saved_bookings = self.booked.clone();
+    }
+
+    /// Sets how Unhealthy nodes are repaired (default: not at all).
+    pub fn set_repair(&mut self, repair: Repair) {
+        self.repair = repair;
     }
 
     pub fn fleet(&self) -> &Fleet {
@@ -279,6 +347,9 @@ impl Decider {
             }
         }
         self.step_lifecycles(snap, &mut events);
+        let lives = &self.lives;
+        self.commands
+            .release_off(|n| lives.get(n).is_some_and(|l| l.stage == Stage::Off));
 
         // Plan on the fleet as the lifecycles, the reports and the
         // scheduler show it.
@@ -316,7 +387,7 @@ impl Decider {
         // Workloads a repartition makes room for wait for it: those of
         // commands in flight, and of this round's (issued in act mode).
         let mut repartitioning = self.commands.waiting();
-        if act {
+        if act && !snap.commands_unreadable {
             let mut said = commands::Absorbed::default();
             repartitioning.extend(self.commands.issue(
                 &plan,
@@ -356,7 +427,10 @@ impl Decider {
             workloads.extend(self.workload_status(&cc_plan, &cc, snap.mono));
         }
 
-        let power = self.choose_power(&plan, snap);
+        let mut power = self.choose_power(&plan, snap);
+        if act {
+            power.extend(self.repairs(snap, &mut events, &mut metrics));
+        }
         self.track_latency(&plan, &workloads, snap.mono, &mut metrics);
         let conditions = self.provision(snap, &workloads);
 
@@ -371,20 +445,22 @@ impl Decider {
                             regarding: node_ref(&node),
                             reason: "PoweringOn",
                             action: "PowerOn",
-                            note: format!(
-                                "powering on node {node} for {}",
-                                for_workloads.join(", ")
-                            ),
+                            note: if for_workloads.is_empty() {
+                                format!("powering on node {node} again (repair power cycle)")
+                            } else {
+                                format!("powering on node {node} for {}", for_workloads.join(", "))
+                            },
                             warning: false,
                         });
                         life.power_on_requested(now)
                     }
                     // Staged by the executor with the node's power-on.
                     Action::ApplyBiosProfile { .. } => continue,
-                    _ => {
-                        info!(node = %node, "powering off (idle)");
+                    Action::PowerOff { reason, .. } => {
+                        info!(node = %node, reason = %reason, "powering off");
                         life.power_off_requested(now)
                     }
+                    Action::ReconfigureMig { .. } => continue,
                 };
                 self.note(&node, &t);
             }
@@ -450,6 +526,7 @@ impl Decider {
             (Vec::new(), Vec::new())
         };
         let status = self.status(snap, &plan, workloads, metrics.planner_seconds);
+        let (lives_changed, bookings) = self.state_changes();
         Decision {
             power: if act { power } else { Vec::new() },
             events,
@@ -461,7 +538,45 @@ impl Decider {
             views_changed,
             commands: command_effects,
             bios: bios_effects,
+            lives_changed,
+            bookings,
         }
+    }
+
+    /// What changed since the store was last given the lifecycles and
+    /// bookings.
+    #[allow(clippy::type_complexity)]
+    fn state_changes(
+        &mut self,
+    ) -> (
+        Vec<(String, NodeLife)>,
+        Option<BTreeMap<String, crate::store::Booking>>,
+    ) {
+        let lives: Vec<(String, NodeLife)> = self
+            .lives
+            .iter()
+            .filter(|(n, l)| self.saved_lives.get(*n) != Some(*l))
+            .map(|(n, l)| (n.clone(), l.clone()))
+            .collect();
+        for (n, l) in &lives {
+            self.saved_lives.insert(n.clone(), l.clone());
+        }
+        let bookings = (self.booked != self.saved_bookings).then(|| {
+            self.saved_bookings = self.booked.clone();
+            self.booked
+                .iter()
+                .map(|(k, (nodes, until))| {
+                    (
+                        k.clone(),
+                        crate::store::Booking {
+                            nodes: nodes.clone(),
+                            until: *until,
+                        },
+                    )
+                })
+                .collect()
+        });
+        (lives, bookings)
     }
 
     /// Observe mode: keeps what would have been written (the last
@@ -526,7 +641,8 @@ impl Decider {
             // it runs: its coming up does not make it usable.
             let agent_up = (heard.is_some_and(|at| *at >= since)
                 || (observe_mode && heard.is_some()))
-                && !self.bios_holds(name);
+                && !self.bios_holds(name)
+                && !self.commands.holds_node(name);
             let bmc_on = if observe_mode {
                 // Observe mode reads no BMC: power is inferred.
                 Some(kube_ready || heard.is_some())
@@ -538,6 +654,7 @@ impl Decider {
                 agent_up,
                 kube_ready,
                 pods: snap.pods_per_node.get(name).copied().unwrap_or(0),
+                agent_alive: heard.is_some(),
             };
             let t = self.lives.get_mut(name).expect("listed").observe(
                 &o,
@@ -551,6 +668,19 @@ impl Decider {
                     reason: "NodeFailed",
                     action: "Fail",
                     note: self.lives[name].reason.clone().unwrap_or_default(),
+                    warning: true,
+                });
+            }
+            if t.iter().any(|t| t.to == Stage::Unhealthy) {
+                warn!(node = %name, reason = ?self.lives[name].reason, "node unhealthy: not used for planning; its demand is planned again");
+                events.push(Event {
+                    regarding: node_ref(name),
+                    reason: "NodeUnhealthy",
+                    action: "Check",
+                    note: format!(
+                        "{}; Accord plans its demand elsewhere",
+                        self.lives[name].reason.clone().unwrap_or_default()
+                    ),
                     warning: true,
                 });
             }
@@ -620,7 +750,29 @@ impl Decider {
     fn choose_power(&mut self, plan: &Plan, snap: &Snapshot) -> Vec<Action> {
         let mut ons = Vec::new();
         let mut offs = Vec::new();
+        // The rack's concurrent power-on limit holds across rounds: the
+        // planner counts nodes still on their way up (PoweringOn, Booting,
+        // AgentUp) against it and puts what is over into later waves;
+        // only wave 0 is sent now. The rest is planned again, and sent,
+        // once those nodes are up (Ready) or have failed (their lifecycle
+        // deadline).
+        let later: BTreeSet<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::PowerOn { node, wave, .. } if *wave > 0 => Some(node.as_str()),
+                _ => None,
+            })
+            .collect();
         for a in &plan.actions {
+            if later.contains(a.node())
+                && matches!(a, Action::PowerOn { .. } | Action::ApplyBiosProfile { .. })
+            {
+                if let Action::PowerOn { node, wave, .. } = a {
+                    debug!(node = %node, wave, "power-on waits for its rack's earlier power-ons to come up");
+                }
+                continue;
+            }
             match a {
                 Action::PowerOn { .. } => ons.push(a.clone()),
                 Action::PowerOff { node, reason } => {
@@ -649,6 +801,99 @@ impl Decider {
         }
         ons.extend(offs);
         ons
+    }
+
+    /// Repair (`[control.repair]`, act mode): an Unhealthy node with no
+    /// pods is power-cycled (powered off, then on once Off), at most
+    /// `max_cycles_per_node` times, and only while less than
+    /// `max_unhealthy_percent` of the fleet is Unhealthy. Never a node
+    /// with pods, nor one whose BMC cannot be read.
+    fn repairs(
+        &mut self,
+        snap: &Snapshot,
+        events: &mut Vec<Event>,
+        metrics: &mut RoundMetrics,
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        if !self.repair.enabled {
+            return out;
+        }
+        // Those powered off for repair come back once Off.
+        for node in self.repairing.clone() {
+            match self.lives.get(&node).map(|l| l.stage) {
+                Some(Stage::Off) => {
+                    self.repairing.remove(&node);
+                    out.push(Action::PowerOn {
+                        node,
+                        wave: 0,
+                        for_workloads: Vec::new(),
+                    });
+                }
+                Some(Stage::PoweringOff | Stage::Unhealthy) => {}
+                _ => {
+                    self.repairing.remove(&node);
+                }
+            }
+        }
+        let total = self.lives.len().max(1);
+        let unhealthy: Vec<String> = self
+            .lives
+            .iter()
+            .filter(|(_, l)| l.stage == Stage::Unhealthy)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let percent = unhealthy.len() * 100 / total;
+        for node in unhealthy {
+            if self.repairing.contains(&node) {
+                continue;
+            }
+            let pods = snap.pods_per_node.get(&node).copied().unwrap_or(0);
+            let cycles = self.repair_cycles.get(&node).copied().unwrap_or(0);
+            let skip = if pods > 0 {
+                Some(format!("{pods} pod(s) bound"))
+            } else if cycles >= self.repair.max_cycles_per_node {
+                Some(format!(
+                    "power-cycled {cycles} time(s) already (control.repair.max_cycles_per_node)"
+                ))
+            } else if percent >= self.repair.max_unhealthy_percent as usize {
+                Some(format!(
+                    "{percent} % of the fleet is unhealthy (control.repair.max_unhealthy_percent = {})",
+                    self.repair.max_unhealthy_percent
+                ))
+            } else if !snap.bmc.contains_key(&node) {
+                Some("its BMC cannot be read".to_owned())
+            } else {
+                None
+            };
+            if let Some(why) = skip {
+                self.say_once(
+                    format!("repair skipped {node} {why}"),
+                    format!("node {node}: unhealthy, not repaired: {why}"),
+                );
+                continue;
+            }
+            self.repair_cycles.insert(node.clone(), cycles + 1);
+            self.repairing.insert(node.clone());
+            let reason = format!(
+                "repair: power cycle {} of {} of an unhealthy node with no pods",
+                cycles + 1,
+                self.repair.max_cycles_per_node
+            );
+            warn!(node = %node, "{reason}");
+            metrics.commands.push(("repair", "power_cycle"));
+            events.push(Event {
+                regarding: node_ref(&node),
+                reason: "NodeRepair",
+                action: "PowerCycle",
+                note: format!(
+                    "{reason} ({})",
+                    self.lives[&node].reason.clone().unwrap_or_default()
+                ),
+                warning: true,
+            });
+            out.push(Action::PowerOff { node, reason });
+        }
+        out
     }
 
     fn is_booked(&self, node: &str, now: u64) -> bool {

@@ -70,14 +70,17 @@ impl Observer {
         snap.bmc = bmc.clone();
         snap.executed = executed;
         snap.open_intents = open_intents;
-        snap.reports = self.changed_models();
-        snap.commands = match self.shared.store.commands() {
-            Ok(c) => c,
+        // Commands before models: the API flags a model as changed before
+        // it closes the command the report answers, so a command seen
+        // closed here always comes with the model that closed it.
+        match self.shared.store.commands() {
+            Ok(c) => snap.commands = c,
             Err(e) => {
-                warn!(error = %accord::config_file::error_chain(&e), "cannot read agent commands from the store");
-                Vec::new()
+                warn!(error = %accord::config_file::error_chain(&e), "cannot read agent commands from the store; no command is decided on this round");
+                snap.commands_unreadable = true;
             }
-        };
+        }
+        snap.reports = self.changed_models();
         snap.views = self.scheduler_views(nodes);
         snap.watches = self
             .watch

@@ -135,6 +135,20 @@ impl Controller {
             },
             (shared.now)(),
         );
+        decider.set_repair(control.repair.into());
+        // Where the loop was: lifecycles (with their deadlines) and
+        // bookings, before the journal's open intents are resumed.
+        match (shared.store.lives(), shared.store.bookings()) {
+            (Ok((lives, bad_lives)), Ok((bookings, bad_bookings))) => {
+                if !bad_lives.is_empty() || !bad_bookings.is_empty() {
+                    warn!(nodes = %bad_lives.join(","), requests = %bad_bookings.join(","), "kept lifecycles or bookings that cannot be read are ignored");
+                }
+                decider.seed_state(lives, bookings);
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept lifecycles and bookings; every node is observed afresh")
+            }
+        }
         match shared.store.scheduler_views() {
             Ok((views, unreadable)) => {
                 if !unreadable.is_empty() {
@@ -400,6 +414,14 @@ impl Controller {
         }
         let shared = self.shared.clone();
         *shared.control.write().expect("lock") = Some(d.status);
+        if let Err(e) = shared.store.put_lives(&d.lives_changed) {
+            warn!(error = %accord::config_file::error_chain(&e), "cannot keep the nodes' lifecycles");
+        }
+        if let Some(b) = &d.bookings {
+            if let Err(e) = shared.store.put_bookings(b) {
+                warn!(error = %accord::config_file::error_chain(&e), "cannot keep the bookings");
+            }
+        }
         for (node, view) in &d.views_changed {
             if let Err(e) = shared.store.put_scheduler_view(node, view) {
                 warn!(node = %node, error = %accord::config_file::error_chain(&e), "cannot keep the node's scheduler view");
@@ -444,18 +466,25 @@ impl Controller {
                 labels_ok = false;
             }
         }
+        let mut unjournaled = std::collections::BTreeSet::new();
         for rec in &c.open {
             match store.open_command(rec.clone()) {
                 Ok(r) => {
                     info!(node = %r.node, command = r.generation, via = ?r.via, "agent command journaled")
                 }
                 Err(e) => {
-                    warn!(node = %rec.node, error = %chain(&e), "cannot journal the agent command; nothing is sent")
+                    warn!(node = %rec.node, error = %chain(&e), "cannot journal the agent command; nothing is sent");
+                    unjournaled.insert(rec.node.as_str());
                 }
             }
         }
+        // A label names a configuration for a journaled command only.
         if labels_ok {
-            c.labels.clone()
+            c.labels
+                .iter()
+                .filter(|(node, _, _)| !unjournaled.contains(node.as_str()))
+                .cloned()
+                .collect()
         } else {
             Vec::new()
         }

@@ -37,6 +37,7 @@ impl Store {
     /// flushes before returning it. Refused while the node's last command
     /// is still open: one command per node at a time.
     pub fn open_command(&self, mut rec: CommandRecord) -> Result<CommandRecord, StoreError> {
+        let _one = self.commands_lock.lock().unwrap_or_else(|e| e.into_inner());
         let last = self.command_record(&rec.node)?;
         if let Some(l) = last.as_ref().filter(|l| l.is_open()) {
             return Err(StoreError::CommandOpen {
@@ -60,6 +61,7 @@ impl Store {
         node: &str,
         now: u64,
     ) -> Result<Option<AgentCommand>, StoreError> {
+        let _one = self.commands_lock.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut rec) = self.command_record(node)? else {
             return Ok(None);
         };
@@ -98,6 +100,7 @@ impl Store {
         result: CommandResult,
         now: u64,
     ) -> Result<bool, StoreError> {
+        let _one = self.commands_lock.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut rec) = self
             .command_record(node)?
             .filter(|r| r.generation == generation && r.is_open())
@@ -113,6 +116,7 @@ impl Store {
     /// Lets `node`'s agent be handed its command `generation` (the GPU
     /// Operator has done its part); flushed.
     pub fn release_command(&self, node: &str, generation: u64) -> Result<bool, StoreError> {
+        let _one = self.commands_lock.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut rec) = self
             .command_record(node)?
             .filter(|r| r.generation == generation && r.is_open() && !r.deliver)

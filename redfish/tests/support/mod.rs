@@ -364,6 +364,7 @@ pub fn fast_settings() -> accord_redfish::BmcSettings {
         force_after_graceful: true,
         task_timeout: Duration::from_secs(20),
         sessions: true,
+        max_response_bytes: accord_redfish::client::MAX_RESPONSE_BYTES,
     }
 }
 

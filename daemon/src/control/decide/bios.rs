@@ -1,15 +1,30 @@
 //! *Decide*'s part about BIOS profiles. A node the plan powers on with an
 //! `ApplyBiosProfile` gets the profile staged with its power-on (by the
-//! executor, within the power-on's wave); once the power-on is through
-//! (the BMC shows On) its attributes are read back, and compared here:
-//! all as wanted → the profile is applied (kept in the store: the planner
-//! plans with it from then on, so it is not staged again); any not → the
-//! node fails with every attribute that did not take, and is held Failed
-//! while it runs with them (its demand is planned elsewhere; the
-//! scheduler is kept off it by Accord's NoSchedule taint
-//! [`BIOS_TAINT_KEY`], which a staged node carries until it is verified).
-//! Pure, like the rest of *decide*: the read is the executor's, its result
-//! comes in the snapshot.
+//! executor, within the power-on's wave, which also keeps a `staged`
+//! record in the store); once the power-on is through (the BMC shows On)
+//! its attributes are read back, and compared here: all as wanted → the
+//! profile is applied (kept in the store: the planner plans with it from
+//! then on, so it is not staged again). Not as wanted is judged only once
+//! the machine has booted (its agent is up: POST is over; a BMC may clear
+//! its pending settings when it schedules the BIOS job, as Dell iDRAC
+//! does, long before they apply): then the node fails with every
+//! attribute that did not take, and is held Failed while it runs with
+//! them (its demand is planned elsewhere). A read that fails is tried
+//! again, spaced out; only [`READ_ERRORS_AT_MOST`] in a row (or failing
+//! for the lifecycle's boot deadline) fail the node.
+//!
+//! A staging outlives its power-on's intent: after a restart it is
+//! resumed from the store's `staged` record once the machine is on. A
+//! node that is up with its wanted profile not verified and nothing
+//! staged by Accord (on at accordd's start, powered on outside Accord)
+//! is read too: as wanted → verified; not → said once (log, status) and
+//! left alone, running (not Accord's staging that failed): the profile is
+//! staged at its next power-on by Accord.
+//!
+//! The scheduler is kept off every node whose wanted profile is not
+//! verified by Accord's NoSchedule taint [`BIOS_TAINT_KEY`]: `failed`
+//! while held, `unverified` otherwise. Pure, like the rest of *decide*:
+//! the reads are the executor's, their results come in the snapshot.
 
 use std::collections::BTreeMap;
 
@@ -29,9 +44,20 @@ use crate::execute::{BiosCheck, BiosSeen};
 /// A read that has not come back after this long is asked again (its
 /// task was lost).
 const READ_AGAIN_S: u64 = 60;
-/// Settings still staged while the machine boots are read again after
-/// this long (BMCs are slow; POST takes minutes).
+/// A profile not (yet) read as wanted while the machine is in POST is
+/// read again after this long (BMCs are slow; POST takes minutes).
 const PENDING_READ_EVERY_S: u64 = 10;
+/// A read that failed is tried again after this long, doubled for each
+/// further failure in a row up to [`READ_RETRY_MAX_S`] (BMCs are often
+/// busy during POST)...
+const READ_RETRY_S: u64 = 10;
+const READ_RETRY_MAX_S: u64 = 120;
+/// ...and this many failures in a row (or failures for the lifecycle's
+/// boot deadline, `boot_to_agent_s`) fail a staged profile's node.
+pub const READ_ERRORS_AT_MOST: u32 = 5;
+/// A running machine's BIOS (nothing staged by Accord) that cannot be
+/// read that often is read again this seldom.
+const READ_SLOWLY_S: u64 = 300;
 /// At most this many attributes are named in a reason...
 const NAMED_AT_MOST: usize = 10;
 /// ...in at most this many characters (an event's note is at most 1 KiB).
@@ -39,7 +65,7 @@ const LIST_CHARS: usize = 800;
 /// A value longer than this is cut in a reason (BMC strings are not ours).
 const VALUE_CHARS: usize = 64;
 
-/// The taint's value while a staged profile is not yet read back.
+/// The taint's value while a node's wanted profile is not verified.
 pub const UNVERIFIED: &str = "unverified";
 /// The taint's value on a node whose profile did not take.
 pub const FAILED: &str = "failed";
@@ -47,13 +73,22 @@ pub const FAILED: &str = "failed";
 /// What the loop knows of BIOS profiles between rounds.
 #[derive(Debug, Default)]
 pub(super) struct BiosBook {
-    /// Node → its last outcome (the store's, then this run's).
+    /// Node → its last record (the store's, then this run's): staged,
+    /// verified or failed.
     records: BTreeMap<String, BiosRecord>,
-    /// Node → a profile staged with a power-on, not yet verified.
+    /// Node → a profile being read back: staged with a power-on (now or
+    /// before a restart), or checked on a machine that came up without.
     staging: BTreeMap<String, Staging>,
     /// Nodes whose profile did not take: held Failed while they run
     /// (coming up does not make them usable).
     held: BTreeMap<String, Held>,
+    /// Nodes whose running machine's BIOS was read not to be their wanted
+    /// profile, which Accord did not stage: left running (tainted), the
+    /// profile staged at their next power-on by Accord (until then, read
+    /// again only if they come up again outside Accord).
+    differs: BTreeMap<String, Differs>,
+    /// The round's time (for what is staged between rounds).
+    now: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,9 +101,44 @@ struct Held {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+struct Differs {
+    profile: String,
+    reason: String,
+    /// The machine has been off since the read: read again when it comes
+    /// up (not powered on by Accord).
+    been_off: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Staging {
     profile: String,
     phase: Phase,
+    /// Accord staged it (with a power-on: this run's, or one before a
+    /// restart): not as wanted once the machine has booted, it did not
+    /// take. Otherwise the machine came up with nothing staged by Accord:
+    /// its BIOS is only checked.
+    staged: bool,
+    /// Reads in a row that failed, since when, and the last one's error.
+    errors: u32,
+    erring_since: u64,
+    error: Option<String>,
+    /// A checked BIOS that failed to read too often: read seldom, the
+    /// node left tainted meanwhile.
+    unreadable: bool,
+}
+
+impl Staging {
+    fn new(profile: &str, phase: Phase, staged: bool) -> Staging {
+        Staging {
+            profile: profile.to_owned(),
+            phase,
+            staged,
+            errors: 0,
+            erring_since: 0,
+            error: None,
+            unreadable: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +149,8 @@ enum Phase {
     Read,
     /// A read is out since `at` (Unix seconds).
     Reading { at: u64 },
-    /// Settings were still staged while it booted: read again at `at`.
+    /// Read again at `at`: not as wanted yet while the machine is in
+    /// POST, or the last read failed.
     Wait { at: u64 },
 }
 
@@ -97,11 +168,40 @@ pub const STAGED: &str = "staged";
 pub const VERIFIED: &str = "verified";
 pub const FAILED_RESULT: &str = "failed";
 
+/// The machine is on (its BMC showed it: the lifecycle left PoweringOn).
+fn is_on(stage: Stage) -> bool {
+    matches!(
+        stage,
+        Stage::Booting
+            | Stage::AgentUp
+            | Stage::Ready
+            | Stage::InUse
+            | Stage::Idle
+            | Stage::Unhealthy
+    )
+}
+
+/// The machine has booted: its agent came up, so POST is over and staged
+/// settings have applied, or never will.
+fn has_booted(stage: Stage) -> bool {
+    matches!(
+        stage,
+        Stage::AgentUp | Stage::Ready | Stage::InUse | Stage::Idle | Stage::Unhealthy
+    )
+}
+
+/// How long after the `errors`-th failed read in a row to read again.
+fn retry_after(errors: u32) -> u64 {
+    let doublings = errors.saturating_sub(1).min(8);
+    (READ_RETRY_S << doublings).min(READ_RETRY_MAX_S)
+}
+
 impl Decider {
-    /// BIOS outcomes kept from before a restart (the store's): verified
-    /// profiles are planned with, not staged again; a node whose wanted
-    /// profile did not take is held Failed again (in act mode) until its
-    /// BMC shows it off.
+    /// BIOS records kept from before a restart (the store's): verified
+    /// profiles are planned with, not staged again; a staged one not yet
+    /// read back is read back once its machine is on (`bios_checks`); a
+    /// node whose wanted profile did not take is held Failed again (in
+    /// act mode) until its BMC shows it off.
     pub fn seed_bios(&mut self, records: BTreeMap<String, BiosRecord>) {
         self.bios.records = records
             .into_iter()
@@ -115,10 +215,7 @@ impl Decider {
             .records
             .iter()
             .filter_map(|(node, rec)| match &rec.result {
-                BiosResult::Failed { reason }
-                    if self.fleet.node(node).and_then(|n| n.bios_profile.as_ref())
-                        == Some(&rec.profile) =>
-                {
+                BiosResult::Failed { reason } if self.bios_wanted(node) == Some(&rec.profile) => {
                     Some((node.clone(), reason.clone()))
                 }
                 _ => None,
@@ -146,12 +243,10 @@ impl Decider {
     pub(super) fn resume_bios(&mut self, intent: &Intent) {
         if let (IntentAction::PowerOn, Some(profile)) = (&intent.action, &intent.bios_profile) {
             self.bios.held.remove(&intent.node);
+            self.bios.differs.remove(&intent.node);
             self.bios.staging.insert(
                 intent.node.clone(),
-                Staging {
-                    profile: profile.clone(),
-                    phase: Phase::PowerOn,
-                },
+                Staging::new(profile, Phase::PowerOn, true),
             );
         }
     }
@@ -163,19 +258,26 @@ impl Decider {
             profile, "BIOS profile staged with the power-on; verified once the machine is on"
         );
         self.bios.held.remove(node);
-        self.bios.staging.insert(
+        self.bios.differs.remove(node);
+        self.bios
+            .staging
+            .insert(node.to_owned(), Staging::new(profile, Phase::PowerOn, true));
+        // As the executor keeps it in the store with the power-on.
+        self.bios.records.insert(
             node.to_owned(),
-            Staging {
+            BiosRecord {
                 profile: profile.to_owned(),
-                phase: Phase::PowerOn,
+                at: self.bios.now,
+                result: BiosResult::Staged,
             },
         );
     }
 
     /// Power-on results and BIOS reads: a staged node whose power-on went
-    /// through is read back; a read all as wanted verifies its profile,
-    /// one that is not fails the node (still-pending attributes are read
-    /// again while the machine has not booted).
+    /// through is read back; a read all as wanted verifies its profile;
+    /// one that is not, once the machine has booted, fails the node (a
+    /// staged profile) or is said and left running (a checked one); a
+    /// read that failed is tried again.
     pub(super) fn absorb_bios(
         &mut self,
         snap: &Snapshot,
@@ -184,6 +286,7 @@ impl Decider {
         effects: &mut BiosEffects,
     ) {
         let now = snap.now;
+        self.bios.now = now;
         self.release_bios_holds(snap);
         for e in &snap.executed {
             let Some(s) = self.bios.staging.get_mut(&e.node) else {
@@ -209,21 +312,25 @@ impl Decider {
                 continue;
             }
             let profile = s.profile.clone();
+            let staged = s.staged;
             let node = r.node.clone();
             let seen = match &r.result {
                 Ok(seen) => seen,
                 Err(e) => {
-                    let reason = format!(
-                        "BIOS profile {profile} could not be read back: {}",
-                        accord::config_file::error_chain(e)
-                    );
-                    self.bios_failed(&node, &profile, reason, now, events, metrics, effects);
+                    let error = accord::config_file::error_chain(e);
+                    self.bios_unread(&node, &profile, error, now, events, metrics, effects);
                     continue;
                 }
             };
+            {
+                let s = self.bios.staging.get_mut(&node).expect("listed");
+                s.errors = 0;
+                s.error = None;
+                s.unreadable = false;
+            }
             let differ = differences(seen);
             if differ.is_empty() {
-                info!(node = %node, profile = %profile, attributes = seen.wanted.len(), "BIOS profile verified");
+                info!(node = %node, profile = %profile, attributes = seen.wanted.len(), staged, "BIOS profile verified");
                 let rec = BiosRecord {
                     profile: profile.clone(),
                     at: now,
@@ -233,31 +340,38 @@ impl Decider {
                 effects.records.push((node.clone(), rec));
                 self.bios.staging.remove(&node);
                 self.bios.held.remove(&node);
+                self.bios.differs.remove(&node);
                 *metrics.bios_profiles.entry(VERIFIED).or_default() += 1;
                 events.push(Event {
                     regarding: node_ref(&node),
                     reason: "BiosProfileApplied",
                     action: "VerifyBios",
-                    note: format!(
-                        "BIOS profile {profile} verified: its {} attributes read back as wanted",
-                        seen.wanted.len()
-                    ),
+                    note: if staged {
+                        format!(
+                            "BIOS profile {profile} verified: its {} attributes read back as wanted",
+                            seen.wanted.len()
+                        )
+                    } else {
+                        format!(
+                            "BIOS profile {profile} verified on the running machine: its {} attributes read as wanted",
+                            seen.wanted.len()
+                        )
+                    },
                     warning: false,
                 });
                 continue;
             }
-            // Settings apply during POST: until the machine has booted
-            // (its agent is up), attributes still staged as wanted may
-            // yet take.
-            let booting = self
-                .lives
-                .get(&node)
-                .is_some_and(|l| matches!(l.stage, Stage::PoweringOn | Stage::Booting));
-            let applying = differ
-                .iter()
-                .all(|(k, _)| seen.pending.get(*k) == seen.wanted.get(*k));
-            if booting && applying {
-                info!(node = %node, profile = %profile, pending = differ.len(), "BIOS settings still staged while the machine boots; reading again");
+            if !staged {
+                self.bios_differs(&node, &profile, &differences_text(&differ, seen));
+                continue;
+            }
+            // Settings apply during POST, and a BMC may show them neither
+            // current nor pending meanwhile (iDRAC clears the settings
+            // object when it schedules the BIOS job): until the machine
+            // has booted (its agent is up) they may yet take.
+            let booted = self.lives.get(&node).is_some_and(|l| has_booted(l.stage));
+            if !booted {
+                info!(node = %node, profile = %profile, differ = differ.len(), "BIOS profile not read back as wanted yet while the machine is in POST; reading again");
                 self.bios.staging.get_mut(&node).expect("listed").phase = Phase::Wait {
                     at: now + PENDING_READ_EVERY_S,
                 };
@@ -269,6 +383,70 @@ impl Decider {
             );
             self.bios_failed(&node, &profile, reason, now, events, metrics, effects);
         }
+    }
+
+    /// A read that failed: tried again, spaced out. A staged profile's
+    /// node fails after [`READ_ERRORS_AT_MOST`] in a row, or once reads
+    /// have failed for the boot deadline; a checked one is said once and
+    /// read again seldom (the node keeps its `unverified` taint).
+    #[allow(clippy::too_many_arguments)]
+    fn bios_unread(
+        &mut self,
+        node: &str,
+        profile: &str,
+        error: String,
+        now: u64,
+        events: &mut Vec<Event>,
+        metrics: &mut RoundMetrics,
+        effects: &mut BiosEffects,
+    ) {
+        let deadline = self.settings.deadlines.boot_to_agent_s;
+        let s = self.bios.staging.get_mut(node).expect("listed");
+        s.errors += 1;
+        if s.errors == 1 {
+            s.erring_since = now;
+        }
+        s.error = Some(error.clone());
+        let errors = s.errors;
+        let over = errors >= READ_ERRORS_AT_MOST || now.saturating_sub(s.erring_since) >= deadline;
+        if !over {
+            let after = retry_after(errors);
+            s.phase = Phase::Wait { at: now + after };
+            info!(node, profile, errors, error = %error, retry_s = after, "BIOS read failed; reading again");
+            return;
+        }
+        if s.staged {
+            let reason = format!(
+                "BIOS profile {profile} could not be read back ({errors} reads in a row failed): {error}"
+            );
+            self.bios_failed(node, profile, reason, now, events, metrics, effects);
+            return;
+        }
+        s.phase = Phase::Wait {
+            at: now + READ_SLOWLY_S,
+        };
+        if !std::mem::replace(&mut s.unreadable, true) {
+            warn!(node, profile, errors, error = %error, every_s = READ_SLOWLY_S, "the running machine's BIOS cannot be read; it stays tainted unverified and is read again now and then");
+        }
+    }
+
+    /// A running machine whose BIOS is not its wanted profile, which
+    /// Accord did not stage: said once, left running with its
+    /// `unverified` taint; the profile is staged at its next power-on.
+    fn bios_differs(&mut self, node: &str, profile: &str, differ: &str) {
+        self.bios.staging.remove(node);
+        let reason = format!(
+            "the running machine's BIOS is not profile {profile} ({differ}); Accord stages it at its next power-on"
+        );
+        warn!(node, profile, reason = %reason, "BIOS profile not applied on a running node (not staged by Accord); it stays tainted unverified");
+        self.bios.differs.insert(
+            node.to_owned(),
+            Differs {
+                profile: profile.to_owned(),
+                reason,
+                been_off: false,
+            },
+        );
     }
 
     /// A held node whose BMC shows it off is let go: Off, usable again,
@@ -350,9 +528,10 @@ impl Decider {
         });
     }
 
-    /// The reads to make this round: staged nodes that are on, and reads
-    /// lost for [`READ_AGAIN_S`]. A node is on once its power-on went
-    /// through, or once its BMC shows it On (its lifecycle left
+    /// The reads to make this round: staged nodes that are on, reads due
+    /// again, reads lost for [`READ_AGAIN_S`], and nodes to verify that
+    /// no power-on of this run staged. A node is on once its power-on
+    /// went through, or once its BMC shows it On (its lifecycle left
     /// PoweringOn): the staging came before its Reset, and the rest of its
     /// wave may take longer.
     pub(super) fn bios_checks(
@@ -361,13 +540,9 @@ impl Decider {
         metrics: &mut RoundMetrics,
         effects: &mut BiosEffects,
     ) {
+        self.bios_resume_reads();
         for (node, s) in &mut self.bios.staging {
-            let on = self.lives.get(node).is_some_and(|l| {
-                matches!(
-                    l.stage,
-                    Stage::Booting | Stage::AgentUp | Stage::Ready | Stage::InUse | Stage::Idle
-                )
-            });
+            let on = self.lives.get(node).is_some_and(|l| is_on(l.stage));
             if s.phase == Phase::PowerOn && on {
                 *metrics.bios_profiles.entry(STAGED).or_default() += 1;
                 s.phase = Phase::Read;
@@ -388,32 +563,141 @@ impl Decider {
         }
     }
 
+    /// Readings no power-on of this run asked for (act mode). A machine
+    /// seen off lets its reading go (a staging stays in the store and is
+    /// read back once it is on again; a BIOS read not to be the profile
+    /// is read again if it comes up outside Accord). A machine whose
+    /// wanted profile is not verified is read: once on, when a staging of
+    /// Accord's is in the store (a restart before its read-back); once
+    /// booted otherwise (on at accordd's start, powered on outside
+    /// Accord).
+    fn bios_resume_reads(&mut self) {
+        if self.settings.mode != Mode::Act {
+            return;
+        }
+        let lives = &self.lives;
+        let off = |n: &String| lives.get(n).is_none_or(|l| l.stage == Stage::Off);
+        self.bios.staging.retain(|n, _| !off(n));
+        let mut start = Vec::new();
+        for n in &self.fleet.nodes {
+            let Some(profile) = &n.bios_profile else {
+                continue;
+            };
+            let Some(stage) = lives.get(&n.name).map(|l| l.stage) else {
+                continue;
+            };
+            if stage == Stage::Off
+                || self.bios.staging.contains_key(&n.name)
+                || self.bios.held.contains_key(&n.name)
+                || self.bios_verified(&n.name, profile)
+                || self
+                    .bios
+                    .differs
+                    .get(&n.name)
+                    .is_some_and(|d| &d.profile == profile && !d.been_off)
+            {
+                continue;
+            }
+            let staged = self
+                .bios
+                .records
+                .get(&n.name)
+                .is_some_and(|r| r.result == BiosResult::Staged && &r.profile == profile);
+            if (staged && is_on(stage)) || has_booted(stage) {
+                start.push((n.name.clone(), profile.clone(), staged));
+            }
+        }
+        for (n, d) in &mut self.bios.differs {
+            d.been_off |= off(n);
+        }
+        for (node, profile, staged) in start {
+            if staged {
+                info!(node = %node, profile = %profile, "BIOS profile staged by Accord and not read back (before a restart, or the machine was off since): reading it back");
+            } else {
+                info!(node = %node, profile = %profile, "node up with its BIOS profile not verified and nothing staged by Accord: reading its BIOS");
+            }
+            self.bios
+                .staging
+                .insert(node, Staging::new(&profile, Phase::Read, staged));
+        }
+    }
+
+    /// The fleet's wanted profile for `node`.
+    fn bios_wanted(&self, node: &str) -> Option<&String> {
+        self.fleet.node(node).and_then(|n| n.bios_profile.as_ref())
+    }
+
+    /// Whether Accord has verified `profile` on `node` (its store says so).
+    fn bios_verified(&self, node: &str, profile: &str) -> bool {
+        self.bios
+            .records
+            .get(node)
+            .is_some_and(|r| r.result == BiosResult::Verified && r.profile == profile)
+    }
+
     /// A node whose profile did not take stays Failed while it runs.
     pub(super) fn bios_holds(&self, node: &str) -> bool {
         self.bios.held.contains_key(node)
     }
 
     /// The planner plans with the profile Accord verified (the store's),
-    /// not with the fleet file's statement, once there is one.
+    /// not with the fleet file's statement, once there is one; a staged
+    /// profile not read back, or one a running machine's BIOS was read
+    /// not to have, is not applied (it is staged at the next power-on).
     pub(super) fn bios_plan_with(&self, n: &mut Node) {
         if let Some(rec) = self.bios.records.get(&n.name) {
             n.bios_profile_applied = match rec.result {
                 BiosResult::Verified => Some(rec.profile.clone()),
                 // Whatever the machine has now, it is not known to be a
                 // profile.
-                BiosResult::Failed { .. } => None,
+                BiosResult::Failed { .. } | BiosResult::Staged => None,
             };
+        }
+        if let Some(d) = self.bios.differs.get(&n.name) {
+            if n.bios_profile_applied.as_ref() == Some(&d.profile) {
+                n.bios_profile_applied = None;
+            }
+        }
+        // The planner sees Nodes with Accord's taints as it will publish
+        // them, and its BIOS taint is lifted once a staging is verified.
+        // Not so on a running machine left unverified (its BIOS is not
+        // the profile, or cannot be read): the taint stays until its next
+        // power-on, and pods that do not tolerate it will not go there.
+        if self.settings.mode == Mode::Act && self.bios_left_unverified(&n.name) {
+            n.taints.retain(|t| t.key != BIOS_TAINT_KEY);
+            n.taints.extend(self.bios_taint(&n.name));
         }
     }
 
-    /// Accord's BIOS taint on the node's Kubernetes Node: `unverified`
-    /// while a staged profile is not read back, `failed` while one that
-    /// did not take holds it; none otherwise (a kubelet's registration
+    /// A running machine left tainted `unverified` until its next
+    /// power-on: read not to have its wanted profile, or (nothing staged
+    /// by Accord) its BIOS could not be read [`READ_ERRORS_AT_MOST`]
+    /// times in a row (or for the boot deadline).
+    fn bios_left_unverified(&self, node: &str) -> bool {
+        let on = self.lives.get(node).is_some_and(|l| is_on(l.stage));
+        let staging = self.bios.staging.get(node);
+        let differs = self
+            .bios
+            .differs
+            .get(node)
+            .is_some_and(|d| Some(&d.profile) == self.bios_wanted(node));
+        let unreadable = staging.is_some_and(|s| s.unreadable);
+        on && !staging.is_some_and(|s| s.staged) && (differs || unreadable)
+    }
+
+    /// Accord's BIOS taint on the node's Kubernetes Node: `failed` while
+    /// one that did not take holds it; `unverified` while its wanted
+    /// profile (the fleet's) is not the one verified (the store's),
+    /// staged or not, on or off; none otherwise (a kubelet's registration
     /// taint is lifted).
     pub(super) fn bios_taint(&self, node: &str) -> Option<Taint> {
+        let unverified = self.bios.staging.contains_key(node)
+            || self
+                .bios_wanted(node)
+                .is_some_and(|p| !self.bios_verified(node, p));
         let value = if self.bios.held.contains_key(node) {
             FAILED
-        } else if self.bios.staging.contains_key(node) {
+        } else if unverified {
             UNVERIFIED
         } else {
             return None;
@@ -439,8 +723,19 @@ impl Decider {
                 result: BiosResult::Failed { reason },
                 ..
             }) => (None, None, Some(reason.clone())),
+            Some(BiosRecord {
+                result: BiosResult::Staged,
+                ..
+            }) => (None, None, None),
             None => (n.bios_profile_applied.clone(), None, None),
         };
+        // Read not to be it: whatever the fleet file says.
+        let applied = applied.filter(|a| {
+            self.bios
+                .differs
+                .get(&n.name)
+                .is_none_or(|d| &d.profile != a)
+        });
         let wanted = n.bios_profile.clone();
         if wanted.is_none() && applied.is_none() && rec.is_none() {
             return None;
@@ -448,15 +743,33 @@ impl Decider {
         let failed_wanted = rec.is_some_and(|r| {
             matches!(r.result, BiosResult::Failed { .. }) && Some(&r.profile) == wanted.as_ref()
         });
-        let state = if self.bios.staging.contains_key(&n.name) {
+        let differs = self
+            .bios
+            .differs
+            .get(&n.name)
+            .filter(|d| Some(&d.profile) == wanted.as_ref());
+        let staging = self.bios.staging.get(&n.name);
+        let state = if staging.is_some_and(|s| s.staged) {
             BiosState::Staged
-        } else if self.bios.held.contains_key(&n.name) || failed_wanted {
+        } else if self.bios.held.contains_key(&n.name) {
+            BiosState::Failed
+        } else if differs.is_some() {
+            BiosState::Pending
+        } else if failed_wanted {
             BiosState::Failed
         } else if wanted.is_none() || wanted == applied {
             BiosState::Applied
         } else {
             BiosState::Pending
         };
+        let unread = staging.and_then(|s| {
+            s.error.as_ref().map(|e| {
+                format!(
+                    "its BIOS could not be read ({} time(s) in a row): {e}",
+                    s.errors
+                )
+            })
+        });
         Some(BiosStatus {
             wanted,
             applied,
@@ -467,6 +780,8 @@ impl Decider {
                 .held
                 .get(&n.name)
                 .map(|h| h.reason.clone())
+                .or(unread)
+                .or_else(|| differs.map(|d| d.reason.clone()))
                 .or(reason),
         })
     }

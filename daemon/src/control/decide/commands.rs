@@ -44,6 +44,13 @@ pub(super) const HOLD_S: u64 = 300;
 /// How often the `nvidia.com/mig.config` label is sent again while the
 /// Node does not show it.
 const RELABEL_S: u64 = 30;
+/// mig-manager sets `pending` as soon as it sees the label change; a
+/// terminal state (`success`, `failed`) is taken as about Accord's
+/// configuration once a non-terminal one was seen, or this long after the
+/// Node first showed the label (a fast mig-manager can go from `pending`
+/// to `success` between two rounds; a leftover state from an earlier
+/// configuration would have been replaced by then).
+const STATE_FRESH_S: u64 = 5;
 
 /// What *effect* does about commands this round.
 #[derive(Debug, Clone, Default)]
@@ -75,6 +82,16 @@ pub(super) struct Commands {
     settling: BTreeMap<String, (u64, Vec<(usize, MigState)>)>,
     /// Node → (generation, when its mig.config label was last sent).
     labelled: BTreeMap<String, (u64, u64)>,
+    /// Node → (generation, when the Node first showed its label, whether
+    /// mig-manager was seen working on it since).
+    operator_seen: BTreeMap<String, (u64, u64, bool)>,
+    /// Nodes failed for a command past its deadline: held Failed (their
+    /// coming up does not make them usable) until their agent reports
+    /// again, or they go off.
+    timed_out: BTreeSet<String>,
+    /// The first round acts on no command that was already closed (after
+    /// a restart, those were acted on before).
+    seeded: bool,
 }
 
 /// The kind label of a command's metrics.
@@ -172,11 +189,23 @@ impl Commands {
         let mut out = Absorbed::default();
         self.holds.retain(|_, (until, _)| *until > now);
         self.settling.retain(|_, (until, _)| *until > now);
+        // An agent that reports again is heard: its node is not held.
+        self.timed_out.retain(|n| !snap.reports.contains_key(n));
+        if snap.commands_unreadable {
+            // Keep last round's view; nothing new is decided on it.
+            return out;
+        }
         self.latest = snap
             .commands
             .iter()
             .map(|c| (c.node.clone(), c.clone()))
             .collect();
+        if !self.seeded {
+            self.seeded = true;
+            for c in snap.commands.iter().filter(|c| !c.is_open()) {
+                self.handled.insert(c.node.clone(), c.generation);
+            }
+        }
         for rec in snap.commands.iter() {
             let node = &rec.node;
             if self.handled.get(node).is_some_and(|g| *g >= rec.generation) {
@@ -216,6 +245,15 @@ impl Commands {
                             },
                         ));
                     }
+                    // Its GPUs are left alone, and the node stays failed
+                    // until its agent is heard reporting again.
+                    for t in &rec.targets {
+                        if let Some(pos) = position(model, t.index) {
+                            self.holds
+                                .insert((node.clone(), pos), (now + HOLD_S, reason.clone()));
+                        }
+                    }
+                    self.timed_out.insert(node.clone());
                     out.fail.push((node.clone(), reason));
                 }
                 _ if rec.via == MigVia::GpuOperator && act => {
@@ -325,14 +363,27 @@ impl Commands {
             }
             return;
         }
-        // The label shows our configuration: mig-manager's state is about
-        // it (it sets `pending` as soon as the label changes).
-        match state.map(String::as_str) {
-            Some("success") if !rec.deliver => {
+        // The label shows our configuration. mig-manager's state is about
+        // it once it was seen working, or [`STATE_FRESH_S`] after the
+        // label first showed (not a leftover from an earlier one).
+        let seen =
+            self.operator_seen
+                .entry(node.clone())
+                .or_insert((rec.generation, snap.now, false));
+        if seen.0 != rec.generation {
+            *seen = (rec.generation, snap.now, false);
+        }
+        let state = state.map(String::as_str);
+        if matches!(state, Some("pending" | "rebooting")) {
+            seen.2 = true;
+        }
+        let fresh = seen.2 || snap.now >= seen.1 + STATE_FRESH_S;
+        match state {
+            Some("success") if fresh && !rec.deliver => {
                 info!(node = %node, config = %name, "mig-manager applied the configuration; asking the agent to rediscover");
                 effects.release.push((node.clone(), rec.generation));
             }
-            Some("failed") if snap.now >= rec.opened_at + RELABEL_S => {
+            Some("failed") if fresh => {
                 let reason = format!("mig-manager reports failed for configuration {name}");
                 effects.close.push((
                     node.clone(),
@@ -378,6 +429,16 @@ impl Commands {
             .filter(|r| r.is_open())
             .flat_map(|r| r.for_workloads.iter().cloned())
             .collect()
+    }
+
+    /// Whether `node` is held Failed for a command past its deadline.
+    pub(super) fn holds_node(&self, node: &str) -> bool {
+        self.timed_out.contains(node)
+    }
+
+    /// Lets go of held nodes that `off` says are off.
+    pub(super) fn release_off(&mut self, off: impl Fn(&str) -> bool) {
+        self.timed_out.retain(|n| !off(n));
     }
 
     /// Nodes with a command in flight.

@@ -1,8 +1,10 @@
 //! *Effect*'s part about BIOS profiles: the BIOS reads *decide* asks for
 //! run in the background, as power actions do (their results come back
 //! as a wake-up for the next round); outcomes are kept in the store. At
-//! start the store's outcomes seed the decider, so a profile verified
-//! before a restart is not staged again.
+//! start the store's records seed the decider, so a profile verified
+//! before a restart is not staged again, and one staged (the executor
+//! keeps a `staged` record with the power-on) but not yet read back is
+//! read back once its machine is on.
 
 use tokio::sync::mpsc;
 use tracing::warn;

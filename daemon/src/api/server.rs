@@ -1,0 +1,523 @@
+//! accordd's HTTP server: hyper's HTTP/1 connections with the deadlines
+//! `axum::serve` cannot set (it builds hyper's connection itself and gives
+//! it no timer, so hyper's header-read timeout never runs):
+//!
+//! - **idle** ([`IDLE_TIMEOUT`], [`super::timeout`]): no byte moved for
+//!   that long closes the connection (a silent socket, an idle keep-alive
+//!   connection, a client that stops reading the answer);
+//! - **header read** ([`HEADER_READ_TIMEOUT`]): a request's line and
+//!   headers must be complete within this long of their first byte; a
+//!   client trickling a byte at a time (slowloris), which the idle timeout
+//!   alone never ends, is disconnected. hyper's own
+//!   `header_read_timeout`, on a per-connection timer whose clock starts
+//!   at the first byte of the request rather than when the connection
+//!   starts waiting for one: hyper's would otherwise close every idle
+//!   keep-alive connection after it, racing agents' pooled connections
+//!   (reqwest keeps them 90 s; see [`IDLE_TIMEOUT`]);
+//! - **body read** ([`BODY_READ_TIMEOUT`]): a request's body must arrive
+//!   within this long of its headers; a later one fails the request
+//!   (400) and the connection closes.
+//!
+//! Shutdown as `axum::serve`'s graceful one: no new connections, requests
+//! in flight answered, then [`serve`] returns once every connection has
+//! closed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::serve::Listener;
+use axum::Router;
+use futures::StreamExt;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::timeout::{IdleTimeout, IDLE_TIMEOUT};
+
+/// How long a request's line and headers may take from their first byte
+/// (hyper's default; agents send theirs in one write).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a request's body may take after its headers: a report at the
+/// 4 MiB body limit needs 70 KB/s.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The deadlines of every connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    pub idle: Duration,
+    pub header_read: Duration,
+    pub body_read: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            idle: IDLE_TIMEOUT,
+            header_read: HEADER_READ_TIMEOUT,
+            body_read: BODY_READ_TIMEOUT,
+        }
+    }
+}
+
+/// Serves `router` on `listener` with `deadlines` until `shutdown`
+/// resolves, then lets the requests in flight finish and returns once
+/// every connection has closed.
+pub async fn serve<L>(
+    listener: L,
+    router: Router,
+    deadlines: Deadlines,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let mut listener = IdleTimeout::new(listener, deadlines.idle);
+    let router = with_body_deadline(router, deadlines.body_read);
+    // Dropped at shutdown: every connection then finishes gracefully.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+    // Each connection holds a receiver; `closed` once all are gone.
+    let (closed_tx, closed_rx) = tokio::sync::watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (io, peer) = tokio::select! {
+            conn = listener.accept() => conn,
+            () = &mut shutdown => break,
+        };
+        tracing::trace!(?peer, "connection accepted");
+        let (router, mut stop, closed) = (router.clone(), stop_rx.clone(), closed_rx.clone());
+        tokio::spawn(async move {
+            let stop = async move {
+                // Err once the sender is dropped: the server is stopping.
+                let _ = stop.changed().await;
+            };
+            serve_connection(io, router, deadlines.header_read, stop).await;
+            drop(closed);
+        });
+    }
+    drop(listener);
+    drop(stop_tx);
+    drop(closed_rx);
+    closed_tx.closed().await;
+    Ok(())
+}
+
+/// `router` with every request body cut off `within` after its headers.
+pub fn with_body_deadline(router: Router, within: Duration) -> Router {
+    router.layer(axum::middleware::from_fn(
+        move |request: Request, next: Next| async move {
+            next.run(request.map(|body| deadline_body(body, within)))
+                .await
+        },
+    ))
+}
+
+/// The body, failing with [`BodyTimeout`] when it is not all there by
+/// `within` from now.
+fn deadline_body(body: Body, within: Duration) -> Body {
+    let deadline = tokio::time::Instant::now() + within;
+    let chunks = futures::stream::unfold(Some(body.into_data_stream()), move |data| async move {
+        let mut data = data?;
+        match tokio::time::timeout_at(deadline, data.next()).await {
+            Ok(Some(chunk)) => Some((chunk, Some(data))),
+            Ok(None) => None,
+            Err(_) => Some((Err(axum::Error::new(BodyTimeout { within })), None)),
+        }
+    });
+    Body::from_stream(chunks)
+}
+
+/// A request body that did not arrive in time.
+#[derive(Debug, thiserror::Error)]
+#[error("request body not received within {} s of its headers", within.as_secs())]
+pub struct BodyTimeout {
+    within: Duration,
+}
+
+/// One connection: HTTP/1 with the header-read deadline counted from each
+/// request's first byte, until it closes or `stop` resolves (then the
+/// request in flight is answered and the connection closed).
+pub async fn serve_connection<I>(
+    io: I,
+    router: Router,
+    header_read: Duration,
+    stop: impl Future<Output = ()>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let read = Arc::new(AtomicU64::new(0));
+    let io = TokioIo::new(CountedIo {
+        inner: io,
+        read: read.clone(),
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(FromFirstByte { read })
+        .header_read_timeout(header_read);
+    let conn = builder.serve_connection(io, TowerToHyperService::new(router));
+    let mut conn = std::pin::pin!(conn);
+    let mut stop = std::pin::pin!(stop);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "connection closed");
+                }
+                return;
+            }
+            () = &mut stop, if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// A connection that counts the bytes read from it, for [`FromFirstByte`].
+struct CountedIo<T> {
+    inner: T,
+    read: Arc<AtomicU64>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for CountedIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            this.read.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for CountedIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// hyper's timer for one connection. hyper's HTTP/1 server uses its timer
+/// for the header-read timeout only: it asks for a sleep when it starts
+/// waiting for a request's head and polls it whenever a read leaves the
+/// head incomplete. This timer's sleeps start counting at the first byte
+/// read after they were made, so waiting for a request costs nothing and
+/// the deadline is the request's own. (Bytes of a pipelined request read
+/// before its sleep was made do not start it: such a stall is ended by the
+/// idle timeout.)
+#[derive(Debug, Clone)]
+struct FromFirstByte {
+    read: Arc<AtomicU64>,
+}
+
+impl hyper::rt::Timer for FromFirstByte {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HeadSleep {
+            read: self.read.clone(),
+            read_at_start: self.read.load(Ordering::Relaxed),
+            duration,
+            running: None,
+        })
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        // hyper asks for `now() + header_read_timeout`.
+        self.sleep(deadline.saturating_duration_since(std::time::Instant::now()))
+    }
+}
+
+struct HeadSleep {
+    read: Arc<AtomicU64>,
+    read_at_start: u64,
+    duration: Duration,
+    running: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Future for HeadSleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.running.is_none() {
+            if this.read.load(Ordering::Relaxed) == this.read_at_start {
+                // No byte yet: hyper polls this again after its next read
+                // (the read registered the wake-up).
+                return Poll::Pending;
+            }
+            this.running = Some(Box::pin(tokio::time::sleep(this.duration)));
+        }
+        match &mut this.running {
+            Some(sleep) => sleep.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl hyper::rt::Sleep for HeadSleep {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::{get, post};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+    use tokio::time::Instant;
+
+    use crate::api::timeout::TimeoutIo;
+
+    const IDLE: Duration = Duration::from_secs(120);
+    const HEAD: Duration = Duration::from_secs(30);
+    const BODY: Duration = Duration::from_secs(60);
+
+    fn app() -> Router {
+        let r = Router::new()
+            .route("/ping", get(|| async { "pong" }))
+            .route(
+                "/echo",
+                post(|b: axum::body::Bytes| async move { b.len().to_string() }),
+            );
+        with_body_deadline(r, BODY)
+    }
+
+    /// One served connection as production has it (idle deadline, then
+    /// hyper with the header deadline); the client's end.
+    fn connect() -> DuplexStream {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        tokio::spawn(serve_connection(
+            TimeoutIo::new(server, IDLE),
+            app(),
+            HEAD,
+            std::future::pending(),
+        ));
+        client
+    }
+
+    /// Reads until the server closes the connection, within `within`
+    /// (paused time): what it sent, and when it closed.
+    async fn read_to_close(client: &mut DuplexStream, within: Duration, what: &str) -> String {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            match tokio::time::timeout(within, client.read(&mut buf)).await {
+                Err(_) => panic!("{what}: still open after {within:?}; got {got:?}"),
+                Ok(Ok(0)) | Ok(Err(_)) => return String::from_utf8_lossy(&got).into_owned(),
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_request_line_is_cut_at_the_header_deadline() {
+        let (mut reader, mut writer) = tokio::io::split(connect());
+        let started = Instant::now();
+        writer.write_all(b"GET /pi").await.unwrap();
+        // A byte every 9 s: the idle deadline (120 s) would never end it.
+        let trickle = tokio::spawn(async move {
+            for b in b"ng HTTP/1.1\r\nHost: x\r\n" {
+                tokio::time::sleep(Duration::from_secs(9)).await;
+                if writer.write_all(&[*b]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(300), reader.read(&mut buf))
+            .await
+            .expect("the trickling client was not disconnected within 300 s")
+            .unwrap_or(0);
+        let took = started.elapsed();
+        assert_eq!(n, 0, "answered instead of closed: {:?}", &buf[..n]);
+        assert!(
+            took >= HEAD && took < HEAD + Duration::from_secs(1),
+            "closed after {took:?}, the header deadline is {HEAD:?}"
+        );
+        trickle.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_a_request_is_left_to_the_idle_deadline() {
+        let mut client = connect();
+        client
+            .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+            .await
+            .expect("no answer within 5 s")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("pong"), "{answer}");
+        // Kept alive, silent: not closed by the header deadline (30 s),
+        // only by the idle one (120 s).
+        let idle_from = Instant::now();
+        let rest = read_to_close(&mut client, Duration::from_secs(300), "an idle keep-alive").await;
+        let took = idle_from.elapsed();
+        assert_eq!(rest, "");
+        assert!(
+            took >= IDLE && took < IDLE + Duration::from_secs(1),
+            "an idle keep-alive connection closed after {took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_second_request_on_a_connection_has_its_own_header_deadline() {
+        let mut client = connect();
+        client
+            .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+            .await
+            .expect("no answer within 5 s")
+            .unwrap();
+        // 100 s of keep-alive silence, then half a request line.
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        client.write_all(b"GET /pi").await.unwrap();
+        let started = Instant::now();
+        let rest = read_to_close(
+            &mut client,
+            Duration::from_secs(300),
+            "a stalled 2nd request",
+        )
+        .await;
+        let took = started.elapsed();
+        assert_eq!(rest, "");
+        assert!(
+            took >= HEAD && took < HEAD + Duration::from_secs(1),
+            "closed {took:?} after the second request's first byte"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_body_fails_at_the_body_deadline() {
+        let mut client = connect();
+        client
+            .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let (mut reader, mut writer) = tokio::io::split(client);
+        let trickle = tokio::spawn(async move {
+            for _ in 0..90 {
+                tokio::time::sleep(Duration::from_secs(9)).await;
+                if writer.write_all(b"x").await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            let n = tokio::time::timeout(Duration::from_secs(300), reader.read(&mut buf))
+                .await
+                .expect("the trickled body was still read after 300 s")
+                .unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let took = started.elapsed();
+        let answer = String::from_utf8_lossy(&got);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(
+            answer.contains("request body not received within 60 s of its headers"),
+            "{answer}"
+        );
+        assert!(
+            took >= BODY && took < BODY + Duration::from_secs(1),
+            "refused after {took:?}"
+        );
+        trickle.abort();
+    }
+
+    /// The whole server on a real socket, with short deadlines (real
+    /// time): a stalled request line is cut, a request is answered, and
+    /// shutdown returns once the connections are closed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_cuts_a_stalled_client_on_a_real_socket_and_stops() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let deadlines = Deadlines {
+            idle: Duration::from_secs(30),
+            header_read: Duration::from_millis(300),
+            body_read: Duration::from_secs(30),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, app(), deadlines, async {
+            let _ = stopped.await;
+        }));
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let started = std::time::Instant::now();
+        slow.write_all(b"GET /pi").await.unwrap();
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(Duration::from_secs(10), slow.read(&mut buf))
+            .await
+            .expect("a stalled request line was not cut within 10 s (deadline 300 ms)")
+            .unwrap_or(0);
+        let took = started.elapsed();
+        assert_eq!(n, 0);
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+
+        let mut good = tokio::net::TcpStream::connect(addr).await.unwrap();
+        good.write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(10), good.read_to_string(&mut answer))
+            .await
+            .expect("no answer within 10 s")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+        // An idle connection does not hold up shutdown.
+        let _idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("serve did not return within 10 s of shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}

@@ -1,0 +1,257 @@
+//! The twin for running nodes that fail: a node that was up whose
+//! Kubernetes node goes NotReady and whose agent falls silent becomes
+//! Unhealthy after `unhealthy_after_s`; its demand is planned elsewhere;
+//! with repair on, an Unhealthy node with no pods is power-cycled (off,
+//! then on once Off), at most `max_cycles_per_node` times and never while
+//! too much of the fleet is unhealthy; a node with pods never is.
+
+use std::time::Duration;
+
+use accord::demand::Demand;
+use accord::fleet::Fleet;
+use accord::lifecycle::{Deadlines, Stage};
+use accord::plan::Action;
+use accord_api::control::Mode;
+use accordd::control::decide::{Decider, Decision, Repair, Settings, Snapshot};
+
+const FLEET: &str = r#"
+[profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "192"
+memory = "2Ti"
+
+[[racks]]
+name = "r1"
+
+[[nodes]]
+name = "n1"
+rack = "r1"
+profile = "h100"
+
+[[nodes]]
+name = "n2"
+rack = "r1"
+profile = "h100"
+
+[[nodes]]
+name = "n3"
+rack = "r1"
+profile = "h100"
+"#;
+
+const T0: u64 = 100_000;
+const UNHEALTHY_AFTER_S: u64 = 60;
+
+fn one_gpu_pod() -> Demand {
+    Demand::from_json(
+        &serde_json::json!({"workloads": [{"name": "job", "namespace": "ml",
+            "pod_sets": [{"name": "w", "count": 1,
+                "pod": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}}]}]})
+        .to_string(),
+        "demand.json",
+    )
+    .unwrap()
+}
+
+struct Twin {
+    decider: Decider,
+    world: Snapshot,
+    now: u64,
+}
+
+impl Twin {
+    /// Every node on, its agent heard and its Kubernetes node Ready.
+    fn new(repair: Repair) -> Twin {
+        let fleet = Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+        let mut decider = Decider::new(
+            fleet,
+            Settings {
+                mode: Mode::Act,
+                deadlines: Deadlines {
+                    unhealthy_after_s: UNHEALTHY_AFTER_S,
+                    ..Deadlines::default()
+                },
+                booking_s: 300,
+                command_deadline_s: 600,
+            },
+            T0,
+        );
+        decider.set_repair(repair);
+        let mut t = Twin {
+            decider,
+            world: Snapshot::default(),
+            now: T0,
+        };
+        for n in ["n1", "n2", "n3"] {
+            t.world.bmc.insert(n.into(), true);
+            t.world.kube_ready.insert(n.into(), true);
+        }
+        t.round(1);
+        t.round(1);
+        for n in ["n1", "n2", "n3"] {
+            assert_eq!(t.stage(n), Stage::Idle, "{n}");
+        }
+        t
+    }
+
+    fn round(&mut self, after_s: u64) -> Decision {
+        self.now += after_s;
+        // Agents that are up heartbeat every round.
+        for n in ["n1", "n2", "n3"] {
+            if self.world.kube_ready.get(n) == Some(&true) {
+                self.world.agents.insert(n.into(), self.now);
+            }
+        }
+        let mut snap = self.world.clone();
+        snap.now = self.now;
+        snap.mono = Duration::from_secs(self.now - T0);
+        self.decider.decide(&snap)
+    }
+
+    /// The machine hangs: kubelet and agent stop, the BMC still shows On.
+    fn hangs(&mut self, node: &str) {
+        self.world.kube_ready.insert(node.into(), false);
+        self.world.agents.remove(node);
+    }
+
+    fn stage(&self, node: &str) -> Stage {
+        self.decider.life(node).unwrap().stage
+    }
+}
+
+fn offs(d: &Decision) -> Vec<&str> {
+    d.power
+        .iter()
+        .filter_map(|a| match a {
+            Action::PowerOff { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ons(d: &Decision) -> Vec<&str> {
+    d.power
+        .iter()
+        .filter_map(|a| match a {
+            Action::PowerOn { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_node_that_stops_answering_becomes_unhealthy_and_its_demand_goes_elsewhere() {
+    let mut t = Twin::new(Repair::default());
+    // n1 runs the job.
+    t.world.pods_per_node.insert("n1".into(), 1);
+    t.round(1);
+    assert_eq!(t.stage("n1"), Stage::InUse);
+    t.hangs("n1");
+    t.round(1);
+    let d = t.round(UNHEALTHY_AFTER_S);
+    assert_eq!(t.stage("n1"), Stage::InUse, "not before the limit");
+    assert!(d.events.iter().all(|e| e.reason != "NodeUnhealthy"));
+    let d = t.round(1);
+    assert_eq!(t.stage("n1"), Stage::Unhealthy);
+    let why = t.decider.life("n1").unwrap().reason.clone().unwrap();
+    assert_eq!(
+        why,
+        "Kubernetes node NotReady and agent silent for more than 60 s"
+    );
+    let e = d
+        .events
+        .iter()
+        .find(|e| e.reason == "NodeUnhealthy")
+        .unwrap();
+    assert!(e.warning && e.regarding.name == "n1", "{e:?}");
+    assert_eq!(d.metrics.nodes_by_stage.get("unhealthy"), Some(&1));
+    // Its pod was evicted and is pending again: planned on another node,
+    // never on n1; and n1, with a pod still bound, is not powered off.
+    t.world.demand = one_gpu_pod();
+    let d = t.round(1);
+    let placed = &d.status.placements[0];
+    assert!(placed.pods.iter().all(|p| p.node != "n1"), "{placed:?}");
+    assert!(offs(&d).is_empty());
+    // Repair is off by default: nothing is power-cycled, ever.
+    t.world.pods_per_node.clear();
+    for _ in 0..3 {
+        let d = t.round(10);
+        assert!(offs(&d).is_empty() && ons(&d).is_empty(), "{:?}", d.power);
+    }
+    // Both back: Ready again.
+    t.world.kube_ready.insert("n1".into(), true);
+    t.round(1);
+    assert!(matches!(t.stage("n1"), Stage::Idle | Stage::Ready));
+}
+
+#[test]
+fn with_repair_an_empty_unhealthy_node_is_power_cycled_once_and_one_with_pods_never() {
+    let mut t = Twin::new(Repair {
+        enabled: true,
+        max_cycles_per_node: 1,
+        max_unhealthy_percent: 50,
+    });
+    // n2 has a pod and hangs: unhealthy, never power-cycled.
+    t.world.pods_per_node.insert("n2".into(), 1);
+    t.round(1);
+    t.hangs("n2");
+    t.round(1);
+    t.round(UNHEALTHY_AFTER_S + 1);
+    assert_eq!(t.stage("n2"), Stage::Unhealthy);
+    for _ in 0..3 {
+        let d = t.round(5);
+        assert!(offs(&d).is_empty(), "{:?}", d.power);
+    }
+    // Its pod is gone (evicted): now it is repaired. Off first...
+    t.world.pods_per_node.clear();
+    let d = t.round(1);
+    assert_eq!(offs(&d), ["n2"]);
+    assert!(d.events.iter().any(|e| e.reason == "NodeRepair"));
+    assert_eq!(d.metrics.commands, [("repair", "power_cycle")]);
+    assert_eq!(t.stage("n2"), Stage::PoweringOff);
+    let d = t.round(1);
+    assert!(offs(&d).is_empty() && ons(&d).is_empty());
+    // ...then on, once the BMC shows Off.
+    t.world.bmc.insert("n2".into(), false);
+    let d = t.round(5);
+    assert_eq!(ons(&d), ["n2"]);
+    assert_eq!(t.stage("n2"), Stage::PoweringOn);
+    // It comes back.
+    t.world.bmc.insert("n2".into(), true);
+    t.world.kube_ready.insert("n2".into(), true);
+    t.round(5);
+    t.round(1);
+    assert!(
+        matches!(t.stage("n2"), Stage::Idle | Stage::Ready),
+        "{:?}",
+        t.stage("n2")
+    );
+    // It hangs again: one cycle was the limit.
+    t.hangs("n2");
+    t.round(1);
+    t.round(UNHEALTHY_AFTER_S + 1);
+    assert_eq!(t.stage("n2"), Stage::Unhealthy);
+    for _ in 0..3 {
+        let d = t.round(5);
+        assert!(offs(&d).is_empty(), "{:?}", d.power);
+    }
+}
+
+#[test]
+fn no_repair_while_too_much_of_the_fleet_is_unhealthy() {
+    let mut t = Twin::new(Repair {
+        enabled: true,
+        max_cycles_per_node: 3,
+        // One node of three is 33 %: at or over the threshold, no repair.
+        max_unhealthy_percent: 33,
+    });
+    t.hangs("n3");
+    t.round(1);
+    t.round(UNHEALTHY_AFTER_S + 1);
+    assert_eq!(t.stage("n3"), Stage::Unhealthy);
+    for _ in 0..3 {
+        let d = t.round(5);
+        assert!(offs(&d).is_empty(), "{:?}", d.power);
+    }
+}

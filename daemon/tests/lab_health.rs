@@ -1,0 +1,117 @@
+//! End to end in the lab, with the real accordd: a running node whose
+//! software hangs (its agent stops, its kubelet stops posting status, the
+//! BMC still shows it On) becomes Unhealthy; its gang, evicted by
+//! Kubernetes, is planned onto other nodes; with repair on, the empty
+//! unhealthy node is power-cycled once and comes back.
+
+use std::path::Path;
+use std::time::Duration;
+
+use accord::lifecycle::Stage;
+use accord_lab::fixtures::{gang, FLEET};
+use accord_lab::Scenario;
+
+mod support;
+use support::lab::*;
+
+/// Unhealthy 3 s after the Node goes NotReady; evicted after 5 s; repair
+/// on (one power cycle per node, none while half the fleet is unhealthy).
+fn scenario_text() -> String {
+    format!(
+        "[lab]\n{QUICK}\nevict_after_ms = 5000\n\n\
+         [control]\ntick_ms = 1000\ntransition_poll_ms = 500\nbmc_poll_ms = 5000\n\
+         deadlines = {{ power_on_s = 60, boot_to_agent_s = 60, agent_to_ready_s = 30, unhealthy_after_s = 3 }}\n\n\
+         [control.repair]\nenabled = true\nmax_cycles_per_node = 1\nmax_unhealthy_percent = 50\n\n\
+         {FLEET}\n\
+         [[submit]]\nname = \"train\"\nrun_ms = 600000\nmanifests = '''\n{}'''\n",
+        gang("train", 1)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_node_becomes_unhealthy_its_gang_moves_and_repair_power_cycles_it_once() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let s = Scenario::parse(&scenario_text(), Path::new("health.toml")).expect("valid scenario");
+    let lab = start("a_hung_node_becomes_unhealthy", s).await;
+    lab.release("train").unwrap();
+    bound(&lab, "train", Duration::from_secs(120)).await;
+    let first: Vec<String> = nodes_of(&lab, "ml/train-").into_iter().collect();
+    assert_eq!(first.len(), 1, "{first:?}");
+    let sick = first[0].clone();
+    let resets_before = lab.proxy.power_ons(&sick).len();
+    assert_eq!(resets_before, 1);
+
+    // The machine hangs.
+    assert!(lab.hang(&sick));
+    let st = lab
+        .wait_status(
+            &format!("{sick} Unhealthy in accordd's status"),
+            Duration::from_secs(60),
+            |s| {
+                s.nodes
+                    .iter()
+                    .any(|n| n.name == sick && n.stage == Stage::Unhealthy)
+            },
+        )
+        .await
+        .unwrap();
+    let reason = st
+        .nodes
+        .iter()
+        .find(|n| n.name == sick)
+        .and_then(|n| n.reason.clone())
+        .unwrap_or_default();
+    assert!(reason.contains("NotReady"), "{reason}");
+    let events = lab.api.list("events.k8s.io/v1", "Event");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "NodeUnhealthy" && e["regarding"]["name"] == sick.as_str()),
+        "{events:#?}"
+    );
+
+    // Evicted, the gang is planned and bound elsewhere.
+    lab.wait_lab(
+        "the gang's pod bound on another node",
+        Duration::from_secs(120),
+        |lab| {
+            let now = nodes_of(lab, "ml/train-");
+            !now.is_empty() && !now.contains(&sick)
+        },
+    )
+    .await
+    .unwrap();
+
+    // Repair: the empty unhealthy node is power-cycled once and comes back.
+    let st = lab
+        .wait_status(
+            &format!("{sick} back (Idle) after its repair power cycle"),
+            Duration::from_secs(120),
+            |s| {
+                s.nodes
+                    .iter()
+                    .any(|n| n.name == sick && matches!(n.stage, Stage::Idle | Stage::Ready))
+            },
+        )
+        .await
+        .unwrap();
+    let back = st.nodes.iter().find(|n| n.name == sick).unwrap();
+    assert!(matches!(back.stage, Stage::Idle | Stage::Ready), "{back:?}");
+    assert_eq!(lab.proxy.power_ons(&sick).len(), 2, "one repair power-on");
+    let events = lab.api.list("events.k8s.io/v1", "Event");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["reason"] == "NodeRepair" && e["regarding"]["name"] == sick.as_str())
+            .count(),
+        1,
+        "{events:#?}"
+    );
+    let m = metrics(&lab).await;
+    assert!(
+        m.contains("accord_actions_total{kind=\"repair\",result=\"power_cycle\"} 1"),
+        "{m}"
+    );
+    // The gang stayed where it moved.
+    assert!(!nodes_of(&lab, "ml/train-").contains(&sick));
+}

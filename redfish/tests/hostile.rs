@@ -1,0 +1,384 @@
+//! A BMC that is not one: an endpoint answering HTML, `null`, invalid
+//! JSON, an array or a number where the service root should be is refused
+//! with what came back (content type, first bytes escaped); answers over
+//! the size limit (100 MB, streamed) are refused after the limit without
+//! the rest being read or held, on every read path: GETs, the service
+//! root, task monitors and session creation.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accord_redfish::client::MAX_RESPONSE_BYTES;
+use accord_redfish::probe::probe;
+use accord_redfish::{Bmc, HttpPool, RedfishError};
+use axum::body::{Body, Bytes};
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use support::target;
+
+/// What the stub streams: 100 MB, in 64 KiB chunks made as they are sent.
+const HUGE: u64 = 100_000_000;
+const CHUNK: usize = 64 << 10;
+
+/// A good enough service root whose links stay under the BMC's prefix.
+const ROOT: &str = r#"{"@odata.id": "/redfish/v1", "RedfishVersion": "1.6.0",
+    "Systems": {"@odata.id": "/redfish/v1/Systems"},
+    "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}}"#;
+
+/// Counts what the stub's 100 MB streams produced, and whether the
+/// stream was dropped (the connection closed) before its end.
+#[derive(Debug, Default)]
+struct Streamed {
+    bytes: AtomicU64,
+    dropped: AtomicBool,
+    finished: AtomicBool,
+}
+
+struct OnDrop(Arc<Streamed>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Streamed {
+    /// 100 MB, made chunk by chunk as hyper asks for them.
+    fn body(self: &Arc<Self>) -> Body {
+        let guard = OnDrop(self.clone());
+        let chunk = Bytes::from(vec![b' '; CHUNK]);
+        let stream = futures::stream::unfold((0u64, guard), move |(sent, guard)| {
+            let chunk = chunk.clone();
+            async move {
+                if sent >= HUGE {
+                    guard.0.finished.store(true, Ordering::SeqCst);
+                    return None;
+                }
+                guard.0.bytes.fetch_add(CHUNK as u64, Ordering::SeqCst);
+                Some((Ok::<_, std::io::Error>(chunk), (sent + CHUNK as u64, guard)))
+            }
+        });
+        Body::from_stream(stream)
+    }
+
+    /// Waits, with a deadline, until the stream was dropped before its end.
+    async fn wait_dropped(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.dropped.load(Ordering::SeqCst) {
+            assert!(
+                Instant::now() < deadline,
+                "the stub's 100 MB stream was still being sent 10 s after the refusal \
+                 ({} bytes so far)",
+                self.bytes.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!self.finished.load(Ordering::SeqCst), "read to its end");
+    }
+}
+
+struct Stub {
+    url: String,
+    streamed: Arc<Streamed>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn answer(content_type: &'static str, body: impl Into<Body>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, content_type)],
+        body.into(),
+    )
+        .into_response()
+}
+
+/// One server, many "BMCs": `http://ADDR/<kind>` is a BMC whose answers
+/// are of that kind.
+async fn start_stub() -> Stub {
+    let streamed = Arc::new(Streamed::default());
+    let s = streamed.clone();
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri| {
+        let s = s.clone();
+        async move {
+            let path = uri.path();
+            let (kind, rest) = path[1..].split_once('/').unwrap_or((&path[1..], ""));
+            let json = "application/json";
+            match (kind, &method, rest) {
+                ("html", _, _) => answer(
+                    "text/html; charset=utf-8",
+                    "<!DOCTYPE html>\n<html><head><title>Web Console Login</title></head></html>",
+                ),
+                ("null", _, _) => answer(json, "null"),
+                ("invalid", _, _) => answer(json, r#"{"RedfishVersion": "1.6.0", "Systems": "#),
+                ("array", _, _) => answer(json, r#"[{"@odata.id": "/redfish/v1"}]"#),
+                ("number", _, _) => answer(json, "42"),
+                ("empty", _, _) => answer(json, ""),
+                ("object", _, _) => answer(json, r#"{"status": "ok"}"#),
+                ("control", _, _) => answer(
+                    "text/plain; charset=\u{e9}",
+                    "\x1b[31mred\x1b[0m\nforged line",
+                ),
+                ("bigroot", _, _) => answer(json, s.body()),
+                // Says it is 100 MB before sending any of it.
+                ("declared", _, "redfish/v1/Systems") => (
+                    StatusCode::OK,
+                    [
+                        (header::CONTENT_TYPE, json.to_owned()),
+                        (header::CONTENT_LENGTH, HUGE.to_string()),
+                    ],
+                    s.body(),
+                )
+                    .into_response(),
+                (_, &Method::GET, "redfish/v1") => answer(json, ROOT),
+                ("big", &Method::GET, "redfish/v1/Systems") => answer(json, s.body()),
+                ("task", &Method::POST, _) => (
+                    StatusCode::ACCEPTED,
+                    [(header::LOCATION, "/redfish/v1/TaskMonitors/1")],
+                )
+                    .into_response(),
+                ("task", &Method::GET, "redfish/v1/TaskMonitors/1") => answer(json, s.body()),
+                ("session", &Method::POST, "redfish/v1/SessionService/Sessions") => (
+                    StatusCode::CREATED,
+                    [
+                        ("x-auth-token", "t"),
+                        ("location", "/redfish/v1/SessionService/Sessions/1"),
+                    ],
+                    s.body(),
+                )
+                    .into_response(),
+                _ => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Stub {
+        url,
+        streamed,
+        task,
+    }
+}
+
+fn bmc(stub: &Stub, kind: &str, pool: &HttpPool) -> Bmc {
+    Bmc::new(
+        target(kind, &format!("{}/{kind}", stub.url), None, None),
+        pool,
+    )
+    .unwrap()
+}
+
+/// The process's peak resident memory (VmHWM), in MiB.
+fn peak_rss_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib / 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anything_but_a_service_root_is_refused_with_what_came_back() {
+    let stub = start_stub().await;
+    let pool = HttpPool::new(8);
+    for (kind, says) in [
+        (
+            "html",
+            r#"not JSON (expected value at line 1 column 1); Content-Type text/html; charset=utf-8, 74 bytes: "<!DOCTYPE html>\n<html><head><title>Web Console Login</title></he…""#,
+        ),
+        (
+            "null",
+            r#"JSON null, not an object; Content-Type application/json, 4 bytes: "null""#,
+        ),
+        (
+            "invalid",
+            r#"not JSON (EOF while parsing a value at line 1 column 39); Content-Type application/json, 39 bytes: "{\"RedfishVersion\": \"1.6.0\", \"Systems\": ""#,
+        ),
+        (
+            "array",
+            r#"JSON array, not an object; Content-Type application/json, 30 bytes"#,
+        ),
+        (
+            "number",
+            "JSON number, not an object; Content-Type application/json, 2 bytes: \"42\"",
+        ),
+        (
+            "empty",
+            "no document; Content-Type application/json, empty body",
+        ),
+        ("object", "a JSON object without RedfishVersion"),
+        (
+            "control",
+            r#"Content-Type text/plain; charset=\xc3\xa9, 24 bytes: "\x1b[31mred\x1b[0m\nforged line""#,
+        ),
+    ] {
+        let b = bmc(&stub, kind, &pool);
+        let err = b.root().await.unwrap_err();
+        let text = err.to_string();
+        let url = format!("{}/{kind}/redfish/v1", stub.url);
+        match &err {
+            RedfishError::NotRedfish {
+                bmc,
+                url: u,
+                expected: "service root",
+                ..
+            } => {
+                assert_eq!(bmc, kind);
+                assert_eq!(u, &url);
+            }
+            other => panic!("{kind}: {other:?}"),
+        }
+        assert_eq!(err.kind(), "not_redfish");
+        assert!(
+            text.starts_with(&format!(
+                "BMC {kind}: GET {url}: not a Redfish service root: "
+            )),
+            "{kind}: {text}"
+        );
+        assert!(text.contains(says), "{kind}: {text}\nlacks {says}");
+        assert!(
+            !text.chars().any(|c| c.is_control()),
+            "{kind}: control characters reach the message: {text:?}"
+        );
+        // The probe fails the same way (accordctl exits 1 with it).
+        let err = probe(&b).await.unwrap_err();
+        assert_eq!(err.kind(), "not_redfish", "{kind}: {err}");
+    }
+    // The same stub's good root, for contrast.
+    let good = bmc(&stub, "good", &pool);
+    good.root().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_100_mb_answer_is_refused_after_the_limit_without_reading_the_rest() {
+    let stub = start_stub().await;
+    let pool = HttpPool::new(8);
+    let b = bmc(&stub, "big", &pool);
+    b.root().await.unwrap();
+    let start = Instant::now();
+    let err = b.get("/redfish/v1/Systems").await.unwrap_err();
+    let took = start.elapsed();
+    let url = format!("{}/big/redfish/v1/Systems", stub.url);
+    match &err {
+        RedfishError::TooLarge {
+            bmc,
+            method: "GET",
+            url: u,
+            limit,
+            declared: None,
+        } => {
+            assert_eq!(bmc, "big");
+            assert_eq!(u, &url);
+            assert_eq!(*limit, MAX_RESPONSE_BYTES);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "BMC big: GET {url}: answer larger than the 16777216-byte limit \
+             (limits.max_response_bytes)"
+        )
+    );
+    assert!(!err.is_transient(), "never retried");
+    stub.streamed.wait_dropped().await;
+    let sent = stub.streamed.bytes.load(Ordering::SeqCst);
+    let peak = peak_rss_mib();
+    eprintln!(
+        "100 MB answer refused after {took:?}; the stub produced {:.1} MiB of it; \
+         peak RSS of this test process {peak} MiB",
+        sent as f64 / (1 << 20) as f64
+    );
+    assert!(
+        sent < 3 * MAX_RESPONSE_BYTES as u64,
+        "{sent} bytes produced: the answer was read on past the limit"
+    );
+    // 16 MiB at most per answer; the three tests of this file may run at once.
+    assert!(
+        peak < 80,
+        "peak RSS {peak} MiB: the answer was held in memory"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_read_path_is_bounded() {
+    let stub = start_stub().await;
+    let pool = HttpPool::new(8);
+
+    // A Content-Length over the limit: refused before any of it is read.
+    let b = bmc(&stub, "declared", &pool);
+    b.root().await.unwrap();
+    let err = b.get("/redfish/v1/Systems").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RedfishError::TooLarge {
+                declared: Some(HUGE),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("(Content-Length 100000000)"),
+        "{err}"
+    );
+
+    // The service root itself.
+    let err = bmc(&stub, "bigroot", &pool).root().await.unwrap_err();
+    assert!(
+        matches!(&err, RedfishError::TooLarge { url, .. } if url.ends_with("/bigroot/redfish/v1")),
+        "{err:?}"
+    );
+
+    // A task monitor, with a lower configured limit.
+    let mut t = target("task", &format!("{}/task", stub.url), None, None);
+    t.settings.max_response_bytes = 64 << 10;
+    let b = Bmc::new(t, &pool).unwrap();
+    let err = b
+        .change(
+            Method::POST,
+            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+            &serde_json::json!({"ResetType": "On"}),
+            None,
+        )
+        .await
+        .unwrap_err();
+    match &err {
+        RedfishError::TooLarge { url, limit, .. } => {
+            assert!(url.ends_with("/task/redfish/v1/TaskMonitors/1"), "{url}");
+            assert_eq!(*limit, 64 << 10);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Session creation: the answer to the credentials is bounded too, and
+    // its refusal is an error, not a fall-back to basic auth.
+    let b = Bmc::new(
+        target(
+            "session",
+            &format!("{}/session", stub.url),
+            None,
+            Some(("admin", "pw")),
+        ),
+        &pool,
+    )
+    .unwrap();
+    let err = b.get("/redfish/v1/Systems").await.unwrap_err();
+    assert!(
+        matches!(&err, RedfishError::TooLarge { method: "POST", url, .. }
+            if url.ends_with("/session/redfish/v1/SessionService/Sessions")),
+        "{err:?}"
+    );
+}
