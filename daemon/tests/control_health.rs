@@ -5,14 +5,12 @@
 //! then on once Off), at most `max_cycles_per_node` times and never while
 //! too much of the fleet is unhealthy; a node with pods never is.
 
-use std::time::Duration;
-
 use accord::demand::Demand;
-use accord::fleet::Fleet;
 use accord::lifecycle::{Deadlines, Stage};
-use accord::plan::Action;
-use accord_api::control::Mode;
-use accordd::control::decide::{Decider, Decision, Repair, Settings, Snapshot};
+use accordd::control::decide::{Decider, Decision, Repair, Snapshot};
+
+mod support;
+use support::twin::{decide_at, decider, pods, power_offs, power_ons, T0};
 
 const FLEET: &str = r#"
 [profiles.h100]
@@ -40,18 +38,14 @@ rack = "r1"
 profile = "h100"
 "#;
 
-const T0: u64 = 100_000;
 const UNHEALTHY_AFTER_S: u64 = 60;
 
 fn one_gpu_pod() -> Demand {
-    Demand::from_json(
-        &serde_json::json!({"workloads": [{"name": "job", "namespace": "ml",
-            "pod_sets": [{"name": "w", "count": 1,
-                "pod": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}}]}]})
-        .to_string(),
-        "demand.json",
+    pods(
+        "job",
+        1,
+        serde_json::json!({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}),
     )
-    .unwrap()
 }
 
 struct Twin {
@@ -63,19 +57,12 @@ struct Twin {
 impl Twin {
     /// Every node on, its agent heard and its Kubernetes node Ready.
     fn new(repair: Repair) -> Twin {
-        let fleet = Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into())).unwrap();
-        let mut decider = Decider::new(
-            fleet,
-            Settings {
-                mode: Mode::Act,
-                deadlines: Deadlines {
-                    unhealthy_after_s: UNHEALTHY_AFTER_S,
-                    ..Deadlines::default()
-                },
-                booking_s: 300,
-                command_deadline_s: 600,
+        let mut decider = decider(
+            FLEET,
+            Deadlines {
+                unhealthy_after_s: UNHEALTHY_AFTER_S,
+                ..Deadlines::default()
             },
-            T0,
         );
         decider.set_repair(repair);
         let mut t = Twin {
@@ -103,10 +90,7 @@ impl Twin {
                 self.world.agents.insert(n.into(), self.now);
             }
         }
-        let mut snap = self.world.clone();
-        snap.now = self.now;
-        snap.mono = Duration::from_secs(self.now - T0);
-        self.decider.decide(&snap)
+        decide_at(&mut self.decider, &self.world, self.now)
     }
 
     /// The machine hangs: kubelet and agent stop, the BMC still shows On.
@@ -120,24 +104,12 @@ impl Twin {
     }
 }
 
-fn offs(d: &Decision) -> Vec<&str> {
-    d.power
-        .iter()
-        .filter_map(|a| match a {
-            Action::PowerOff { node, .. } => Some(node.as_str()),
-            _ => None,
-        })
-        .collect()
+fn offs(d: &Decision) -> Vec<String> {
+    power_offs(d)
 }
 
-fn ons(d: &Decision) -> Vec<&str> {
-    d.power
-        .iter()
-        .filter_map(|a| match a {
-            Action::PowerOn { node, .. } => Some(node.as_str()),
-            _ => None,
-        })
-        .collect()
+fn ons(d: &Decision) -> Vec<String> {
+    power_ons(d)
 }
 
 #[test]

@@ -128,6 +128,30 @@ impl Twin {
         t
     }
 
+    /// [`Twin::new`] with `policy.mig_via = "gpu-operator"`.
+    fn gpu_operator() -> Twin {
+        let text = FLEET.replace(
+            "[[racks]]",
+            "[policy]\nmig_via = \"gpu-operator\"\n\n[[racks]]",
+        );
+        let fleet = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+        let mut t = Twin::new();
+        t.decider = Decider::new(
+            fleet,
+            Settings {
+                mode: Mode::Act,
+                deadlines: Deadlines::default(),
+                booking_s: 300,
+                command_deadline_s: DEADLINE_S,
+            },
+            t.now,
+        );
+        t.world.reports.insert("r1-n1".into(), reported());
+        t.round(1);
+        t.round(1);
+        t
+    }
+
     /// Decide `after_s` after the last round, then play the store: new
     /// commands journaled (numbered), closes applied.
     fn round(&mut self, after_s: u64) -> Decision {
@@ -409,25 +433,7 @@ fn after_a_restart_commands_closed_before_it_are_not_acted_on_again() {
 
 #[test]
 fn gpu_operator_mode_sets_the_label_and_hands_the_agent_a_rediscovery_on_success() {
-    let text = FLEET.replace(
-        "[[racks]]",
-        "[policy]\nmig_via = \"gpu-operator\"\n\n[[racks]]",
-    );
-    let fleet = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
-    let mut t = Twin::new();
-    t.decider = Decider::new(
-        fleet,
-        Settings {
-            mode: Mode::Act,
-            deadlines: Deadlines::default(),
-            booking_s: 300,
-            command_deadline_s: DEADLINE_S,
-        },
-        t.now,
-    );
-    t.world.reports.insert("r1-n1".into(), reported());
-    t.round(1);
-    t.round(1);
+    let mut t = Twin::gpu_operator();
     t.world.demand = mig_pods(3);
     let d = t.round(1);
     let rec = t.command("r1-n1");
@@ -468,25 +474,7 @@ fn gpu_operator_mode_sets_the_label_and_hands_the_agent_a_rediscovery_on_success
 
 #[test]
 fn a_leftover_mig_manager_state_is_not_taken_for_the_new_configurations() {
-    let text = FLEET.replace(
-        "[[racks]]",
-        "[policy]\nmig_via = \"gpu-operator\"\n\n[[racks]]",
-    );
-    let fleet = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
-    let mut t = Twin::new();
-    t.decider = Decider::new(
-        fleet,
-        Settings {
-            mode: Mode::Act,
-            deadlines: Deadlines::default(),
-            booking_s: 300,
-            command_deadline_s: DEADLINE_S,
-        },
-        t.now,
-    );
-    t.world.reports.insert("r1-n1".into(), reported());
-    t.round(1);
-    t.round(1);
+    let mut t = Twin::gpu_operator();
     t.world.demand = mig_pods(3);
     t.round(1);
     let name = t.command("r1-n1").mig_config.unwrap();

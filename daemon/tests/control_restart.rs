@@ -3,14 +3,10 @@
 //! booked node stays on and a node powering on keeps its deadline.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use accord::demand::ObjectRef;
-use accord::fleet::Fleet;
 use accord::lifecycle::{Deadlines, NodeLife, Stage};
-use accord::plan::Action;
-use accord_api::control::Mode;
-use accordd::control::decide::{Decider, Decision, Settings, Snapshot};
+use accordd::control::decide::{Decider, Decision, Snapshot};
 use accordd::control::provisioning::{ConditionSeen, ProvisioningClass, ProvisioningSeen};
 use accordd::store::{Booking, Store};
 
@@ -38,37 +34,15 @@ rack = "r1"
 profile = "h100"
 "#;
 
-const T0: u64 = 100_000;
+mod support;
+use support::twin::{decide_at, power_offs, T0};
 
 fn decider() -> Decider {
-    let fleet = Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into())).unwrap();
-    Decider::new(
-        fleet,
-        Settings {
-            mode: Mode::Act,
-            deadlines: Deadlines::default(),
-            booking_s: 600,
-            command_deadline_s: 600,
-        },
-        T0,
-    )
+    support::twin::decider(FLEET, Deadlines::default())
 }
 
 fn round(d: &mut Decider, world: &Snapshot, now: u64) -> Decision {
-    let mut snap = world.clone();
-    snap.now = now;
-    snap.mono = Duration::from_secs(now - T0);
-    d.decide(&snap)
-}
-
-fn offs(d: &Decision) -> Vec<String> {
-    d.power
-        .iter()
-        .filter_map(|a| match a {
-            Action::PowerOff { node, .. } => Some(node.clone()),
-            _ => None,
-        })
-        .collect()
+    decide_at(d, world, now)
 }
 
 #[test]
@@ -106,7 +80,7 @@ fn a_booked_node_stays_on_and_a_node_powering_on_keeps_its_deadline_across_a_res
         round(&mut fresh, &world, t);
     }
     let d = round(&mut fresh, &world, T0 + 92);
-    assert_eq!(offs(&d), ["n1"], "{:?}", d.power);
+    assert_eq!(power_offs(&d), ["n1"], "{:?}", d.power);
 
     // ...with it, n1 stays on while booked, and n2 fails at its old
     // deadline, not 120 s after the restart.
@@ -134,7 +108,7 @@ fn a_booked_node_stays_on_and_a_node_powering_on_keeps_its_deadline_across_a_res
     }];
     for t in [T0, T0 + 10, T0 + 21] {
         let d = round(&mut resumed, &world, t);
-        assert!(offs(&d).is_empty(), "{:?}", d.power);
+        assert!(power_offs(&d).is_empty(), "{:?}", d.power);
     }
     assert_eq!(resumed.life("n2").unwrap().stage, Stage::Failed);
     assert_eq!(

@@ -454,6 +454,21 @@ async fn wait_condition(lab: &Lab, ns: &str, name: &str, type_: &str, want: (&st
     }
 }
 
+/// The power-off Resets accordd sent any of `nodes`.
+fn power_off_resets(lab: &Lab, nodes: &BTreeSet<String>) -> Vec<accord_lab::proxy::Logged> {
+    lab.proxy
+        .log()
+        .into_iter()
+        .filter(|l| {
+            l.method == "POST"
+                && !l.power_on
+                && nodes
+                    .iter()
+                    .any(|n| l.path == accord_lab::proxy::reset_path(n))
+        })
+        .collect()
+}
+
 /// Kueue's ProvisioningRequest admission check, played by the test: it
 /// creates the PodTemplate and the request, waits for Provisioned=True,
 /// then admits the job (creates its pods), which land on the booked nodes.
@@ -557,18 +572,7 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
         )
         .await
         .unwrap();
-    let offs: Vec<_> = lab
-        .proxy
-        .log()
-        .into_iter()
-        .filter(|l| {
-            l.method == "POST"
-                && !l.power_on
-                && powered.iter().any(|n| {
-                    l.path == format!("/redfish/v1/Systems/{n}/Actions/ComputerSystem.Reset")
-                })
-        })
-        .collect();
+    let offs = power_off_resets(&lab, &powered);
     assert!(offs.is_empty(), "booked nodes powered off: {offs:?}");
     let open_offs: Vec<_> = st
         .open_intents
@@ -602,18 +606,7 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
     )
     .await
     .unwrap();
-    let offs: Vec<_> = lab
-        .proxy
-        .log()
-        .into_iter()
-        .filter(|l| {
-            l.method == "POST"
-                && !l.power_on
-                && powered.iter().any(|n| {
-                    l.path == format!("/redfish/v1/Systems/{n}/Actions/ComputerSystem.Reset")
-                })
-        })
-        .collect();
+    let offs = power_off_resets(&lab, &powered);
     assert!(
         offs.is_empty(),
         "booked nodes powered off after a restart: {offs:?}"

@@ -180,7 +180,7 @@ fn system_of<'a>(s: &Shared, path: &'a str) -> Option<&'a str> {
 }
 
 /// The Redfish path of `node`'s Reset action.
-pub(crate) fn reset_path(node: &str) -> String {
+pub fn reset_path(node: &str) -> String {
     format!("/redfish/v1/Systems/{node}/Actions/ComputerSystem.Reset")
 }
 

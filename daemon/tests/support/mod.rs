@@ -1,2 +1,3 @@
 //! Helpers shared by the daemon's test binaries.
 pub mod lab;
+pub mod twin;
