@@ -319,6 +319,20 @@ mod tests {
 
     /// One served connection as production has it (idle deadline, then
     /// hyper with the header deadline); the client's end.
+    /// One `GET /ping` on a kept-alive connection, and its answer.
+    async fn ping(client: &mut DuplexStream) -> String {
+        client
+            .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+            .await
+            .expect("no answer within 5 s")
+            .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
     fn connect() -> DuplexStream {
         let (client, server) = tokio::io::duplex(1 << 16);
         tokio::spawn(serve_connection(
@@ -375,16 +389,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn waiting_for_a_request_is_left_to_the_idle_deadline() {
         let mut client = connect();
-        client
-            .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 512];
-        let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
-            .await
-            .expect("no answer within 5 s")
-            .unwrap();
-        let answer = String::from_utf8_lossy(&buf[..n]);
+        let answer = ping(&mut client).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(answer.ends_with("pong"), "{answer}");
         // Kept alive, silent: not closed by the header deadline (30 s),
@@ -402,15 +407,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_second_request_on_a_connection_has_its_own_header_deadline() {
         let mut client = connect();
-        client
-            .write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 512];
-        tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
-            .await
-            .expect("no answer within 5 s")
-            .unwrap();
+        ping(&mut client).await;
         // 100 s of keep-alive silence, then half a request line.
         tokio::time::sleep(Duration::from_secs(100)).await;
         client.write_all(b"GET /pi").await.unwrap();
