@@ -53,10 +53,28 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// The largest configuration file Accord parses (accordd.toml, agent.toml,
+/// the fleet, bmcs.toml, lab scenarios): 4 MiB, a fleet of some 50,000
+/// declared nodes.
+pub const MAX_CONFIG_BYTES: usize = 4 << 20;
+
 /// Parses `text` (from `file`) as TOML into `T`, locating any error: its
 /// line and column, and (for a value of the wrong shape) the dotted key
 /// path, which `serde_path_to_error` tracks as serde walks the document.
 pub fn parse<T: DeserializeOwned>(text: &str, file: &str) -> Result<T, ConfigFileError> {
+    // The toml crate tokenizes a whole text before it parses: up to about
+    // 75 bytes per byte of input (4 MiB of `[` took 300 MiB, found by the
+    // hostile-input tests). A cap bounds that; no real file comes close.
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigFileError::Invalid {
+            file: file.to_owned(),
+            problems: vec![format!(
+                "{} bytes: larger than any configuration file should be (at most {} MiB)",
+                text.len(),
+                MAX_CONFIG_BYTES >> 20
+            )],
+        });
+    }
     let fail = |e: toml::de::Error, key: Option<String>| {
         let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
         ConfigFileError::Parse {

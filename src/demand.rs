@@ -436,11 +436,9 @@ impl Demand {
             }
             round = round.saturating_add(pods);
             for s in &w.pod_sets {
-                check_requests(
-                    &format!("workload {key} pod set {}", s.name),
-                    &s.pod.requests,
-                    &mut problems,
-                );
+                let what = format!("workload {key} pod set {}", s.name);
+                check_requests(&what, &s.pod.requests, &mut problems);
+                check_claims(&what, &s.pod.claims, &mut problems);
             }
         }
         if round > u64::from(limits.max_pods_per_round) {
@@ -457,6 +455,51 @@ impl Demand {
             );
         }
         problems
+    }
+}
+
+/// Kubernetes' own bounds on a ResourceClaim (resource.k8s.io/v1:
+/// `DeviceRequestsMaxSize`, `DeviceConstraintsMaxSize`,
+/// `FirstAvailableDeviceRequestMaxSize`, `DeviceSelectorsMaxSize`); the API
+/// server refuses a claim past them, and so does a demand file.
+pub const MAX_CLAIM_REQUESTS: usize = 32;
+pub const MAX_CLAIM_CONSTRAINTS: usize = 32;
+pub const MAX_FIRST_AVAILABLE: usize = 8;
+pub const MAX_REQUEST_SELECTORS: usize = 32;
+
+fn check_claims(what: &str, claims: &[Claim], problems: &mut Vec<String>) {
+    for c in claims {
+        let at = format!("{what} claim {}", c.name);
+        if c.requests.len() > MAX_CLAIM_REQUESTS {
+            problems.push(format!(
+                "{at}: {} requests (at most {MAX_CLAIM_REQUESTS})",
+                c.requests.len()
+            ));
+        }
+        if c.constraints.len() > MAX_CLAIM_CONSTRAINTS {
+            problems.push(format!(
+                "{at}: {} constraints (at most {MAX_CLAIM_CONSTRAINTS})",
+                c.constraints.len()
+            ));
+        }
+        for r in &c.requests {
+            if r.first_available.len() > MAX_FIRST_AVAILABLE {
+                problems.push(format!(
+                    "{at} request {}: {} firstAvailable alternatives (at most {MAX_FIRST_AVAILABLE})",
+                    r.name,
+                    r.first_available.len()
+                ));
+            }
+            for e in r.exactly.iter().chain(&r.first_available) {
+                if e.selectors.len() > MAX_REQUEST_SELECTORS {
+                    problems.push(format!(
+                        "{at} request {}: {} selectors (at most {MAX_REQUEST_SELECTORS})",
+                        r.name,
+                        e.selectors.len()
+                    ));
+                }
+            }
+        }
     }
 }
 

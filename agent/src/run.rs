@@ -7,6 +7,10 @@
 //! outcome accordd refuses is dropped (said once) and the report sent
 //! without it. accordd not knowing the node (a new store) forgets the
 //! last command too: the new store's generations start again from 1.
+//! Reports and heartbeats carry the agent session accordd answered the
+//! last accepted report with (the client keeps it); a heartbeat refused
+//! for it (403: a shared token, and no session or an old one) is
+//! answered by reporting again.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -495,6 +499,16 @@ pub async fn run_with(
                     Err(e) if e.status() == Some(reqwest::StatusCode::NOT_FOUND) => {
                         reported = None;
                         commands.forget();
+                    }
+                    // A shared agent token: accordd does not take this
+                    // heartbeat as the node's agent's (no session yet, or
+                    // another report since): report again, which proves
+                    // the machine and gives a session.
+                    Err(e) if e.status() == Some(reqwest::StatusCode::FORBIDDEN) => {
+                        if reported.is_some() {
+                            warn!(error = %accord::config_file::error_chain(&e), "heartbeat refused; reporting the hardware again");
+                        }
+                        reported = None;
                     }
                     Err(e) => {
                         if !outage {

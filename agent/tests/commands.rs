@@ -46,6 +46,7 @@ fn reply(node: String, stub: &NodeStub) -> Json<AgentReply> {
     Json(AgentReply {
         node,
         generation: stub.reports.len() as u64,
+        session: None,
         outcome: None,
         command: stub.command.clone(),
     })

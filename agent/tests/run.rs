@@ -26,19 +26,33 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The nodes the agents here run as.
+const NODES: [&str; 6] = ["dgx2-lab", "dgx2", "e5-2650", "x9drg", "tls-node", "hup"];
+
 /// The token files of a test's daemons and agents (all `TOKEN`).
 struct Secrets {
     agent: PathBuf,
+    /// accordd's per-node agent tokens (the way to run; the recordings
+    /// replayed here have no serial and most no GPU UUIDs, which a shared
+    /// token would need to bind a node name to its machine).
+    agent_dir: PathBuf,
     admin: PathBuf,
 }
 
 impl Secrets {
-    /// Writes both, mode 600. Each secret is written once, before anything
-    /// reads it: a reader between the truncation and the write of a rewrite
-    /// would see an empty token.
+    /// Writes them, mode 600 (the directory 700). Each secret is written
+    /// once, before anything reads it: a reader between the truncation
+    /// and the write of a rewrite would see an empty token.
     fn write(dir: &Path) -> Secrets {
+        let agent_dir = dir.join("agent-tokens");
+        std::fs::create_dir(&agent_dir).unwrap();
+        std::fs::set_permissions(&agent_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        for node in NODES {
+            secret(&agent_dir, node, TOKEN);
+        }
         Secrets {
             agent: secret(dir, "agent-token", TOKEN),
+            agent_dir,
             admin: secret(dir, "admin-token", TOKEN),
         }
     }
@@ -78,9 +92,9 @@ fn daemon(
         None => String::new(),
     };
     let text = format!(
-        "[server]\nlisten = \"{addr}\"\n{tls_lines}[store]\ndir = \"{}\"\n[agents]\ntoken_file = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
+        "[server]\nlisten = \"{addr}\"\n{tls_lines}[store]\ndir = \"{}\"\n[agents]\ntoken_dir = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
         dir.join(store).display(),
-        secrets.agent.display(),
+        secrets.agent_dir.display(),
         secrets.admin.display()
     );
     let file = dir.join(format!("{store}.toml"));

@@ -32,11 +32,24 @@ pub struct Heartbeat {
     pub gpu_health: Option<String>,
 }
 
+/// The request header an agent carries its session in, on reports and
+/// heartbeats: the secret accordd answered the node's last accepted report
+/// with ([`AgentReply::session`]). With a shared agent token, a heartbeat
+/// without the current session is refused (403) and the agent reports
+/// again. A header rather than a body field: the bodies refuse unknown
+/// fields, so an accordd that predates sessions still takes both.
+pub const SESSION_HEADER: &str = "accord-agent-session";
+
 /// The daemon's answer to an agent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentReply {
     pub node: String,
     pub generation: u64,
+    /// In the answer to an accepted report: the session this agent proves
+    /// itself with from now on ([`SESSION_HEADER`]); a new one whenever
+    /// the report did not carry the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<ReportOutcome>,
     /// A command for the agent: carried out once per generation, answered

@@ -62,12 +62,15 @@ impl ClientError {
 }
 
 /// A client for one accordd, with one bearer token (an agent's or the
-/// admin's).
+/// admin's). It keeps each node's agent session (the answer to an
+/// accepted report) and sends it with that node's reports and heartbeats
+/// ([`crate::agent::SESSION_HEADER`]); clones share them.
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: String,
     token: String,
+    sessions: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -112,7 +115,28 @@ impl Client {
             http: http.build().map_err(ClientError::Build)?,
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
+            sessions: Default::default(),
         })
+    }
+
+    /// The session held for `node`'s agent, if any.
+    fn session(&self, node: &str) -> Option<String> {
+        let sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions.get(node).cloned()
+    }
+
+    /// Keeps the session an accepted report was answered with.
+    fn keep_session(&self, node: &str, reply: &AgentReply) {
+        if let Some(session) = &reply.session {
+            let mut sessions = self
+                .sessions
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            sessions.insert(node.to_owned(), session.clone());
+        }
     }
 
     pub fn base(&self) -> &str {
@@ -146,9 +170,23 @@ impl Client {
         path: &[&str],
         body: Option<Vec<u8>>,
     ) -> Result<Option<T>, ClientError> {
+        self.call_as(method, path, body, None).await
+    }
+
+    /// `call`, with an agent session header when `session` is given.
+    async fn call_as<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &[&str],
+        body: Option<Vec<u8>>,
+        session: Option<&str>,
+    ) -> Result<Option<T>, ClientError> {
         let parsed = self.url(path)?;
         let url = parsed.to_string();
         let mut req = self.http.request(method, parsed).bearer_auth(&self.token);
+        if let Some(session) = session {
+            req = req.header(crate::agent::SESSION_HEADER, session);
+        }
         if let Some(body) = body {
             req = req.header("content-type", "application/json").body(body);
         }
@@ -193,8 +231,18 @@ impl Client {
         path: &[&str],
         body: Option<Vec<u8>>,
     ) -> Result<T, ClientError> {
+        self.expect_as(method, path, body, None).await
+    }
+
+    async fn expect_as<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &[&str],
+        body: Option<Vec<u8>>,
+        session: Option<&str>,
+    ) -> Result<T, ClientError> {
         let url = self.url(path)?.to_string();
-        match self.call(method, path, body).await? {
+        match self.call_as(method, path, body, session).await? {
             Some(v) => Ok(v),
             None => Err(ClientError::Decode {
                 url,
@@ -230,22 +278,31 @@ impl Client {
             command: command.cloned(),
         })
         .expect("reports serialize");
-        self.expect(
-            reqwest::Method::POST,
-            &["v1", "nodes", node, "report"],
-            Some(body),
-        )
-        .await
+        let session = self.session(node);
+        let reply: AgentReply = self
+            .expect_as(
+                reqwest::Method::POST,
+                &["v1", "nodes", node, "report"],
+                Some(body),
+                session.as_deref(),
+            )
+            .await?;
+        self.keep_session(node, &reply);
+        Ok(reply)
     }
 
-    /// An agent's sign of life.
+    /// An agent's sign of life, with the node's session when this client
+    /// holds one (a shared agent token needs it: refused with 403 until
+    /// a report was accepted).
     pub async fn heartbeat(&self, node: &str, beat: &Heartbeat) -> Result<AgentReply, ClientError> {
         crate::names::validate_node_name(node)?;
         let body = serde_json::to_vec(beat).expect("heartbeats serialize");
-        self.expect(
+        let session = self.session(node);
+        self.expect_as(
             reqwest::Method::POST,
             &["v1", "nodes", node, "heartbeat"],
             Some(body),
+            session.as_deref(),
         )
         .await
     }

@@ -13,26 +13,96 @@ pub struct MachineIdentity {
     pub gpu_uuids: Vec<String>,
 }
 
+/// Serials firmware ships unset (the same on every board of a maker):
+/// they identify no machine.
+const PLACEHOLDER_SERIALS: &[&str] = &[
+    "to be filled by o.e.m.",
+    "default string",
+    "system serial number",
+    "not specified",
+    "not applicable",
+    "none",
+    "n/a",
+    "0",
+    "0123456789",
+    "1234567890",
+    "123456789",
+];
+
+/// A serial that identifies a machine: not empty, not a placeholder.
+fn real_serial(serial: Option<&str>) -> Option<&str> {
+    let s = serial?.trim();
+    let placeholder = s.is_empty()
+        || PLACEHOLDER_SERIALS
+            .iter()
+            .any(|p| s.eq_ignore_ascii_case(p))
+        || s.chars()
+            .all(|c| c == '0' || c == 'f' || c == 'F' || c == ' ');
+    (!placeholder).then_some(s)
+}
+
 impl MachineIdentity {
+    /// The machine's serial (a placeholder one counts as none) and its GPU
+    /// UUIDs, sorted.
     pub fn of(hw: &NodeHardware) -> MachineIdentity {
         let mut gpu_uuids: Vec<String> = hw.gpus.iter().filter_map(|g| g.uuid.clone()).collect();
         gpu_uuids.sort();
+        gpu_uuids.dedup();
         MachineIdentity {
-            serial: hw.machine.serial.clone(),
+            serial: real_serial(hw.machine.serial.as_deref()).map(str::to_owned),
             gpu_uuids,
         }
     }
 
-    /// Whether the two can be the same machine: equal where both know.
+    /// Neither a serial nor a GPU UUID: nothing tells this machine from
+    /// another.
+    pub fn is_empty(&self) -> bool {
+        real_serial(self.serial.as_deref()).is_none() && self.gpu_uuids.is_empty()
+    }
+
+    /// Whether a report's identity (`self`) proves it comes from the
+    /// machine `bound` names. Where both know a serial, the serial decides
+    /// (a GPU that fell off the bus or was replaced is the same machine,
+    /// and accordd must hear about it). Otherwise the GPUs decide: at least
+    /// half of the larger set in common. Nothing known in common proves
+    /// nothing. An empty `bound` (a record from before identities were
+    /// bound) binds to anything.
+    pub fn proves(&self, bound: &MachineIdentity) -> bool {
+        if bound.is_empty() {
+            return true;
+        }
+        if let (Some(a), Some(b)) = (
+            real_serial(self.serial.as_deref()),
+            real_serial(bound.serial.as_deref()),
+        ) {
+            return a == b;
+        }
+        !self.gpu_uuids.is_empty() && !bound.gpu_uuids.is_empty() && self.mostly_same_gpus(bound)
+    }
+
+    /// At least half of the larger GPU set is in both.
+    fn mostly_same_gpus(&self, other: &MachineIdentity) -> bool {
+        let common = self
+            .gpu_uuids
+            .iter()
+            .filter(|u| other.gpu_uuids.contains(u))
+            .count();
+        let larger = self.gpu_uuids.len().max(other.gpu_uuids.len());
+        common * 2 >= larger && common > 0
+    }
+
+    /// Whether the two can be the same machine (per-node tokens: the token
+    /// names the node; this only catches a machine swapped under its
+    /// name): the serials equal where both know one, else the GPUs mostly
+    /// the same where both know them.
     pub fn compatible(&self, other: &MachineIdentity) -> bool {
-        let serial_ok = match (&self.serial, &other.serial) {
-            (Some(a), Some(b)) => a == b,
-            _ => true,
-        };
-        let gpus_ok = self.gpu_uuids.is_empty()
-            || other.gpu_uuids.is_empty()
-            || self.gpu_uuids == other.gpu_uuids;
-        serial_ok && gpus_ok
+        if let (Some(a), Some(b)) = (
+            real_serial(self.serial.as_deref()),
+            real_serial(other.serial.as_deref()),
+        ) {
+            return a == b;
+        }
+        self.gpu_uuids.is_empty() || other.gpu_uuids.is_empty() || self.mostly_same_gpus(other)
     }
 }
 
@@ -122,4 +192,58 @@ pub struct NodeView {
 pub enum NodeState {
     Fresh,
     Stale,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(serial: Option<&str>, gpus: &[&str]) -> MachineIdentity {
+        MachineIdentity {
+            serial: serial.map(str::to_owned),
+            gpu_uuids: gpus.iter().map(|g| (*g).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn an_identity_proves_a_binding_only_by_a_part_both_know() {
+        let bound = id(Some("SN1"), &["GPU-a", "GPU-b"]);
+        assert!(id(Some("SN1"), &["GPU-a", "GPU-b"]).proves(&bound));
+        assert!(id(None, &["GPU-a", "GPU-b"]).proves(&bound));
+        assert!(id(Some("SN1"), &[]).proves(&bound));
+        // The defect: nothing known used to match anything.
+        assert!(!id(None, &[]).proves(&bound));
+        assert!(!id(Some("To Be Filled By O.E.M."), &[]).proves(&bound));
+        assert!(!id(Some("SN2"), &["GPU-a", "GPU-b"]).proves(&bound));
+        // A GPU that fell off the bus, or was replaced: the serial says it
+        // is the same machine, and the report must reach accordd.
+        assert!(id(Some("SN1"), &["GPU-a"]).proves(&bound));
+        assert!(id(Some("SN1"), &["GPU-a", "GPU-c"]).proves(&bound));
+        // Without a serial the GPUs decide: half of them in common.
+        assert!(id(None, &["GPU-a"]).proves(&bound));
+        assert!(!id(None, &["GPU-c", "GPU-d"]).proves(&bound));
+        let eight = id(None, &["G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8"]);
+        assert!(id(None, &["G1", "G2", "G3", "G4", "G5", "G6", "G7"]).proves(&eight));
+        assert!(!id(None, &["G1", "G2", "G3", "X4", "X5", "X6", "X7", "X8"]).proves(&eight));
+        // A serial-only machine and a GPU-only report share no part.
+        assert!(!id(None, &["GPU-a"]).proves(&id(Some("SN1"), &[])));
+        // A record bound to nothing (older store) is bound now.
+        assert!(id(Some("SN1"), &[]).proves(&id(None, &[])));
+    }
+
+    #[test]
+    fn placeholder_serials_identify_nothing() {
+        for s in [
+            "",
+            "  ",
+            "Default string",
+            "0123456789",
+            "00000000",
+            "Not Specified",
+        ] {
+            assert!(id(Some(s), &[]).is_empty(), "{s:?}");
+        }
+        assert!(!id(Some("CN7475123A0042"), &[]).is_empty());
+        assert!(!id(None, &["GPU-a"]).is_empty());
+    }
 }

@@ -1,5 +1,7 @@
 //! Workload generators shared by the benches and figure binaries.
 
+pub mod soak;
+
 use std::collections::BTreeMap;
 
 use accord::demand::{

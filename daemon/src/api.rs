@@ -23,7 +23,7 @@ use axum::{Json, Router};
 use subtle::ConstantTimeEq;
 
 use crate::shared::Shared;
-use crate::store::{NodeRecord, ReportOutcome, StoreError};
+use crate::store::{Beat, IdentityRule, NodeRecord, ReportOutcome, StoreError};
 pub use server::{serve, Deadlines};
 pub use timeout::{IdleTimeout, IDLE_TIMEOUT};
 
@@ -71,6 +71,15 @@ impl AgentTokens {
             }
         }
         Ok(AgentTokens::PerNode(tokens))
+    }
+
+    /// How reports' machine identities are checked: a shared token names
+    /// no node, so the machine must prove it.
+    fn identity_rule(&self) -> IdentityRule {
+        match self {
+            AgentTokens::Shared(_) => IdentityRule::Bound,
+            AgentTokens::PerNode(_) => IdentityRule::Lenient,
+        }
     }
 
     fn expected(&self, node: &str) -> Option<&str> {
@@ -124,6 +133,13 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %e, "report refused");
                 ApiError(StatusCode::CONFLICT, e.to_string())
             }
+            StoreError::NoIdentity { .. } => {
+                tracing::warn!(error = %e, "report refused");
+                ApiError(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("report refused: {e}"),
+                )
+            }
             _ => {
                 tracing::error!(error = %accord::config_file::error_chain(&e), "store failure");
                 ApiError(
@@ -170,6 +186,15 @@ fn node_name(node: &str) -> Result<(), ApiError> {
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))
 }
 
+/// The agent session a request carries ([`accord_api::agent::SESSION_HEADER`]).
+fn session(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(accord_api::agent::SESSION_HEADER)?
+        .to_str()
+        .ok()
+        .map(str::to_owned)
+}
+
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
@@ -212,16 +237,24 @@ async fn report(
             format!("report refused: {reason}"),
         )
     })?;
+    let rule = st.agent_tokens.identity_rule();
+    let given = session(&headers);
     let _guard = st.writes.lock().await;
     let store_side = st.clone();
     let reply = blocking(move || {
         let st = store_side;
         let now = (st.shared.now)();
-        let (outcome, record) =
-            st.shared
-                .store
-                .report(&node, report.hardware, report.agent_version, now)?;
-        tracing::info!(node = %node, generation = record.generation, ?outcome, "report stored");
+        let accepted = st.shared.store.report_as(
+            &node,
+            report.hardware,
+            report.agent_version,
+            now,
+            rule,
+            given.as_deref(),
+        )?;
+        let (outcome, record) = (accepted.outcome, accepted.record);
+        let new_session = given.as_deref() != Some(accepted.session.as_str());
+        tracing::info!(node = %node, generation = record.generation, ?outcome, new_session, "report stored");
         // The model is flagged before the command it answers is closed:
         // the loop reads commands, then the flagged models, so a command
         // it sees closed comes with this model.
@@ -240,6 +273,7 @@ async fn report(
         Ok(AgentReply {
             node,
             generation: record.generation,
+            session: Some(accepted.session),
             outcome: Some(outcome),
             command,
         })
@@ -270,20 +304,47 @@ async fn heartbeat(
         agent_version: beat.agent_version,
         uptime_s: beat.uptime_s,
         gpu_health: beat.gpu_health,
+        last_report: 0,
     };
     let now = liveness.last_seen;
-    let reply = match st.shared.store.heartbeat(&node, liveness)? {
-        Some(generation) => AgentReply {
+    // A shared token names no node: the heartbeat proves itself with the
+    // session the node's last accepted report was answered with.
+    let need_session = st.agent_tokens.identity_rule() == IdentityRule::Bound;
+    let given = session(&headers);
+    let beat = st
+        .shared
+        .store
+        .heartbeat_as(&node, liveness, given.as_deref(), need_session)?;
+    let reply = match beat {
+        Beat::Recorded(generation) => AgentReply {
             command: st.shared.store.command_for_agent(&node, now)?,
             node,
             generation,
+            session: None,
             outcome: None,
         },
-        None => {
+        Beat::NotRegistered => {
             return Err(ApiError(
                 StatusCode::NOT_FOUND,
                 format!("node {node} is not registered; report its hardware first"),
             ))
+        }
+        Beat::NoSession => {
+            tracing::warn!(node = %node, session_sent = given.is_some(), "heartbeat refused: not the node's agent session");
+            return Err(ApiError(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "heartbeat refused: node {node}: {}; with a shared agent token a heartbeat proves \
+                     its machine by the session the node's last accepted report was answered with: \
+                     report the hardware first (an agent that sends no session is older than this \
+                     accordd: upgrade it, or run per-node agent tokens)",
+                    if given.is_some() {
+                        "its agent session is not the node's current one"
+                    } else {
+                        "it carries no agent session"
+                    }
+                ),
+            ));
         }
     };
     metrics.agent_heartbeats.inc();

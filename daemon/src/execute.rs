@@ -4,9 +4,15 @@
 //! concurrent power-on limit). At start, [`Executor::resume`] reconciles
 //! open intents with the BMCs before anything new runs: an intent sent
 //! before a crash is only verified (no second Reset while it lands), one
-//! never sent is sent, one already reached is closed. Power control is a
-//! small trait with the Redfish client behind it (an in-memory twin for
-//! tests is in accord-testkit). accordd's control loop drives it.
+//! never sent is sent, one already reached is closed. One whose BMC could
+//! not be read stays open and is reconciled the same way by
+//! [`Executor::retry_open`] once its BMC is readable (the loop asks every
+//! round); never an intent this process is carrying out now: every intent
+//! is claimed (its node marked busy) from the moment it is recorded until
+//! its run ends, and a node with a claimed intent is left alone; and one
+//! run per node at a time. Power control is a small trait with the
+//! Redfish client behind it (an in-memory twin for tests is in
+//! accord-testkit). accordd's control loop drives it.
 //!
 //! A power-on whose node gets a BIOS profile (the plan's
 //! `ApplyBiosProfile` before its `PowerOn`) stages the profile first,
@@ -17,9 +23,9 @@
 //! the machine is up the loop asks for the attributes back
 //! ([`Executor::read_bios`]); comparing them is *decide*'s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use accord::plan::Action as PlanAction;
 use serde_json::{Map, Value};
@@ -249,6 +255,32 @@ pub struct Executed {
 pub struct Executor<P> {
     journal: Journal,
     power: Arc<P>,
+    /// Intents being carried out in this process now (id → node): claimed
+    /// when recorded (or picked for reconciling), released when their run
+    /// ends. A node with one is not reconciled concurrently.
+    in_flight: Mutex<BTreeMap<u64, String>>,
+    /// One run per node at a time: a power-on planned for a node whose
+    /// older intent is being reconciled waits for it (and then reads the
+    /// BMC first: nothing is sent twice).
+    node_runs: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// An intent claimed by a run: released (whatever the outcome, a task
+/// aborted at shutdown too) when dropped.
+struct Claim<'a> {
+    in_flight: &'a Mutex<BTreeMap<u64, String>>,
+    id: u64,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        // A poisoned lock still holds the set: release from it.
+        let mut set = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        set.remove(&self.id);
+    }
 }
 
 impl<P> std::fmt::Debug for Executor<P> {
@@ -261,7 +293,49 @@ impl<P> std::fmt::Debug for Executor<P> {
 
 impl<P: PowerControl + 'static> Executor<P> {
     pub fn new(journal: Journal, power: Arc<P>) -> Executor<P> {
-        Executor { journal, power }
+        Executor {
+            journal,
+            power,
+            in_flight: Mutex::new(BTreeMap::new()),
+            node_runs: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The lock a run for `node` holds (one per fleet node, kept).
+    fn node_run(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut runs = self
+            .node_runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        runs.entry(node.to_owned()).or_default().clone()
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, String>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether an intent for `node` is being carried out in this process
+    /// now (recorded by `apply` and not finished, or being reconciled).
+    pub fn is_busy(&self, node: &str) -> bool {
+        self.in_flight().values().any(|n| n == node)
+    }
+
+    /// Records an intent and claims it, under the claim lock: an open
+    /// intent is never seen unclaimed between its record and its run.
+    fn record_claimed(
+        &self,
+        record: impl FnOnce(&Journal) -> Result<Intent, StoreError>,
+    ) -> Result<(Intent, Claim<'_>), StoreError> {
+        let mut set = self.in_flight();
+        let intent = record(&self.journal)?;
+        set.insert(intent.id, intent.node.clone());
+        let claim = Claim {
+            in_flight: &self.in_flight,
+            id: intent.id,
+        };
+        Ok((intent, claim))
     }
 
     /// The journal it writes (the control loop reads what is in flight).
@@ -269,7 +343,19 @@ impl<P: PowerControl + 'static> Executor<P> {
         &self.journal
     }
 
-    async fn run(&self, mut intent: Intent, now: u64, send: bool) -> Result<Executed, StoreError> {
+    async fn run(&self, intent: Intent, now: u64, send: bool) -> Result<Executed, StoreError> {
+        let node_run = self.node_run(&intent.node);
+        let _one_at_a_time = node_run.lock().await;
+        self.run_held(intent, now, send).await
+    }
+
+    /// `run`, with the node's run lock held by the caller.
+    async fn run_held(
+        &self,
+        mut intent: Intent,
+        now: u64,
+        send: bool,
+    ) -> Result<Executed, StoreError> {
         let (on, force) = match intent.action {
             Action::PowerOn => (true, false),
             Action::PowerOff { force } => (false, force),
@@ -310,27 +396,95 @@ impl<P: PowerControl + 'static> Executor<P> {
     }
 
     /// Reconciles every open intent with the BMCs (call at start, before
-    /// planning). Unreadable BMCs leave their intents open.
+    /// planning). Unreadable BMCs leave their intents open (for
+    /// [`Executor::retry_open`]).
     pub async fn resume(&self, now: u64) -> Result<Vec<Executed>, StoreError> {
-        let mut out = Vec::new();
-        for mut intent in self.journal.open_intents()? {
-            let on = self.power.is_on(&intent.node).await.ok();
-            match reconcile(&intent, on) {
-                Resume::Reached => {
-                    self.journal
-                        .mark(&mut intent, IntentState::Done { at: now })?;
-                    out.push(Executed {
-                        intent: intent.id,
-                        node: intent.node,
-                        result: Ok(()),
-                    });
+        self.reconcile_open(|_| true, now).await
+    }
+
+    /// Reconciles the open intents whose node's BMC the loop has a reading
+    /// of (`readable`) as [`Executor::resume`] does at start: reached →
+    /// closed, sent → verified (never resent at once), planned → sent.
+    /// Intents of a node this process is carrying out an intent for are
+    /// left alone (they are not open for long: their run closes them).
+    pub async fn retry_open(
+        &self,
+        readable: &BTreeSet<String>,
+        now: u64,
+    ) -> Result<Vec<Executed>, StoreError> {
+        self.reconcile_open(|i| readable.contains(&i.node), now)
+            .await
+    }
+
+    /// Claims the open intents `pick` chooses whose nodes have nothing in
+    /// flight, then reconciles them: a node's oldest first, nodes together.
+    async fn reconcile_open(
+        &self,
+        pick: impl Fn(&Intent) -> bool,
+        now: u64,
+    ) -> Result<Vec<Executed>, StoreError> {
+        let mut by_node: BTreeMap<String, Vec<(Intent, Claim<'_>)>> = BTreeMap::new();
+        {
+            let mut set = self.in_flight();
+            let busy: BTreeSet<String> = set.values().cloned().collect();
+            for intent in self.journal.open_intents()? {
+                if busy.contains(&intent.node) || !pick(&intent) {
+                    continue;
                 }
-                Resume::Verify => out.push(self.run(intent, now, false).await?),
-                Resume::Send => out.push(self.run(intent, now, true).await?),
-                Resume::Unknown => {}
+                set.insert(intent.id, intent.node.clone());
+                let claim = Claim {
+                    in_flight: &self.in_flight,
+                    id: intent.id,
+                };
+                by_node
+                    .entry(intent.node.clone())
+                    .or_default()
+                    .push((intent, claim));
             }
         }
+        let nodes = by_node.into_values().map(|intents| async move {
+            let mut out = Vec::new();
+            for (intent, _claim) in intents {
+                if let Some(done) = self.reconcile_one(intent, now).await? {
+                    out.push(done);
+                }
+            }
+            Ok::<_, StoreError>(out)
+        });
+        let mut out = Vec::new();
+        for r in futures::future::join_all(nodes).await {
+            out.extend(r?);
+        }
         Ok(out)
+    }
+
+    /// One open intent against its BMC now (`None`: still unreadable).
+    async fn reconcile_one(
+        &self,
+        mut intent: Intent,
+        now: u64,
+    ) -> Result<Option<Executed>, StoreError> {
+        let node_run = self.node_run(&intent.node);
+        let _one_at_a_time = node_run.lock().await;
+        let on = self.power.is_on(&intent.node).await.ok();
+        let what = reconcile(&intent, on);
+        if what != Resume::Unknown {
+            info!(node = %intent.node, intent = intent.id, action = ?what, "open intent reconciled with its BMC");
+        }
+        Ok(match what {
+            Resume::Reached => {
+                self.journal
+                    .mark(&mut intent, IntentState::Done { at: now })?;
+                Some(Executed {
+                    intent: intent.id,
+                    node: intent.node,
+                    result: Ok(()),
+                })
+            }
+            Resume::Verify => Some(self.run_held(intent, now, false).await?),
+            Resume::Send => Some(self.run_held(intent, now, true).await?),
+            Resume::Unknown => None,
+        })
     }
 
     /// Executes a plan's power-ons (wave by wave, each wave's nodes
@@ -351,7 +505,7 @@ impl<P: PowerControl + 'static> Executor<P> {
                 _ => None,
             })
             .collect();
-        let mut waves: BTreeMap<u32, Vec<Intent>> = BTreeMap::new();
+        let mut waves: BTreeMap<u32, Vec<(Intent, Claim<'_>)>> = BTreeMap::new();
         let mut offs = Vec::new();
         for a in actions {
             match a {
@@ -361,37 +515,37 @@ impl<P: PowerControl + 'static> Executor<P> {
                     for_workloads,
                 } => {
                     let profile = bios.get(node.as_str()).map(|p| (*p).to_owned());
-                    let intent = self.journal.record_power_on(
-                        node,
-                        for_workloads.clone(),
-                        profile.clone(),
-                        now,
-                    )?;
+                    let claimed = self.record_claimed(|j| {
+                        j.record_power_on(node, for_workloads.clone(), profile.clone(), now)
+                    })?;
                     // The staging outlives the intent (closed once the
                     // BMC shows On, minutes before POST is over): kept
                     // until the read-back, for a restart in between.
                     if let Some(profile) = &profile {
                         self.journal.record_bios_staged(node, profile, now)?;
                     }
-                    waves.entry(*wave).or_default().push(intent);
+                    waves.entry(*wave).or_default().push(claimed);
                 }
-                PlanAction::PowerOff { node, .. } => offs.push(self.journal.record(
-                    node,
-                    Action::PowerOff { force: false },
-                    Vec::new(),
-                    now,
-                )?),
+                PlanAction::PowerOff { node, .. } => offs.push(self.record_claimed(|j| {
+                    j.record(node, Action::PowerOff { force: false }, Vec::new(), now)
+                })?),
                 _ => {}
             }
         }
         let mut out = Vec::new();
         for (_, wave) in waves {
-            let runs = wave.into_iter().map(|i| self.run(i, now, true));
+            let runs = wave.into_iter().map(|(i, claim)| async move {
+                let _claim = claim;
+                self.run(i, now, true).await
+            });
             for r in futures::future::join_all(runs).await {
                 out.push(r?);
             }
         }
-        let runs = offs.into_iter().map(|i| self.run(i, now, true));
+        let runs = offs.into_iter().map(|(i, claim)| async move {
+            let _claim = claim;
+            self.run(i, now, true).await
+        });
         for r in futures::future::join_all(runs).await {
             out.push(r?);
         }

@@ -169,6 +169,55 @@ impl Journal {
             .collect()
     }
 
+    /// Removes closed intents (done or failed) closed more than
+    /// `older_than_s` before `now`, and the oldest closed ones beyond
+    /// `keep_at_most`: the journal is history only for as long as an admin
+    /// reads it, and a fleet powering nodes on and off all day must not
+    /// grow its store for good. Open intents are never removed. Returns how
+    /// many were removed.
+    pub fn prune_closed(
+        &self,
+        now: u64,
+        older_than_s: u64,
+        keep_at_most: usize,
+    ) -> Result<usize, StoreError> {
+        let open = self.open.lock().expect("lock").clone();
+        let mut closed: Vec<(u64, u64)> = Vec::new();
+        for kv in self.tree.iter() {
+            let (k, v) = kv.map_err(io("journal read"))?;
+            let Ok(id) = <[u8; 8]>::try_from(k.as_ref()).map(u64::from_be_bytes) else {
+                continue;
+            };
+            if open.contains(&id) {
+                continue;
+            }
+            // A record that cannot be read is left for `all` to report.
+            let Ok(intent) = serde_json::from_slice::<Intent>(&v) else {
+                continue;
+            };
+            let closed_at = match intent.state {
+                IntentState::Done { at } | IntentState::Failed { at, .. } => at,
+                IntentState::Planned | IntentState::Sent { .. } => continue,
+            };
+            closed.push((id, closed_at));
+        }
+        // Newest first: the first `keep_at_most` young enough are kept.
+        closed.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        let mut removed = 0;
+        for (rank, (id, closed_at)) in closed.into_iter().enumerate() {
+            if rank >= keep_at_most || now.saturating_sub(closed_at) > older_than_s {
+                self.tree
+                    .remove(id.to_be_bytes())
+                    .map_err(io("journal prune"))?;
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.db.flush().map_err(io("journal flush"))?;
+        }
+        Ok(removed)
+    }
+
     /// Intents not yet done or failed, oldest first.
     pub fn open_intents(&self) -> Result<Vec<Intent>, StoreError> {
         let ids: Vec<u64> = self.open.lock().expect("lock").iter().copied().collect();
@@ -195,6 +244,35 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closed_intents_are_pruned_by_age_and_count_open_ones_never() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let journal = Journal::new(db.clone(), db.open_tree("journal").unwrap()).unwrap();
+        let mut ids = Vec::new();
+        for (k, node) in ["a", "b", "c", "d"].iter().enumerate() {
+            let mut i = journal
+                .record(node, IntentAction::PowerOn, Vec::new(), 0)
+                .unwrap();
+            journal
+                .mark(&mut i, IntentState::Done { at: 100 * k as u64 })
+                .unwrap();
+            ids.push(i.id);
+        }
+        let open = journal
+            .record("e", IntentAction::PowerOff { force: false }, Vec::new(), 0)
+            .unwrap();
+        // Closed at 0, 100, 200, 300; now 1000, older than 950 s: the one
+        // closed at 0 goes; at most 2 closed kept: the one at 100 too.
+        assert_eq!(journal.prune_closed(1000, 950, 2).unwrap(), 2);
+        let left: Vec<u64> = journal.all().unwrap().iter().map(|i| i.id).collect();
+        assert_eq!(left, vec![ids[2], ids[3], open.id]);
+        assert_eq!(journal.open_intents().unwrap(), vec![open.clone()]);
+        // Keeping none removes every closed one, never an open one.
+        assert_eq!(journal.prune_closed(1000, 10_000, 0).unwrap(), 2);
+        assert_eq!(journal.all().unwrap(), vec![open]);
+    }
 
     fn intent(action: IntentAction, state: IntentState) -> Intent {
         Intent {

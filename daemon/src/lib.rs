@@ -50,6 +50,18 @@ pub fn load_fleet(path: &Path) -> anyhow::Result<Fleet> {
     )?)
 }
 
+/// A demand file (`accordctl plan --demand FILE.json`): parsed, then every
+/// number and key checked (`Demand::validate` with the default limits), so
+/// what the planner gets is what a translation would let through.
+pub fn parse_demand(text: &str, file: &str) -> anyhow::Result<accord::demand::Demand> {
+    let demand = accord::demand::Demand::from_json(text, file)?;
+    let problems = demand.validate(&accord::demand::Limits::default());
+    if !problems.is_empty() {
+        anyhow::bail!("{file}: invalid demand:\n  {}", problems.join("\n  "));
+    }
+    Ok(demand)
+}
+
 /// The first few names and how many more.
 pub(crate) fn summarize(names: &[String]) -> String {
     let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();

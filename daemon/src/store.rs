@@ -28,12 +28,16 @@ const COMMANDS: &str = "commands";
 /// The control loop's lifecycles and bookings (`state.rs`).
 const LIFECYCLE: &str = "lifecycle";
 const BOOKINGS: &str = "bookings";
+/// What the control loop has said once (`said.rs`).
+const SAID: &str = "said";
 const SCHEMA_KEY: &[u8] = b"schema";
 
 mod bios;
 mod commands;
+mod said;
 mod state;
 
+pub use said::SaidKey;
 pub use state::Booking;
 
 /// How long [`Store::close`] is usually given: the flush, sled's flusher
@@ -54,6 +58,11 @@ struct StoredNode {
     reported_at: u64,
     #[serde(default)]
     replacement_allowed: bool,
+    /// The agent session the last report that bound (or rebound) the node
+    /// was answered with: heartbeats prove themselves by it. A secret:
+    /// never in a [`NodeRecord`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    session: Option<String>,
 }
 
 /// The part that changes with every heartbeat: small, kept apart so a
@@ -66,6 +75,72 @@ pub struct Liveness {
     pub agent_version: Option<String>,
     pub uptime_s: Option<u64>,
     pub gpu_health: Option<String>,
+    /// Unix seconds of the last accepted hardware report (changed or
+    /// not): only a report makes an agent up after a power-on. Kept by
+    /// heartbeats.
+    #[serde(default)]
+    pub last_report: u64,
+}
+
+/// How a report's machine identity is checked against the node's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdentityRule {
+    /// Per-node agent tokens: the token names the node; a report whose
+    /// identity contradicts the stored one is refused, one that says
+    /// nothing is taken.
+    Lenient,
+    /// A shared agent token: the first report binds the name to its
+    /// machine; a later one must prove it (the serial where both know
+    /// one, else at least half the GPU UUIDs: `MachineIdentity::proves`),
+    /// and one without any identity is refused.
+    Bound,
+}
+
+/// An accepted report: what it did, the node now, and the agent session
+/// to answer with.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    pub outcome: ReportOutcome,
+    pub record: NodeRecord,
+    pub session: String,
+}
+
+/// When a node's agent was last heard from, and last reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AgentSeen {
+    pub last_seen: u64,
+    pub last_report: u64,
+}
+
+/// What became of a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Beat {
+    /// Recorded; the node's generation.
+    Recorded(u64),
+    /// The node was never registered: nothing written.
+    NotRegistered,
+    /// The heartbeat does not carry the node's current agent session
+    /// (required with a shared token): nothing written.
+    NoSession,
+}
+
+/// 32 random bytes, hex: an agent session.
+fn new_session(node: &str) -> Result<String, StoreError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|source| StoreError::Session {
+        node: node.to_owned(),
+        source,
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Constant-time equality of a given and a kept session.
+fn same_session(given: Option<&str>, kept: Option<&str>) -> bool {
+    use subtle::ConstantTimeEq;
+    match (given, kept) {
+        (Some(g), Some(k)) => bool::from(g.as_bytes().ct_eq(k.as_bytes())),
+        _ => false,
+    }
 }
 
 /// The store. sled holds an exclusive lock on the directory while any
@@ -86,6 +161,7 @@ pub struct Store {
     commands_lock: std::sync::Mutex<()>,
     lifecycle: sled::Tree,
     bookings: sled::Tree,
+    said: sled::Tree,
     dir: PathBuf,
 }
 
@@ -95,6 +171,14 @@ impl std::fmt::Debug for Store {
             .field("nodes", &self.nodes.len())
             .finish()
     }
+}
+
+/// What a heartbeat needs of a node's record.
+#[derive(Deserialize)]
+struct Head {
+    generation: u64,
+    #[serde(default)]
+    session: Option<String>,
 }
 
 /// A node's stored record and liveness, as one view.
@@ -167,6 +251,7 @@ impl Store {
             commands_lock: std::sync::Mutex::new(()),
             lifecycle: db.open_tree(LIFECYCLE).map_err(io("open lifecycle tree"))?,
             bookings: db.open_tree(BOOKINGS).map_err(io("open bookings tree"))?,
+            said: db.open_tree(SAID).map_err(io("open said tree"))?,
             db,
             dir: dir.to_owned(),
         };
@@ -199,10 +284,12 @@ impl Store {
             commands_lock: _,
             lifecycle,
             bookings,
+            said,
             dir,
         } = self;
         drop(lifecycle);
         drop(bookings);
+        drop(said);
         drop(nodes);
         drop(liveness);
         drop(views);
@@ -278,6 +365,16 @@ impl Store {
     /// When each node was last heard from, without decoding any hardware
     /// model (the control loop reads this every round).
     pub fn last_seen(&self) -> Result<std::collections::BTreeMap<String, u64>, StoreError> {
+        Ok(self
+            .agents_seen()?
+            .into_iter()
+            .map(|(n, a)| (n, a.last_seen))
+            .collect())
+    }
+
+    /// When each node's agent was last heard from and last reported,
+    /// without decoding any hardware model.
+    pub fn agents_seen(&self) -> Result<std::collections::BTreeMap<String, AgentSeen>, StoreError> {
         self.liveness
             .iter()
             .map(|kv| {
@@ -288,7 +385,11 @@ impl Store {
                         node: name.clone(),
                         source,
                     })?;
-                Ok((name, live.last_seen))
+                let seen = AgentSeen {
+                    last_seen: live.last_seen,
+                    last_report: live.last_report,
+                };
+                Ok((name, seen))
             })
             .collect()
     }
@@ -354,7 +455,8 @@ impl Store {
     }
 
     /// Stores a hardware report for `name`. Refused, with nothing
-    /// written, when the machine identity contradicts the stored one.
+    /// written, when the machine identity contradicts the stored one
+    /// ([`IdentityRule::Lenient`]).
     pub fn report(
         &self,
         name: &str,
@@ -362,9 +464,41 @@ impl Store {
         agent_version: Option<String>,
         now: u64,
     ) -> Result<(ReportOutcome, NodeRecord), StoreError> {
-        let identity = MachineIdentity::of(&hardware);
+        self.report_as(
+            name,
+            hardware,
+            agent_version,
+            now,
+            IdentityRule::Lenient,
+            None,
+        )
+        .map(|a| (a.outcome, a.record))
+    }
+
+    /// Stores a hardware report for `name`, its machine identity checked
+    /// by `rule`; refused with nothing written otherwise. `session` is the
+    /// one the agent sent: kept when it is the node's current one, else a
+    /// new one is made (the report proved the machine) and returned.
+    /// Under [`IdentityRule::Bound`] the binding only grows: a report
+    /// without a serial (or GPU UUIDs) keeps the bound one.
+    pub fn report_as(
+        &self,
+        name: &str,
+        hardware: NodeHardware,
+        agent_version: Option<String>,
+        now: u64,
+        rule: IdentityRule,
+        session: Option<&str>,
+    ) -> Result<Accepted, StoreError> {
+        let reported = MachineIdentity::of(&hardware);
+        if rule == IdentityRule::Bound && reported.is_empty() {
+            return Err(StoreError::NoIdentity {
+                node: name.to_owned(),
+            });
+        }
         let mut live = self.liveness_of(name)?;
         live.last_seen = now;
+        live.last_report = now;
         if agent_version.is_some() {
             live.agent_version = agent_version;
         }
@@ -373,21 +507,45 @@ impl Store {
                 ReportOutcome::Registered,
                 StoredNode {
                     name: name.to_owned(),
-                    identity,
+                    identity: reported,
                     hardware,
                     generation: 1,
                     reported_at: now,
                     replacement_allowed: false,
+                    session: Some(new_session(name)?),
                 },
             ),
             Some(old) => {
-                if !old.replacement_allowed && !old.identity.compatible(&identity) {
+                let proven = match rule {
+                    IdentityRule::Lenient => old.identity.compatible(&reported),
+                    IdentityRule::Bound => reported.proves(&old.identity),
+                };
+                if !old.replacement_allowed && !proven {
                     return Err(StoreError::IdentityMismatch {
                         node: name.to_owned(),
                         stored: old.identity.to_string(),
-                        reported: identity.to_string(),
+                        reported: reported.to_string(),
                     });
                 }
+                let identity = match rule {
+                    IdentityRule::Bound if !old.replacement_allowed => MachineIdentity {
+                        serial: reported.serial.or(old.identity.serial.clone()),
+                        gpu_uuids: if reported.gpu_uuids.is_empty() {
+                            old.identity.gpu_uuids.clone()
+                        } else {
+                            reported.gpu_uuids
+                        },
+                    },
+                    _ => reported,
+                };
+                // The agent's session goes on; any other report that
+                // proved the machine (a restarted agent) starts a new one.
+                let session =
+                    if !old.replacement_allowed && same_session(session, old.session.as_deref()) {
+                        old.session.clone()
+                    } else {
+                        Some(new_session(name)?)
+                    };
                 let changed = old.hardware != hardware || old.identity != identity;
                 let outcome = if changed {
                     ReportOutcome::Changed
@@ -403,48 +561,71 @@ impl Store {
                         replacement_allowed: false,
                         identity,
                         hardware,
+                        session,
                     },
                 )
             }
         };
+        let session = stored.session.clone().expect("set above");
         self.put(&stored, &live)?;
         // Both halves are in hand: no need to read them back.
-        Ok((outcome, joined(stored, live)))
+        Ok(Accepted {
+            outcome,
+            record: joined(stored, live),
+            session,
+        })
     }
 
     /// Records a sign of life; `None` (and nothing written) for a node
     /// never registered. Returns the node's generation.
     pub fn heartbeat(&self, name: &str, beat: Liveness) -> Result<Option<u64>, StoreError> {
-        let Some(stored) = self.stored_generation(name)? else {
-            return Ok(None);
+        Ok(match self.heartbeat_as(name, beat, None, false)? {
+            Beat::Recorded(g) => Some(g),
+            Beat::NotRegistered | Beat::NoSession => None,
+        })
+    }
+
+    /// Records a sign of life, refused (nothing written) when
+    /// `need_session` and `session` is not the node's current one.
+    pub fn heartbeat_as(
+        &self,
+        name: &str,
+        beat: Liveness,
+        session: Option<&str>,
+        need_session: bool,
+    ) -> Result<Beat, StoreError> {
+        let Some(stored) = self.stored_head(name)? else {
+            return Ok(Beat::NotRegistered);
         };
+        if need_session && !same_session(session, stored.session.as_deref()) {
+            return Ok(Beat::NoSession);
+        }
+        let old = self.liveness_of(name)?;
         let mut live = beat;
         if live.agent_version.is_none() {
-            live.agent_version = self.liveness_of(name)?.agent_version;
+            live.agent_version = old.agent_version;
         }
+        live.last_report = old.last_report;
         let bytes = serde_json::to_vec(&live).expect("records serialize");
         self.liveness
             .insert(name.as_bytes(), bytes)
             .map_err(io("write liveness"))?;
-        Ok(Some(stored))
+        Ok(Beat::Recorded(stored.generation))
     }
 
-    /// The generation of `name`, without decoding its hardware model.
-    fn stored_generation(&self, name: &str) -> Result<Option<u64>, StoreError> {
-        #[derive(Deserialize)]
-        struct Generation {
-            generation: u64,
-        }
+    /// The generation and agent session of `name`, without decoding its
+    /// hardware model.
+    fn stored_head(&self, name: &str) -> Result<Option<Head>, StoreError> {
         let Some(bytes) = self.nodes.get(name).map_err(io("read node"))? else {
             return Ok(None);
         };
         // serde skips the other fields without building them.
-        let g: Generation =
-            serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| StoreError::Corrupt {
                 node: name.to_owned(),
                 source,
-            })?;
-        Ok(Some(g.generation))
+            })
     }
 
     /// Lets the next report for `name` carry a new machine identity.
@@ -453,6 +634,8 @@ impl Store {
             return Ok(false);
         };
         stored.replacement_allowed = true;
+        // The replaced machine's agent proves nothing any more.
+        stored.session = None;
         let live = self.liveness_of(name)?;
         self.put(&stored, &live)?;
         Ok(true)

@@ -45,6 +45,21 @@ pub enum StoreError {
         stored: String,
         reported: String,
     },
+    /// With a shared agent token a node name is bound to a machine by its
+    /// identity: a report that has none cannot be bound or checked.
+    #[error(
+        "node {node}: the report carries no machine identity (no serial number and no GPU \
+         UUIDs); with a shared agent token accordd binds a node name to its machine by them: \
+         run a per-node agent token for this node"
+    )]
+    NoIdentity { node: String },
+    /// The operating system gave no random bytes for a new agent session.
+    #[error("node {node}: cannot make an agent session")]
+    Session {
+        node: String,
+        #[source]
+        source: getrandom::Error,
+    },
     /// A node has one command at a time.
     #[error("node {node}: command {generation} is still open")]
     CommandOpen { node: String, generation: u64 },

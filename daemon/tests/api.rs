@@ -18,7 +18,23 @@ const AGENT_TOKEN: &str = "agent-secret-1";
 const ADMIN_TOKEN: &str = "admin-secret-1";
 const MAX_BODY: usize = 256 * 1024;
 
+/// A recorded model. The recordings have no machine serial (exports made
+/// without DMI access); x9drg has no GPU UUIDs either, and with the shared
+/// agent token these tests run with a report must identify its machine:
+/// each gets a serial of its own.
 fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models")
+        .join(name);
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    if v["machine"]["serial"].is_null() {
+        v["machine"]["serial"] = format!("SN-{name}").into();
+    }
+    v
+}
+
+/// A recorded model as it is, without a serial added.
+fn recorded(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/models")
         .join(name);
@@ -94,7 +110,12 @@ struct Daemon {
 impl Daemon {
     async fn start(dir: &Path) -> Daemon {
         let (file, _) = config(dir, "127.0.0.1:0");
-        let config = DaemonConfig::load(&file).unwrap();
+        Daemon::start_with(&file).await
+    }
+
+    /// accordd on the configuration file `file`.
+    async fn start_with(file: &Path) -> Daemon {
+        let config = DaemonConfig::load(file).unwrap();
         let state: Arc<ApiState> = accordd::state(&config).unwrap();
         let shared = state.shared.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -132,6 +153,18 @@ impl Daemon {
         token: Option<&str>,
         body: Option<Vec<u8>>,
     ) -> (u16, Value) {
+        self.send_as(method, path, token, body, None).await
+    }
+
+    /// `send`, with an agent session header when one is given.
+    async fn send_as(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Vec<u8>>,
+        session: Option<&str>,
+    ) -> (u16, Value) {
         let mut req = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
@@ -139,6 +172,9 @@ impl Daemon {
             .request(method, format!("{}{path}", self.url));
         if let Some(t) = token {
             req = req.bearer_auth(t);
+        }
+        if let Some(s) = session {
+            req = req.header(accord_api::agent::SESSION_HEADER, s);
         }
         if let Some(b) = body {
             req = req.header("content-type", "application/json").body(b);
@@ -155,6 +191,28 @@ impl Daemon {
             &format!("/v1/nodes/{node}/report"),
             token,
             Some(body),
+        )
+        .await
+    }
+
+    async fn heartbeat(&self, node: &str, session: Option<&str>) -> (u16, Value) {
+        self.send_as(
+            reqwest::Method::POST,
+            &format!("/v1/nodes/{node}/heartbeat"),
+            Some(AGENT_TOKEN),
+            Some(br#"{"uptime_s": 5, "gpu_health": "ok"}"#.to_vec()),
+            session,
+        )
+        .await
+    }
+
+    async fn report_as(&self, node: &str, hardware: &Value, session: Option<&str>) -> (u16, Value) {
+        self.send_as(
+            reqwest::Method::POST,
+            &format!("/v1/nodes/{node}/report"),
+            Some(AGENT_TOKEN),
+            Some(report_body(hardware)),
+            session,
         )
         .await
     }
@@ -222,12 +280,14 @@ async fn agents_register_and_the_store_survives_a_restart() {
         )
         .await;
     assert_eq!((status, v["outcome"].as_str()), (200, Some("unchanged")));
+    let session = v["session"].as_str().unwrap().to_owned();
     let (status, v) = d
-        .send(
+        .send_as(
             reqwest::Method::POST,
             "/v1/nodes/h100-01/heartbeat",
             Some(AGENT_TOKEN),
             Some(br#"{"uptime_s": 5, "gpu_health": "ok"}"#.to_vec()),
+            Some(&session),
         )
         .await;
     assert_eq!((status, v["generation"].as_u64()), (200, Some(1)), "{v}");
@@ -923,5 +983,203 @@ async fn implausible_and_non_finite_reports_are_refused() {
         .report("dgx2-01", Some(AGENT_TOKEN), report_body(&big))
         .await;
     assert_eq!(status, 200, "{v}");
+    d.stop().await;
+}
+
+/// The session an accepted report was answered with.
+fn session_of(reply: &Value) -> String {
+    let s = reply["session"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(s.len(), 64, "a 32-byte hex session: {reply}");
+    s
+}
+
+/// With the shared agent token, the first report binds a node name to its
+/// machine (serial, GPU UUIDs); later reports must prove that machine and
+/// heartbeats must carry the session the last accepted report was
+/// answered with; a report with no identity is refused; `accordctl node
+/// replace` rebinds. Every refusal leaves the store as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_shared_token_a_node_name_is_bound_to_its_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path()).await;
+    // No serial, no GPU UUIDs: nothing to bind.
+    let (status, v) = d
+        .report_as("cpu-01", &recorded("x9drg-wholeio.json"), None)
+        .await;
+    assert_eq!(status, 422, "{v}");
+    let reason = v["error"].as_str().unwrap();
+    assert!(reason.contains("no machine identity"), "{reason}");
+    assert!(reason.contains("per-node agent token"), "{reason}");
+    assert_eq!(d.nodes().await, Value::Array(vec![]));
+
+    let dgx2 = fixture("dgx2.json");
+    let (status, v) = d.report_as("gpu-01", &dgx2, None).await;
+    assert_eq!(
+        (status, v["outcome"].as_str()),
+        (200, Some("registered")),
+        "{v}"
+    );
+    let first = session_of(&v);
+    let bound = d.nodes().await;
+
+    // Heartbeats: without the session, or with another, refused.
+    let (status, v) = d.heartbeat("gpu-01", None).await;
+    assert_eq!(status, 403, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("carries no agent session"),
+        "{v}"
+    );
+    let (status, v) = d.heartbeat("gpu-01", Some(&"0".repeat(64))).await;
+    assert_eq!(status, 403, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("not the node's current one"),
+        "{v}"
+    );
+    assert_eq!(
+        d.nodes().await,
+        bound,
+        "a refused heartbeat changed the store"
+    );
+    let (status, v) = d.heartbeat("gpu-01", Some(&first)).await;
+    assert_eq!((status, v["generation"].as_u64()), (200, Some(1)), "{v}");
+    let bound = d.nodes().await;
+
+    // Reports claiming gpu-01 that do not prove its machine.
+    let mut anonymous = dgx2.clone();
+    anonymous["machine"]["serial"] = Value::Null;
+    for g in anonymous["gpus"].as_array_mut().unwrap() {
+        g["uuid"] = Value::Null;
+    }
+    let mut other_serial = dgx2.clone();
+    other_serial["machine"]["serial"] = "SN-other".into();
+    let mut other_gpus = fixture("h100-8gpu-mig.json");
+    other_gpus["machine"]["serial"] = Value::Null;
+    let cases = [
+        (
+            "no serial, no GPU UUIDs",
+            anonymous,
+            422,
+            "no machine identity",
+        ),
+        (
+            "another serial",
+            other_serial,
+            409,
+            "contradicts the stored",
+        ),
+        (
+            "other GPU UUIDs, no serial",
+            other_gpus,
+            409,
+            "contradicts the stored",
+        ),
+    ];
+    for (what, hw, want, words) in cases {
+        for session in [None, Some(first.as_str())] {
+            let (status, v) = d.report_as("gpu-01", &hw, session).await;
+            assert_eq!(status, want, "{what}: {v}");
+            let got = v["error"].as_str().unwrap_or_default();
+            assert!(got.contains(words), "{what}: {got}");
+            assert_eq!(d.nodes().await, bound, "{what}: the store changed");
+        }
+    }
+    // The heartbeats' session still holds.
+    assert_eq!(d.heartbeat("gpu-01", Some(&first)).await.0, 200);
+
+    // The same machine with its session: the session goes on. Without
+    // it (an agent restarted): a new one, and the old one is done with.
+    let (status, v) = d.report_as("gpu-01", &dgx2, Some(&first)).await;
+    assert_eq!((status, session_of(&v)), (200, first.clone()), "{v}");
+    let mut no_serial = dgx2.clone();
+    no_serial["machine"]["serial"] = Value::Null;
+    let (status, v) = d.report_as("gpu-01", &no_serial, None).await;
+    assert_eq!(status, 200, "the GPU UUIDs prove it: {v}");
+    let second = session_of(&v);
+    assert_ne!(second, first);
+    assert_eq!(d.heartbeat("gpu-01", Some(&first)).await.0, 403);
+    assert_eq!(d.heartbeat("gpu-01", Some(&second)).await.0, 200);
+    // The binding kept the serial the GPU-only report did not carry.
+    let mut gpus_moved = dgx2.clone();
+    gpus_moved["machine"]["serial"] = "SN-other".into();
+    assert_eq!(
+        d.report_as("gpu-01", &gpus_moved, Some(&second)).await.0,
+        409
+    );
+
+    // The machine is replaced: the admin says so; the old agent's session
+    // is done with, the new machine binds the name and gets its own.
+    let (status, _) = d
+        .send(
+            reqwest::Method::POST,
+            "/v1/nodes/gpu-01/replace",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(d.heartbeat("gpu-01", Some(&second)).await.0, 403);
+    let h100 = fixture("h100-8gpu-mig.json");
+    let (status, v) = d.report_as("gpu-01", &h100, None).await;
+    assert_eq!(
+        (status, v["outcome"].as_str()),
+        (200, Some("changed")),
+        "{v}"
+    );
+    let third = session_of(&v);
+    assert_eq!(d.heartbeat("gpu-01", Some(&third)).await.0, 200);
+    assert_eq!(
+        d.report_as("gpu-01", &dgx2, None).await.0,
+        409,
+        "bound to the new machine"
+    );
+    // Generations: registered, the report without a serial, the new machine.
+    assert_eq!(summary(&d.nodes().await), vec![("gpu-01".to_owned(), 8, 3)]);
+    // The session is the agent's secret: no admin view shows it.
+    let listed = d.nodes().await.to_string();
+    for s in [&first, &second, &third] {
+        assert!(!listed.contains(s.as_str()), "{listed}");
+    }
+    d.stop().await;
+}
+
+/// With per-node agent tokens the token names the node: a machine without
+/// a serial or GPU UUIDs registers, and heartbeats need no session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_per_node_tokens_the_token_names_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, text) = config(dir.path(), "127.0.0.1:0");
+    let tokens = dir.path().join("agent-tokens");
+    std::fs::create_dir(&tokens).unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o700)).unwrap();
+    secret(&tokens, "cpu-01", AGENT_TOKEN);
+    let shared_line = format!(
+        "token_file = \"{}\"",
+        dir.path().join("agent-token").display()
+    );
+    assert!(text.contains(&shared_line));
+    let text = text.replace(
+        &shared_line,
+        &format!("token_dir = \"{}\"", tokens.display()),
+    );
+    std::fs::write(&file, text).unwrap();
+    let d = Daemon::start_with(&file).await;
+    let cpu = recorded("x9drg-wholeio.json");
+    let (status, v) = d.report_as("cpu-01", &cpu, None).await;
+    assert_eq!(
+        (status, v["outcome"].as_str()),
+        (200, Some("registered")),
+        "{v}"
+    );
+    let (status, v) = d.heartbeat("cpu-01", None).await;
+    assert_eq!((status, v["generation"].as_u64()), (200, Some(1)), "{v}");
+    // Another node's token is not this one's.
+    let (status, _) = d.report_as("cpu-02", &cpu, None).await;
+    assert_eq!(status, 401);
     d.stop().await;
 }

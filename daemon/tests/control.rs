@@ -195,6 +195,7 @@ impl Twin {
     /// The node's agent reports and its Kubernetes Node is Ready.
     fn comes_up(&mut self, node: &str) {
         self.world.agents.insert(node.into(), self.now + 1);
+        self.world.agent_reports.insert(node.into(), self.now + 1);
         self.world.kube_ready.insert(node.into(), true);
     }
 

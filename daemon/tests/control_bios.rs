@@ -193,6 +193,7 @@ impl Twin {
 
     fn comes_up(&mut self, node: &str) {
         self.world.agents.insert(node.into(), self.now + 1);
+        self.world.agent_reports.insert(node.into(), self.now + 1);
         self.world.kube_ready.insert(node.into(), true);
         self.world.views.insert(node.into(), view(node));
     }

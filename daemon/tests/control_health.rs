@@ -84,10 +84,12 @@ impl Twin {
 
     fn round(&mut self, after_s: u64) -> Decision {
         self.now += after_s;
-        // Agents that are up heartbeat every round.
+        // Agents that are up report once (as they start), then heartbeat
+        // every round.
         for n in ["n1", "n2", "n3"] {
             if self.world.kube_ready.get(n) == Some(&true) {
                 self.world.agents.insert(n.into(), self.now);
+                self.world.agent_reports.entry(n.into()).or_insert(self.now);
             }
         }
         decide_at(&mut self.decider, &self.world, self.now)
@@ -97,6 +99,7 @@ impl Twin {
     fn hangs(&mut self, node: &str) {
         self.world.kube_ready.insert(node.into(), false);
         self.world.agents.remove(node);
+        self.world.agent_reports.remove(node);
     }
 
     fn stage(&self, node: &str) -> Stage {

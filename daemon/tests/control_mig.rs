@@ -111,6 +111,7 @@ impl Twin {
         world.bmc.insert("r1-n1".into(), true);
         world.bmc.insert("r1-n2".into(), false);
         world.agents.insert("r1-n1".into(), T0 + 1);
+        world.agent_reports.insert("r1-n1".into(), T0 + 1);
         world.kube_ready.insert("r1-n1".into(), true);
         world.reports.insert("r1-n1".into(), reported());
         let mut t = Twin {

@@ -57,6 +57,7 @@ fn a_booked_node_stays_on_and_a_node_powering_on_keeps_its_deadline_across_a_res
     world.bmc.insert("n2".into(), false);
     world.kube_ready.insert("n1".into(), true);
     world.agents.insert("n1".into(), T0);
+    world.agent_reports.insert("n1".into(), T0);
     let lives = BTreeMap::from([
         ("n1".to_owned(), NodeLife::new(Stage::Idle, T0 - 1000)),
         ("n2".to_owned(), NodeLife::new(Stage::PoweringOn, T0 - 100)),

@@ -76,6 +76,7 @@ fn a_racks_power_on_limit_holds_across_rounds_and_the_next_wave_waits_for_the_fi
     // n1 up: the next wave goes.
     now += 10;
     world.agents.insert("n1".into(), now);
+    world.agent_reports.insert("n1".into(), now);
     world.kube_ready.insert("n1".into(), true);
     let d = decide_at(&mut decider, &world, now);
     assert_eq!(power_ons(&d), ["n2"]);

@@ -176,9 +176,50 @@ pub struct Manifests {
     pub ignored: std::collections::BTreeMap<String, usize>,
 }
 
+/// Unmatched `[` and `{` allowed before the YAML parser sees a text: far
+/// above the deserializer's own limit (128), so only text it would refuse
+/// anyway is refused here, in linear time.
+pub const MAX_FLOW_NESTING: usize = 1_000;
+
+/// Where `[`/`{` (not in a comment) first stand more than `limit` deep,
+/// counted without regard to quoting: a count that overstates only for a
+/// text with more unmatched brackets in its strings than the limit.
+fn flow_too_deep(text: &str, limit: usize) -> Option<(usize, usize)> {
+    let mut depth = 0usize;
+    for (l, line) in text.lines().enumerate() {
+        let mut prev_space = true;
+        for (c, ch) in line.chars().enumerate() {
+            match ch {
+                '#' if prev_space => break,
+                '[' | '{' => {
+                    depth += 1;
+                    if depth > limit {
+                        return Some((l + 1, c + 1));
+                    }
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            prev_space = ch.is_whitespace();
+        }
+    }
+    None
+}
+
 impl Manifests {
     /// Reads `text` (from `file`): YAML documents separated by `---`.
     pub fn parse(text: &str, file: &str) -> Result<Manifests, ManifestError> {
+        // Before the YAML parser: libyaml's scanner takes time quadratic
+        // in flow nesting (100,000 `[` took a minute), and the
+        // deserializer refuses past 128 levels anyway.
+        if let Some((line, column)) = flow_too_deep(text, MAX_FLOW_NESTING) {
+            return Err(ManifestError::Yaml {
+                file: file.to_owned(),
+                line,
+                column,
+                message: format!("flow collections nested deeper than {MAX_FLOW_NESTING} levels"),
+            });
+        }
         let mut m = Manifests::default();
         for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
             let value = Value::deserialize(doc).map_err(|e| {

@@ -61,6 +61,75 @@ pub struct Cli {
     /// and exit; runs no accordd.
     #[arg(long)]
     pub print_nodes: bool,
+    /// A chaos run: faults injected on a schedule drawn from SEED (the
+    /// same seed, the same schedule), over the scenario's `[lab.chaos]`:
+    /// by default 20 kill -9s of accordd (each started again) and 3 of
+    /// each BMC and API fault. The summary gets a `chaos` section: the
+    /// faults injected and four safety counts that must be 0. Needs
+    /// --until-idle.
+    #[arg(long, value_name = "SEED")]
+    pub chaos: Option<u64>,
+    /// accordd killed with SIGKILL (at random moments, some right after
+    /// a power Reset reaches a BMC) and started again, N times.
+    #[arg(long, value_name = "N", requires = "chaos")]
+    pub chaos_kills: Option<u32>,
+    /// BMC 503 bursts: 2-5 requests for one system answered 503.
+    #[arg(long, value_name = "N", requires = "chaos")]
+    pub chaos_503: Option<u32>,
+    /// BMC hangs: a request (the next power Reset, or one system's next
+    /// request) forwarded and its answer held past accordd's Redfish
+    /// timeout (4 s in a chaos run).
+    #[arg(long, value_name = "N", requires = "chaos")]
+    pub chaos_hangs: Option<u32>,
+    /// Wrong-power windows: for 2-5 s from when a power Reset has changed a
+    /// machine's power state, its BMC reports the state from before.
+    #[arg(long, value_name = "N", requires = "chaos")]
+    pub chaos_wrong_power: Option<u32>,
+    /// Every open watch stream of the fake API server cut mid-stream.
+    #[arg(long, value_name = "N", requires = "chaos")]
+    pub chaos_watch_drops: Option<u32>,
+    /// The fake API server's history compacted: watches resuming get 410
+    /// Gone and list again.
+    #[arg(long, value_name = "N", requires = "chaos")]
+    pub chaos_410: Option<u32>,
+    /// Slow writes: 2-5 writes to the fake API answered 1.5-4 s late.
+    #[arg(long, value_name = "N", requires = "chaos")]
+    pub chaos_slow_writes: Option<u32>,
+    /// The BMC and API faults are spread over the first S seconds of the
+    /// scenario (default 60); the kills come one after another until done.
+    #[arg(long, value_name = "S", requires = "chaos")]
+    pub chaos_window_s: Option<u64>,
+}
+
+impl Cli {
+    /// The scenario's `[lab.chaos]` with the command line's over it
+    /// (`--chaos SEED` alone: the defaults); `None`: no chaos.
+    pub fn chaos_options(
+        &self,
+        from_scenario: Option<&crate::chaos::ChaosOptions>,
+    ) -> Option<crate::chaos::ChaosOptions> {
+        let seed = self.chaos?;
+        let mut c = from_scenario.cloned().unwrap_or_default();
+        c.seed = seed;
+        let counts = [
+            (self.chaos_kills, &mut c.kills),
+            (self.chaos_503, &mut c.bmc_503_bursts),
+            (self.chaos_hangs, &mut c.bmc_hangs),
+            (self.chaos_wrong_power, &mut c.wrong_power),
+            (self.chaos_watch_drops, &mut c.watch_drops),
+            (self.chaos_410, &mut c.gone_410),
+            (self.chaos_slow_writes, &mut c.slow_writes),
+        ];
+        for (given, count) in counts {
+            if let Some(n) = given {
+                *count = n;
+            }
+        }
+        if let Some(w) = self.chaos_window_s {
+            c.window_s = w;
+        }
+        Some(c)
+    }
 }
 
 /// `accord-lab`'s main: parses the command line, runs the lab.
@@ -123,6 +192,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     if let Some(v) = cli.kube_version {
         scenario.lab.kube_version = Some(v.to_string());
+    }
+    if let Some(c) = cli.chaos_options(scenario.lab.chaos.as_ref()) {
+        let problems = c.problems("--chaos");
+        if !problems.is_empty() {
+            anyhow::bail!("{}", problems.join("; "));
+        }
+        scenario.lab.chaos = Some(c);
+    }
+    if scenario.lab.chaos.is_some() && !cli.until_idle && !cli.print_nodes {
+        anyhow::bail!("a chaos run (--chaos, [lab.chaos]) needs --until-idle");
     }
     if cli.print_nodes {
         let objects = crate::published_objects(&scenario)?;
@@ -222,5 +301,45 @@ mod tests {
         assert!(cli.until_idle && cli.json);
         let e = Cli::try_parse_from(["accord-lab", "--kube-version", "2.0"]).unwrap_err();
         assert!(e.to_string().contains("unknown Kubernetes version"), "{e}");
+    }
+
+    /// `scripts/run --chaos 7 --json`: the defaults with seed 7; counts
+    /// override the scenario's; a count without --chaos is refused.
+    #[test]
+    fn the_chaos_flags_parse_over_the_scenario() {
+        let cli =
+            Cli::try_parse_from(["accord-lab", "--until-idle", "--chaos", "7", "--json"]).unwrap();
+        let c = cli.chaos_options(None).unwrap();
+        assert_eq!(c.seed, 7);
+        assert_eq!(c.kills, 20);
+        assert_eq!(c.bmc_503_bursts, 3);
+        let cli = Cli::try_parse_from([
+            "accord-lab",
+            "--chaos",
+            "1",
+            "--chaos-kills",
+            "4",
+            "--chaos-410",
+            "0",
+            "--chaos-window-s",
+            "20",
+        ])
+        .unwrap();
+        let from_scenario = crate::chaos::ChaosOptions {
+            seed: 99,
+            slow_writes: 9,
+            ..Default::default()
+        };
+        let c = cli.chaos_options(Some(&from_scenario)).unwrap();
+        assert_eq!(
+            (c.seed, c.kills, c.gone_410, c.slow_writes, c.window_s),
+            (1, 4, 0, 9, 20)
+        );
+        assert!(Cli::try_parse_from(["accord-lab"])
+            .unwrap()
+            .chaos_options(Some(&from_scenario))
+            .is_none());
+        let e = Cli::try_parse_from(["accord-lab", "--chaos-kills", "4"]).unwrap_err();
+        assert!(e.to_string().contains("--chaos"), "{e}");
     }
 }

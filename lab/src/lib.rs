@@ -35,6 +35,7 @@ macro_rules! say {
 
 pub mod binder;
 pub mod bios;
+pub mod chaos;
 pub mod cli;
 mod daemon;
 pub mod fixtures;
@@ -147,6 +148,9 @@ struct Record {
     /// Repartitions the mig-manager stand-in carried out, per machine (the
     /// rest of a machine's repartitions are its agent's).
     mig_operator: BTreeMap<String, u64>,
+    /// Every pod the binder bound, from when until deleted or evicted:
+    /// what the busy-node count is judged against.
+    bindings: Vec<chaos::safety::BindingSpan>,
     /// When the scenario's timed submissions start counting (`at_ms`):
     /// once accordd runs and every machine on at the start has reported
     /// to it (the datacenter was running before the scenario began), so a
@@ -177,6 +181,8 @@ pub struct Lab {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// accordd's API, as the admin.
     admin: accord_api::Client,
+    /// The chaos run's schedule and state (`[lab.chaos]`, `--chaos`).
+    chaos: Option<chaos::Chaos>,
 }
 
 impl std::fmt::Debug for Lab {
@@ -212,7 +218,9 @@ struct Ctx {
     fleet: Arc<Fleet>,
     scenario: Arc<Scenario>,
     emulator_url: String,
-    daemon_url: String,
+    /// Where the machines' agents reach accordd: accordd itself, or the
+    /// agent proxy in a chaos run.
+    agent_url: String,
     /// accordd's API, as the admin.
     admin: accord_api::Client,
     dir: PathBuf,
@@ -269,6 +277,19 @@ impl Lab {
         let api = Arc::new(FakeApi::start_version(kube).await);
         let port = accord_testkit::sushy::free_port();
         let daemon_url = format!("http://127.0.0.1:{port}");
+        // A chaos run: the agents reach accordd through the agent proxy,
+        // which notes what accordd acknowledged.
+        let chaos = match &scenario.lab.chaos {
+            Some(options) => {
+                let agents = chaos::agents::AgentProxy::start(&daemon_url).await?;
+                let names: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
+                Some(chaos::Chaos::new(options.clone(), &names, agents))
+            }
+            None => None,
+        };
+        let agent_url = chaos
+            .as_ref()
+            .map_or_else(|| daemon_url.clone(), |c| c.agents.url.clone());
         let d = dir.path();
         private(&d.join("admin-token"), ADMIN_TOKEN)?;
         private(&d.join("agent-token"), AGENT_TOKEN)?;
@@ -282,7 +303,14 @@ impl Lab {
             toml::Value::from(names.clone()),
             proxy.url
         );
-        let inventory = inventory + &bios::inventory_toml(&scenario)?;
+        let mut inventory = inventory + &bios::inventory_toml(&scenario)?;
+        if chaos.is_some() {
+            // A hang holds an answer past this (the default is 30 s).
+            inventory.push_str(&format!(
+                "\n# Chaos run: BMC hangs are held past this.\n[defaults]\nrequest_timeout_ms = {}\n",
+                chaos::REDFISH_TIMEOUT_MS
+            ));
+        }
         std::fs::write(d.join("bmcs.toml"), inventory)?;
         let mut control = scenario.control.clone();
         control.insert(
@@ -379,7 +407,7 @@ impl Lab {
             fleet: fleet.clone(),
             scenario: scenario.clone(),
             emulator_url: emulator.url(),
-            daemon_url: daemon_url.clone(),
+            agent_url,
             admin: admin.clone(),
             dir: d.to_owned(),
             http,
@@ -418,6 +446,7 @@ impl Lab {
             started,
             tasks,
             admin,
+            chaos,
         })
     }
 

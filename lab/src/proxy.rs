@@ -5,7 +5,10 @@
 //! forwarded, so the emulator keeps that machine Off. It also serves each
 //! system's Bios, which the emulator's fake driver lacks ([`crate::bios`]):
 //! linked from the System document, its staged settings applied when a
-//! power-on Reset goes through.
+//! power-on Reset goes through. In a chaos run it plays BMC faults
+//! ([`crate::chaos::bmc`]) and notes, for each power Reset it forwards,
+//! the machine's power state when it arrived (the emulator's, read just
+//! before): what the duplicate-Reset count is made from.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -15,6 +18,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
+
+use crate::chaos::bmc::{BmcFault, BmcFaultCounts, BmcFaults, Verdict};
+use crate::chaos::safety::ResetReached;
 
 /// One request accordd sent.
 #[derive(Debug, Clone)]
@@ -28,6 +34,10 @@ pub struct Logged {
     pub power_on: bool,
     /// The body of a PATCH (its first 4 KiB): what a BIOS staging sent.
     pub body: Option<String>,
+    /// A Reset's `ResetType`.
+    pub reset_type: Option<String>,
+    /// A chaos fault that answered or held it (`503`, `hang`).
+    pub fault: Option<&'static str>,
 }
 
 struct Shared {
@@ -37,6 +47,11 @@ struct Shared {
     log: Mutex<Vec<Logged>>,
     /// Each system's BIOS, served by the proxy itself.
     bios: Mutex<BTreeMap<String, crate::bios::MachineBios>>,
+    /// BMC faults armed and fired (chaos runs).
+    faults: Mutex<BmcFaults>,
+    /// Power Resets that reached a machine (the emulator accepted them),
+    /// with its power state when each arrived.
+    resets: Mutex<Vec<ResetReached>>,
 }
 
 #[derive(Clone)]
@@ -65,6 +80,8 @@ impl BmcProxy {
             broken,
             log: Mutex::new(Vec::new()),
             bios: Mutex::new(bios),
+            faults: Mutex::new(BmcFaults::default()),
+            resets: Mutex::new(Vec::new()),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
@@ -75,6 +92,27 @@ impl BmcProxy {
             let _ = axum::serve(listener, app).await;
         });
         Ok(BmcProxy { url, shared })
+    }
+
+    /// Arms a BMC fault (chaos).
+    pub fn arm(&self, fault: BmcFault) {
+        self.shared.faults.lock().expect("lock").arm(fault);
+    }
+
+    /// Drops the faults armed that have not fired.
+    pub fn disarm(&self) {
+        self.shared.faults.lock().expect("lock").disarm();
+    }
+
+    /// The BMC faults that fired, by kind.
+    pub fn fault_counts(&self) -> BmcFaultCounts {
+        self.shared.faults.lock().expect("lock").counts()
+    }
+
+    /// Power Resets that reached a machine, in order, each with the
+    /// machine's power state when it arrived.
+    pub fn resets_reached(&self) -> Vec<ResetReached> {
+        self.shared.resets.lock().expect("lock").clone()
     }
 
     /// Every request so far.
@@ -184,6 +222,39 @@ pub fn reset_path(node: &str) -> String {
     format!("/redfish/v1/Systems/{node}/Actions/ComputerSystem.Reset")
 }
 
+/// The system a path is about: `/redfish/v1/Systems/{node}[/...]`.
+fn node_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/redfish/v1/Systems/")?;
+    let node = rest.split('/').next()?;
+    (!node.is_empty()).then_some(node)
+}
+
+/// The emulator's power state of `node` now (the proxy's own read, not
+/// logged as accordd's); `None`: unreadable.
+async fn machine_on(s: &Shared, node: &str) -> Option<bool> {
+    let r = s
+        .http
+        .get(format!("{}/redfish/v1/Systems/{node}", s.upstream))
+        .timeout(std::time::Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    let v: serde_json::Value = r.json().await.ok()?;
+    Some(v["PowerState"].as_str()? == "On")
+}
+
+/// A 503 as a busy BMC answers it (a Redfish error body).
+fn unavailable() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        axum::Json(serde_json::json!({"error": {
+            "code": "Base.1.0.ServiceTemporarilyUnavailable",
+            "message": "The service is temporarily unavailable (lab chaos: 503 burst)."
+        }})),
+    )
+        .into_response()
+}
+
 async fn forward(
     State(s): State<Arc<Shared>>,
     method: Method,
@@ -193,12 +264,25 @@ async fn forward(
 ) -> Response {
     let path = uri.path().to_owned();
     let text = String::from_utf8_lossy(&body);
-    let power_on = method == Method::POST
-        && path.ends_with("/Actions/ComputerSystem.Reset")
+    let is_reset = method == Method::POST && path.ends_with("/Actions/ComputerSystem.Reset");
+    let reset_type = is_reset
+        .then(|| serde_json::from_slice::<serde_json::Value>(&body).ok())
+        .flatten()
+        .and_then(|v| v["ResetType"].as_str().map(str::to_owned));
+    let power_on = is_reset
         && ["\"On\"", "\"ForceOn\"", "\"PushPowerButton\""]
             .iter()
             .any(|t| text.contains(t));
     let dropped = power_on && s.broken.iter().any(|b| path == reset_path(b));
+    let node = node_of(&path).map(str::to_owned);
+    let verdict = if dropped {
+        Verdict::Forward
+    } else {
+        s.faults
+            .lock()
+            .expect("lock")
+            .verdict(node.as_deref(), is_reset)
+    };
     s.log.lock().expect("lock").push(Logged {
         at: Instant::now(),
         method: method.to_string(),
@@ -206,25 +290,67 @@ async fn forward(
         dropped,
         power_on,
         body: (method == Method::PATCH).then(|| text.chars().take(4096).collect()),
+        reset_type: reset_type.clone(),
+        fault: match verdict {
+            Verdict::Forward => None,
+            Verdict::Unavailable => Some("503"),
+            Verdict::Hang(_) => Some("hang"),
+        },
     });
     if dropped {
         return StatusCode::NO_CONTENT.into_response();
     }
-    if let Some(answer) = bios_answer(&s, &method, &path, &headers, &body) {
+    if verdict == Verdict::Unavailable {
+        return unavailable();
+    }
+    let answer = answer(&s, method, uri, headers, body, node, reset_type).await;
+    if let Verdict::Hang(hold) = verdict {
+        tokio::time::sleep(hold).await;
+    }
+    answer
+}
+
+/// The proxy's answer to a request it lets through: the Bios it serves,
+/// else the emulator's (a Reset noted with the machine's power state
+/// before it; a System document with its Bios link and, in a
+/// wrong-power window, the stale power state).
+async fn answer(
+    s: &Shared,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    node: Option<String>,
+    reset_type: Option<String>,
+) -> Response {
+    let path = uri.path().to_owned();
+    if let Some(answer) = bios_answer(s, &method, &path, &headers, &body) {
         return answer;
     }
+    // A Reset: the machine's power state as it arrives.
+    let was_on = match (&reset_type, &node) {
+        (Some(_), Some(n)) => machine_on(s, n).await,
+        _ => None,
+    };
+    let system_doc = method == Method::GET
+        && node
+            .as_deref()
+            .is_some_and(|n| path.trim_end_matches('/') == format!("/redfish/v1/Systems/{n}"));
     // The system whose power-on Reset this is, if any: its staged BIOS
     // settings apply once the emulator accepts the Reset.
-    let resets = power_on
-        .then(|| {
-            path.strip_prefix("/redfish/v1/Systems/")
-                .and_then(|r| r.strip_suffix("/Actions/ComputerSystem.Reset"))
-        })
-        .flatten()
-        .map(str::to_owned);
+    let resets = (reset_type
+        .as_deref()
+        .map(crate::chaos::safety::ResetDirection::of)
+        == Some(crate::chaos::safety::ResetDirection::On))
+    .then(|| {
+        path.strip_prefix("/redfish/v1/Systems/")
+            .and_then(|r| r.strip_suffix("/Actions/ComputerSystem.Reset"))
+    })
+    .flatten()
+    .map(str::to_owned);
     // A System document the proxy serves a Bios for: linked to it.
     let system = (method == Method::GET)
-        .then(|| system_of(&s, &path))
+        .then(|| system_of(s, &path))
         .flatten()
         .map(str::to_owned);
     let target = format!(
@@ -251,6 +377,19 @@ async fn forward(
             }
             let mut bytes = r.bytes().await.unwrap_or_default();
             if status.is_success() {
+                if let (Some(rt), Some(n)) = (&reset_type, &node) {
+                    let now = Instant::now();
+                    s.resets.lock().expect("lock").push(ResetReached {
+                        at: now,
+                        node: n.clone(),
+                        reset_type: rt.clone(),
+                        machine_on: was_on,
+                    });
+                    s.faults.lock().expect("lock").reset_reached(n, was_on, now);
+                }
+                if let (true, Some(n)) = (system_doc, &node) {
+                    bytes = with_power_state(s, bytes, n);
+                }
                 if let Some(node) = &resets {
                     if let Some(b) = s.bios.lock().expect("lock").get_mut(node) {
                         b.power_on();
@@ -263,6 +402,32 @@ async fn forward(
             (status, out, bytes).into_response()
         }
         Err(e) => (StatusCode::BAD_GATEWAY, format!("BMC unreachable: {e}")).into_response(),
+    }
+}
+
+/// A System document as a BMC in a wrong-power window answers it: the
+/// power state it keeps reporting in place of the emulator's.
+fn with_power_state(s: &Shared, bytes: Bytes, node: &str) -> Bytes {
+    let Ok(serde_json::Value::Object(mut doc)) =
+        serde_json::from_slice::<serde_json::Value>(&bytes)
+    else {
+        return bytes;
+    };
+    let actual = doc.get("PowerState").and_then(|p| p.as_str()) == Some("On");
+    let kept = s
+        .faults
+        .lock()
+        .expect("lock")
+        .reported_power(node, actual, Instant::now());
+    match kept {
+        Some(on) if on != actual => {
+            doc.insert(
+                "PowerState".to_owned(),
+                serde_json::Value::from(if on { "On" } else { "Off" }),
+            );
+            serde_json::to_vec(&doc).map(Bytes::from).unwrap_or(bytes)
+        }
+        _ => bytes,
     }
 }
 

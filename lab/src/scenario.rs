@@ -74,6 +74,9 @@ pub struct LabSettings {
     /// controller makes it again, unbound (Kubernetes: 300 s, the pods'
     /// default toleration). Unset: never (the lab's runs are shorter).
     pub evict_after_ms: Option<u64>,
+    /// A chaos run: faults injected on a seeded schedule
+    /// ([`crate::chaos`]); `--chaos SEED` sets or overrides it.
+    pub chaos: Option<crate::chaos::ChaosOptions>,
 }
 
 /// Recorded hardware: exactly one of `builtin` (an embedded recording),
@@ -162,6 +165,7 @@ impl Default for LabSettings {
             bios_profiles: BTreeMap::new(),
             bios: None,
             evict_after_ms: None,
+            chaos: None,
         }
     }
 }
@@ -184,6 +188,14 @@ pub struct Submission {
     pub manifests: Option<String>,
     /// ...or from a YAML file (relative to the scenario file).
     pub file: Option<PathBuf>,
+    /// The scenario's author says it can be placed (default true): in a
+    /// chaos run, a placeable submission that never binds is counted.
+    #[serde(default = "placeable_by_default")]
+    pub placeable: bool,
+}
+
+fn placeable_by_default() -> bool {
+    true
 }
 
 fn default_run_ms() -> u64 {
@@ -439,6 +451,9 @@ impl Scenario {
                     s.name
                 ));
             }
+        }
+        if let Some(c) = &self.lab.chaos {
+            problems.extend(c.problems("lab.chaos"));
         }
         if self.lab.max_s == 0 {
             problems.push("lab.max_s: must be above 0".to_owned());

@@ -71,6 +71,9 @@ pub struct Summary {
     /// them out (`agent`, `gpu-operator`); none: absent.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub mig_repartitions: BTreeMap<String, u64>,
+    /// A chaos run's faults and safety counts (absent without chaos).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chaos: Option<crate::chaos::ChaosSummary>,
 }
 
 impl Summary {
@@ -150,6 +153,9 @@ impl Summary {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
+        }
+        if let Some(c) = &self.chaos {
+            out.push_str(&c.render());
         }
         for why in &self.skipped {
             out.push_str(&format!("\nskipped: {why}"));
@@ -285,6 +291,7 @@ impl Lab {
             }
         }
         Summary {
+            chaos: None,
             mig_repartitions,
             kube_version: self.kube_version.to_string(),
             skipped: self.skipped.clone(),

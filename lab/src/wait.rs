@@ -77,8 +77,32 @@ impl Lab {
 
     /// Runs until the scenario is done and every node is idle or off (and
     /// accordd has no power action in flight); with `dark`, until every
-    /// node is off. Errors after `lab.max_s`, or if accordd exits.
+    /// node is off. In a chaos run, the fault schedule runs beside it, and
+    /// the scenario is not done before the schedule is; the summary then
+    /// has the `chaos` section. Errors after `lab.max_s`, or if accordd
+    /// exits (other than killed by the chaos).
     pub async fn run_until_idle(&self, dark: bool) -> anyhow::Result<Summary> {
+        let chaos = self.drive_chaos();
+        tokio::pin!(chaos);
+        let settled = self.settle(dark);
+        tokio::pin!(settled);
+        let mut chaos_done = false;
+        let summary = loop {
+            tokio::select! {
+                r = &mut chaos, if !chaos_done => {
+                    r?;
+                    chaos_done = true;
+                }
+                s = &mut settled => break s?,
+            }
+        };
+        let mut summary = summary;
+        summary.chaos = self.chaos_summary().await;
+        Ok(summary)
+    }
+
+    /// [`Lab::run_until_idle`]'s wait.
+    async fn settle(&self, dark: bool) -> anyhow::Result<Summary> {
         let deadline = self.started + Duration::from_secs(self.scenario.lab.max_s);
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -87,15 +111,25 @@ impl Lab {
             }
             let status = self.status().await;
             let quiet = status.as_ref().is_some_and(|s| s.open_intents.is_empty());
-            if quiet && self.scenario_done(status.as_ref()) && self.fleet_settled(dark) {
+            let chaos_done = self.chaos.as_ref().is_none_or(|c| c.done());
+            if chaos_done
+                && quiet
+                && self.scenario_done(status.as_ref())
+                && self.fleet_settled(dark)
+            {
                 let summary = self.summary(status.as_ref());
                 return Ok(summary);
             }
             if Instant::now() > deadline {
                 anyhow::bail!(
-                    "the scenario did not settle within lab.max_s = {} s ({}); {}",
+                    "the scenario did not settle within lab.max_s = {} s ({}{}); {}",
                     self.scenario.lab.max_s,
                     self.unsettled(),
+                    if self.chaos.as_ref().is_some_and(|c| !c.done()) {
+                        "; the chaos schedule is not done"
+                    } else {
+                        ""
+                    },
                     self.daemon_report()
                 );
             }

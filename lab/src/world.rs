@@ -43,7 +43,7 @@ fn agent_config(ctx: &Ctx, node: &str) -> anyhow::Result<accord_agent::run::Agen
         "[daemon]\nurl = \"{}\"\ntoken_file = {}\n[node]\nname = \"{node}\"\n\
          [discovery]\ninterval_s = 3600\nhwloc_xml = {}\n{nvml}\
          [heartbeat]\ninterval_ms = {}\n[backoff]\ninitial_ms = 200\nmax_ms = 2000\n",
-        ctx.daemon_url,
+        ctx.agent_url,
         quoted(&d.join("agent-token")),
         quoted(&rec.hwloc_xml),
         ctx.scenario.lab.heartbeat_ms
@@ -368,10 +368,17 @@ pub(super) async fn scheduler(ctx: Ctx) {
             // summary) finds its node recorded.
             let mut r = ctx.record.lock().expect("lock");
             ctx.api.apply(pod);
+            let now = Instant::now();
             r.bound.insert(
                 (b.namespace.clone(), b.pod.clone()),
-                (Instant::now(), gpus, b.node.clone()),
+                (now, gpus, b.node.clone()),
             );
+            r.bindings.push(crate::chaos::safety::BindingSpan {
+                pod: format!("{}/{}", b.namespace, b.pod),
+                node: b.node.clone(),
+                from: now,
+                until: None,
+            });
             if let Some(n) = r.nodes.get_mut(&b.node) {
                 n.used = true;
             }
@@ -507,10 +514,20 @@ fn finish(ctx: &Ctx, i: usize, name: &str) {
         if let Some((t, g, _)) = r.bound.remove(key) {
             r.used_gpu_s += now.duration_since(t).as_secs_f64() * g;
         }
+        unbound(&mut r, key, now);
     }
     r.subs[i].finished = Some(now);
     drop(r);
     say!(ctx, submission = %name, "finished: pods done and deleted");
+}
+
+/// The pod `key` (namespace, name) is no longer bound from `now` (deleted
+/// or evicted): its open binding span ends.
+fn unbound(r: &mut super::Record, key: &(String, String), now: Instant) {
+    let pod = format!("{}/{}", key.0, key.1);
+    for b in r.bindings.iter_mut().filter(|b| b.pod == pod) {
+        b.until.get_or_insert(now);
+    }
 }
 
 /// How long the scenario's clock waits for the machines on at the start
@@ -658,6 +675,7 @@ pub(super) async fn evictor(ctx: Ctx) {
             if let Some((t, g, _)) = r.bound.remove(&(ns.clone(), name.clone())) {
                 r.used_gpu_s += now.duration_since(t).as_secs_f64() * g;
             }
+            unbound(&mut r, &(ns.clone(), name.clone()), now);
             drop(r);
             say!(ctx, node = %node, pod = %format!("{ns}/{name}"), "evicted from an unreachable node; its controller makes it again");
         }

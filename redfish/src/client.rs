@@ -368,7 +368,13 @@ impl Bmc {
                     renewed = true;
                     attempt -= 1;
                 }
-                Err(mut e) if e.is_transient() && attempt < s.retry_attempts => {
+                // A POST (a Reset, an action) that may have reached the
+                // BMC is not sent again: the caller reads what it did.
+                Err(mut e)
+                    if e.is_transient()
+                        && attempt < s.retry_attempts
+                        && !(method == Method::POST && e.may_have_reached()) =>
+                {
                     let wait = backoff.next_wait();
                     warn!(bmc = %self.target.name, method = %method, path, attempt,
                           wait_ms = wait.as_millis() as u64, error = %e, "BMC request failed; retrying");

@@ -141,6 +141,19 @@ impl RedfishError {
         }
     }
 
+    /// Whether the request may have reached the BMC, and been acted on,
+    /// though no answer came back: it timed out, or the connection broke
+    /// after it was made. A request that changes something (a Reset) is
+    /// then not sent again blindly (that could be a second power-on while
+    /// the first lands): its outcome is read instead.
+    pub fn may_have_reached(&self) -> bool {
+        match self {
+            RedfishError::Timeout { .. } => true,
+            RedfishError::Connect { source, .. } => !source.is_connect(),
+            _ => false,
+        }
+    }
+
     pub(crate) fn set_attempts(&mut self, n: u32) {
         match self {
             RedfishError::Connect { attempts, .. }

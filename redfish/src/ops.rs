@@ -157,14 +157,28 @@ impl Bmc {
             .clone()
             .ok_or_else(|| self.unsupported(system, "no #ComputerSystem.Reset action".into()))?;
         info!(bmc = %self.name(), system = %system.path, reset_type, "sending Reset");
-        self.change(
-            Method::POST,
-            &target,
-            &json!({ "ResetType": reset_type }),
-            None,
-        )
-        .await?;
-        Ok(())
+        match self
+            .change(
+                Method::POST,
+                &target,
+                &json!({ "ResetType": reset_type }),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // The BMC may have taken it (the answer timed out, or the
+            // connection broke after the request went): sending it again
+            // could be a second power-on while the first lands. Every
+            // caller polls the power state next, and sends the Reset once
+            // more only if nothing changes for `resend_after`.
+            Err(e) if e.may_have_reached() => {
+                warn!(bmc = %self.name(), system = %system.path, reset_type, error = %e,
+                      "Reset sent, no answer: reading the power state rather than sending it again");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Polls until the system shows `wanted` or `timeout` passes. When

@@ -77,6 +77,35 @@ async fn server_errors_are_retried_client_errors_are_not() {
     assert_eq!(emu.count("POST"), 0);
 }
 
+/// A Reset the BMC takes but whose answer never comes in time (found by
+/// the lab's chaos run: the client retried the POST, and the machine got
+/// a second power-on while the first landed): sent once, then the power
+/// state is read until the machine shows On.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_whose_answer_times_out_is_not_sent_again() {
+    let emu = start_emulator(&fake(&["n1"]), &EmulatorOptions::default()).unwrap();
+    let proxy = start_proxy(
+        &emu.url(),
+        Faults {
+            hold_reset_answers: Duration::from_secs(5),
+            ..Default::default()
+        },
+    )
+    .await;
+    let pool = HttpPool::new(8);
+    let mut t = target("n1", &proxy.url, Some("n1"), None);
+    t.settings.request_timeout = Duration::from_millis(500);
+    let bmc = Bmc::new(t, &pool).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), bmc.power_on(false))
+        .await
+        .expect("power_on ends within 60 s (the emulator lands a power-on in 1-11 s)")
+        .unwrap();
+    assert_eq!(outcome.after, PowerState::On);
+    let reset = "POST /redfish/v1/Systems/n1/Actions/ComputerSystem.Reset";
+    assert_eq!(proxy.state.count(reset), 1, "{:#?}", proxy.state.requests());
+    assert_eq!(emu.count("POST"), 1, "{:#?}", emu.requests());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_bmc_times_out_within_its_budget() {
     let emu = start_emulator(&fake(&["n1"]), &EmulatorOptions::default()).unwrap();

@@ -474,15 +474,23 @@ impl Attempt<'_> {
     }
 
     /// Allocates a whole claim, trying each combination of constraint
-    /// values. Returns false with `self` unchanged on failure.
+    /// values (at most [`MAX_CONSTRAINT_COMBINATIONS`]). Returns false with
+    /// `self` unchanged on failure.
     fn claim(
         &mut self,
         plan: &ClaimPlan,
         extra: &[(Vec<usize>, String)],
         ctx: &mut DeviceContext<'_>,
     ) -> bool {
-        let constraints: Vec<&(Vec<usize>, String)> =
-            plan.constraints.iter().chain(extra).collect();
+        // The same constraint twice pins nothing more: once is enough (a
+        // claim repeating one 10,000 times made 2^10,000 combinations).
+        let mut seen = BTreeSet::new();
+        let constraints: Vec<&(Vec<usize>, String)> = plan
+            .constraints
+            .iter()
+            .chain(extra)
+            .filter(|c| seen.insert(*c))
+            .collect();
         let node = self.node;
         let values: Vec<Vec<&AttrValue>> = constraints
             .iter()
@@ -499,7 +507,14 @@ impl Attempt<'_> {
             return false;
         }
         let mut choice = vec![0usize; constraints.len()];
+        let mut tried = 0usize;
         loop {
+            // Combinations multiply with each constraint: past the budget
+            // the claim does not fit this node, in bounded time.
+            tried += 1;
+            if tried > MAX_CONSTRAINT_COMBINATIONS {
+                return false;
+            }
             let saved_undo = self.undo.len();
             let saved_len = self.out.len();
             let mut ok = true;
@@ -539,6 +554,12 @@ impl Attempt<'_> {
         }
     }
 }
+
+/// Combinations of `matchAttribute` values tried for one claim on one node
+/// before it is taken not to fit there: four constraints over eight values
+/// each (a node's PCIe roots), far more than real claims use (Kubernetes
+/// allows 32 constraints, whose combinations grow as a power).
+pub const MAX_CONSTRAINT_COMBINATIONS: usize = 4096;
 
 /// Allocates every device the pod needs on `node`, given what is in use.
 /// Returns the allocations and the node's device use after them.

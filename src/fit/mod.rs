@@ -24,7 +24,7 @@ pub(crate) use cel_env::FnvMap;
 pub use cel_limits::{MAX_SELECTOR_BYTES, MAX_SELECTOR_COST};
 pub use devices::{
     allocate_compiled, allocate_devices, compile_devices, DeviceAllocation, DeviceContext,
-    DeviceUse, PodDevices,
+    DeviceUse, PodDevices, MAX_CONSTRAINT_COMBINATIONS,
 };
 
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";

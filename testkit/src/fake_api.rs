@@ -3,7 +3,11 @@
 //! resourceVersion, `limit`/`continue` chunked lists, watches that replay
 //! from a resourceVersion then stream (chunked JSON lines), bookmarks, and
 //! `410 Gone` (an ERROR event with an Expired Status) for a watch from a
-//! compacted version, after which clients re-list. It serves get, create,
+//! compacted version, after which clients re-list. Faults for the lab's
+//! chaos runs: every open watch stream cut off mid-stream
+//! ([`FakeApi::drop_watches`]), history compacted so resuming watches get
+//! 410 Gone ([`FakeApi::compact`]), writes answered late
+//! ([`FakeApi::slow_writes`]). It serves get, create,
 //! replace, merge patch (also for `/status`, where they change only the
 //! status) and delete, for the resources Accord reads and writes; a
 //! `metadata.resourceVersion` in a patch or replace (of the object or its
@@ -286,6 +290,9 @@ enum Event {
     },
     /// Every open watch ends (the client reconnects).
     Close,
+    /// Every open watch's connection is cut mid-stream (an error in the
+    /// body, no clean end): a dropped watch.
+    Cut,
 }
 
 #[derive(Debug, Default)]
@@ -299,6 +306,13 @@ struct Inner {
     /// Other writers' changes, each made when the next write to its
     /// object arrives ([`FakeApi::change_before_next_write`]).
     interposed: Vec<Interposed>,
+    /// Writes still to be answered late, and how late
+    /// ([`FakeApi::slow_writes`]).
+    slow_writes: Vec<Duration>,
+    /// Writes that were answered late.
+    writes_slowed: u64,
+    /// Watches answered 410 Gone (resuming from a compacted version).
+    gone_answered: u64,
 }
 
 /// A change to one object (resource, namespace, name) that lands just
@@ -599,13 +613,49 @@ impl FakeApi {
         inner.objects[r].values().cloned().collect()
     }
 
+    /// Cuts every open watch stream mid-stream, as a dropped connection
+    /// (an API server restart, a load balancer) does: clients see an
+    /// error, reconnect from their last resourceVersion and carry on (the
+    /// history is kept). Returns the watches open at that moment.
+    pub fn drop_watches(&self) -> usize {
+        let open = self.shared.events.receiver_count();
+        let _ = self.shared.events.send(Event::Cut);
+        open
+    }
+
+    /// The next `count` writes (create, replace, patch, delete over HTTP;
+    /// not the lab's own [`FakeApi::apply`]) are each answered `delay`
+    /// late, the change made after the wait, as an overloaded API server
+    /// or etcd does.
+    pub fn slow_writes(&self, count: usize, delay: Duration) {
+        let mut inner = self.shared.inner.lock().expect("lock");
+        inner.slow_writes.extend(std::iter::repeat_n(delay, count));
+    }
+
+    /// Writes answered late so far ([`FakeApi::slow_writes`]).
+    pub fn writes_slowed(&self) -> u64 {
+        self.shared.inner.lock().expect("lock").writes_slowed
+    }
+
+    /// Watches answered 410 Gone so far (resumed from a compacted
+    /// resourceVersion).
+    pub fn gone_answered(&self) -> u64 {
+        self.shared.inner.lock().expect("lock").gone_answered
+    }
+
     /// Forgets history up to now, as etcd compaction does, and ends every
     /// open watch: clients reconnect from their last resourceVersion, get
     /// 410 Gone and must list again.
     pub fn compact(&self) {
         {
             let mut inner = self.shared.inner.lock().expect("lock");
-            inner.compacted = inner.rv + 1;
+            // Past every version a client holds (a bookmark's is the
+            // current one), and a list after it returns this version,
+            // which a watch may then start from: etcd compacts at a
+            // revision at or below the current one, so a fresh list's
+            // revision is never compacted away.
+            inner.rv += 1;
+            inner.compacted = inner.rv;
             inner.log.clear();
         }
         let _ = self.shared.events.send(Event::Close);
@@ -1021,6 +1071,22 @@ async fn handle(
     let Some(t) = route(&shared, uri.path()) else {
         return no_such_path();
     };
+    if matches!(
+        method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    ) {
+        let late = {
+            let mut inner = shared.inner.lock().expect("lock");
+            let late = (!inner.slow_writes.is_empty()).then(|| inner.slow_writes.remove(0));
+            if late.is_some() {
+                inner.writes_slowed += 1;
+            }
+            late
+        };
+        if let Some(delay) = late {
+            tokio::time::sleep(delay).await;
+        }
+    }
     let spec = shared.resources[t.resource].clone();
     let ns_key = |t: &Target| -> String {
         if spec.namespaced {
@@ -1250,8 +1316,9 @@ fn watch(
     // Subscribe before replaying, so nothing falls between.
     let mut rx = shared.events.subscribe();
     let (replay, gone, mut last) = {
-        let inner = shared.inner.lock().expect("lock");
+        let mut inner = shared.inner.lock().expect("lock");
         if from != 0 && from < inner.compacted {
+            inner.gone_answered += 1;
             (Vec::new(), true, inner.rv)
         } else {
             let replay: Vec<Bytes> = inner
@@ -1304,6 +1371,14 @@ fn watch(
                         if tx.send(Ok(event_line(kind, &object))).await.is_err() { return; }
                     }
                     Ok(Event::Close) | Err(broadcast::error::RecvError::Closed) => return,
+                    Ok(Event::Cut) => {
+                        let cut = std::io::Error::new(
+                            std::io::ErrorKind::ConnectionReset,
+                            "watch dropped (fake API fault)",
+                        );
+                        let _ = tx.send(Err(cut)).await;
+                        return;
+                    }
                     // Fell behind: end the watch; the client resumes.
                     Err(broadcast::error::RecvError::Lagged(_)) => return,
                 }
@@ -1323,6 +1398,84 @@ fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The chaos faults: a cut watch ends in an error (no clean end),
+    /// slow writes are answered late (then no longer), and after a
+    /// compaction a watch from a fresh list's version is served while one
+    /// from before gets 410 Gone.
+    #[tokio::test]
+    async fn watches_cut_slow_writes_and_compaction() {
+        let api = FakeApi::start().await;
+        let http = reqwest::Client::new();
+        let pods = format!("{}/api/v1/namespaces/a/pods", api.url);
+        let mut watch = http
+            .get(format!(
+                "{}/api/v1/pods?watch=true&resourceVersion=1",
+                api.url
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(api.drop_watches(), 1);
+        let end = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match watch.chunk().await {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => break Ok(()),
+                    Err(e) => break Err(e),
+                }
+            }
+        })
+        .await
+        .expect("the cut watch ends within 10 s");
+        assert!(end.is_err(), "a cut watch ends in an error, not cleanly");
+
+        api.slow_writes(1, Duration::from_millis(300));
+        for (name, late) in [("p1", true), ("p2", false)] {
+            let t = tokio::time::Instant::now();
+            let r = http
+                .post(&pods)
+                .body(json!({"metadata": {"name": name}}).to_string())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+            assert_eq!(t.elapsed() >= Duration::from_millis(300), late, "{name}");
+        }
+        assert_eq!(api.writes_slowed(), 1);
+
+        let old = api.resource_version();
+        api.compact();
+        let list: Value = http
+            .get(format!("{}/api/v1/pods", api.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let fresh = list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let first_line = |rv: String| {
+            let http = http.clone();
+            let url = format!("{}/api/v1/pods?watch=true&resourceVersion={rv}", api.url);
+            async move {
+                let mut r = http.get(url).send().await.unwrap();
+                tokio::time::timeout(Duration::from_millis(500), r.chunk())
+                    .await
+                    .ok()
+                    .and_then(|c| c.ok().flatten())
+            }
+        };
+        let gone = first_line(old.to_string()).await.expect("an ERROR line");
+        let gone: Value = serde_json::from_slice(&gone).unwrap();
+        assert_eq!(gone["object"]["code"], 410, "{gone}");
+        // Nothing changed since the list: no line, and no 410.
+        assert_eq!(first_line(fresh).await, None);
+        assert_eq!(api.gone_answered(), 1);
+    }
 
     #[test]
     fn versions_parse_and_print() {

@@ -2,6 +2,9 @@
 //! accord-agent, accord-daemon, accord-redfish, accord-kube or accord-api
 //! depends on this crate except as a dev-dependency.
 //!
+//! - [`hostile`]: hostile input, generated and mutated from the recorded
+//!   fixtures, and a harness running a parser on each case (no panic, no
+//!   hang, bounded memory; findings replay from a seed and case index);
 //! - [`fake_api`]: an in-repo Kubernetes API server (axum) with real
 //!   list/watch semantics;
 //! - [`sushy`]: OpenStack's `sushy-emulator --fake` and `sushy-static`
@@ -16,6 +19,7 @@
 
 pub mod daemon;
 pub mod fake_api;
+pub mod hostile;
 #[cfg(feature = "power")]
 pub mod power;
 pub mod process;

@@ -79,7 +79,19 @@ async fn main() -> anyhow::Result<()> {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures/models/x9drg-wholeio.json"),
     )?;
-    let body = format!(r#"{{"agent_version":"bench","hardware":{model}}}"#).into_bytes();
+    // Each simulated machine has its own serial: with a shared token,
+    // accordd refuses a report that identifies no machine.
+    let mut hardware: serde_json::Value = serde_json::from_str(&model)?;
+    let body_for = move |k: usize| -> Vec<u8> {
+        hardware["machine"]["serial"] = serde_json::Value::from(format!("BENCH-{k:05}"));
+        serde_json::to_vec(&serde_json::json!({"agent_version": "bench", "hardware": hardware}))
+            .expect("a JSON value serialises")
+    };
+    let bodies: Arc<Vec<Vec<u8>>> = Arc::new((0..nodes).map(body_for).collect());
+    // Each node's session (the answer to its accepted report), which its
+    // heartbeats carry.
+    let sessions: Arc<Vec<std::sync::OnceLock<String>>> =
+        Arc::new((0..nodes).map(|_| std::sync::OnceLock::new()).collect());
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()?;
@@ -89,7 +101,13 @@ async fn main() -> anyhow::Result<()> {
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..workers {
-        let (client, url, body, next) = (client.clone(), url.clone(), body.clone(), next.clone());
+        let (client, url, bodies, sessions, next) = (
+            client.clone(),
+            url.clone(),
+            bodies.clone(),
+            sessions.clone(),
+            next.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             loop {
                 let k = next.fetch_add(1, Ordering::Relaxed) as usize;
@@ -100,11 +118,16 @@ async fn main() -> anyhow::Result<()> {
                     .post(format!("{url}/v1/nodes/node-{k:05}/report"))
                     .bearer_auth("bench-token")
                     .header("content-type", "application/json")
-                    .body(body.clone())
+                    .body(bodies[k].clone())
                     .send()
                     .await
                     .expect("report sent");
                 assert!(r.status().is_success(), "report refused: {}", r.status());
+                let reply: accord_api::agent::AgentReply = r.json().await.expect("report answer");
+                let session = reply
+                    .session
+                    .expect("an accepted report is answered with a session");
+                sessions[k].set(session).expect("each node registered once");
             }
         }));
     }
@@ -122,13 +145,18 @@ async fn main() -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let (client, url, done) = (client.clone(), url.clone(), done.clone());
+        let (client, url, sessions, done) =
+            (client.clone(), url.clone(), sessions.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut k = w;
             while Instant::now() < deadline {
                 let r = client
                     .post(format!("{url}/v1/nodes/node-{:05}/heartbeat", k % nodes))
                     .bearer_auth("bench-token")
+                    .header(
+                        accord_api::agent::SESSION_HEADER,
+                        sessions[k % nodes].get().expect("registered").as_str(),
+                    )
                     .header("content-type", "application/json")
                     .body(r#"{"uptime_s":100,"gpu_health":"ok"}"#)
                     .send()

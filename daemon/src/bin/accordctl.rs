@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use accord::demand::Demand;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
@@ -475,7 +474,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let text = read(&demand)?;
             let (demand, from_manifests) = if text.trim_start().starts_with('{') {
                 (
-                    Demand::from_json(&text, &demand.display().to_string())?,
+                    accordd::parse_demand(&text, &demand.display().to_string())?,
                     None,
                 )
             } else {

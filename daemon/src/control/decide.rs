@@ -30,10 +30,13 @@ use truth::drift_text;
 
 mod bios;
 mod commands;
+mod said;
 mod truth;
 
+use crate::store::SaidKey;
 pub use bios::BiosEffects;
 pub use commands::CommandEffects;
+pub use said::SaidChanges;
 
 /// Everything one round knows about the world, gathered by *observe*.
 #[derive(Debug, Clone, Default)]
@@ -56,8 +59,13 @@ pub struct Snapshot {
     /// Pending pod → the scheduler's PodScheduled message.
     pub scheduler: BTreeMap<String, String>,
     pub provisioning: Vec<ProvisioningSeen>,
-    /// Agents heard from recently: node → Unix seconds of the last word.
+    /// Agents heard from recently: node → Unix seconds of the last word
+    /// (a report or a heartbeat).
     pub agents: BTreeMap<String, u64>,
+    /// Node → Unix seconds of its agent's last accepted hardware report:
+    /// only a report makes a node's agent up after a power-on (a
+    /// heartbeat says it is still there).
+    pub agent_reports: BTreeMap<String, u64>,
     /// BMC power readings (act mode); a node missing here could not be read.
     pub bmc: BTreeMap<String, bool>,
     /// Power actions finished since the last round.
@@ -134,6 +142,8 @@ pub struct Decision {
     pub bookings: Option<BTreeMap<String, crate::store::Booking>>,
     /// BIOS reads to make and outcomes to keep (act mode only).
     pub bios: BiosEffects,
+    /// What was said once and what no longer holds: kept in the store.
+    pub said: SaidChanges,
 }
 
 /// How the decider is set up (from `[control]`).
@@ -187,8 +197,9 @@ pub struct Decider {
     booked: BTreeMap<String, (BTreeSet<String>, u64)>,
     round: u64,
     recent: Vec<String>,
-    /// Keys of things already said (events and warnings are not repeated).
-    said: BTreeSet<String>,
+    /// Things said that still hold (events and warnings are not repeated
+    /// while they do).
+    said: said::Said,
     /// Observe mode: the Kubernetes writes it did not make.
     would_write: Vec<WouldWrite>,
     /// Node → where its agent's report differs from its declaration.
@@ -213,6 +224,12 @@ pub struct Decider {
     repair_cycles: BTreeMap<String, u32>,
     /// Nodes powered off to repair them: powered on again once Off.
     repairing: BTreeSet<String>,
+    /// Node → since when its current boot runs (its power-on asked for,
+    /// or it was last seen Off before coming on outside Accord): only an
+    /// agent report from then on makes its agent up.
+    booted_at: BTreeMap<String, u64>,
+    /// The time of the round (or start-up) under way, for `note`.
+    clock: u64,
 }
 
 impl Decider {
@@ -232,7 +249,7 @@ impl Decider {
             booked: BTreeMap::new(),
             round: 0,
             recent: Vec::new(),
-            said: BTreeSet::new(),
+            said: said::Said::default(),
             would_write: Vec::new(),
             declared_drift: BTreeMap::new(),
             scheduler_drift: BTreeMap::new(),
@@ -245,6 +262,8 @@ impl Decider {
             saved_bookings: BTreeMap::new(),
             repair_cycles: BTreeMap::new(),
             repairing: BTreeSet::new(),
+            booted_at: BTreeMap::new(),
+            clock: now,
         }
     }
 
@@ -279,6 +298,22 @@ impl Decider {
         self.saved_bookings = self.booked.clone();
     }
 
+    /// What was said before a restart and still held then (the store's):
+    /// not said again while it holds.
+    pub fn seed_said(&mut self, keys: BTreeSet<SaidKey>) {
+        self.said.seed(keys);
+    }
+
+    /// How many things said are kept (they still hold).
+    pub fn said_len(&self) -> usize {
+        self.said.len()
+    }
+
+    /// How many workloads wait for nodes powered on for them to be up.
+    pub fn waiting_len(&self) -> usize {
+        self.waiting_ready.len()
+    }
+
     /// Sets how Unhealthy nodes are repaired (default: not at all).
     pub fn set_repair(&mut self, repair: Repair) {
         self.repair = repair;
@@ -296,6 +331,7 @@ impl Decider {
     /// Intents found open at start: their nodes are on their way (the
     /// executor reconciles them before the first round).
     pub fn resume_intents(&mut self, open: &[Intent], now: u64) {
+        self.clock = now;
         for i in open {
             self.resume_bios(i);
             if let Some(life) = self.lives.get_mut(&i.node) {
@@ -311,6 +347,7 @@ impl Decider {
     /// One round.
     pub fn decide(&mut self, snap: &Snapshot) -> Decision {
         let now = snap.now;
+        self.clock = now;
         self.round += 1;
         let mut events = Vec::new();
         let mut metrics = RoundMetrics::default();
@@ -467,7 +504,7 @@ impl Decider {
         } else {
             for a in &plan.actions {
                 self.say_once(
-                    format!("observe {a:?}"),
+                    SaidKey::new(said::OBSERVE, a.node(), format!("{a:?}")),
                     format!("observe mode: would {}", describe(a)),
                 );
             }
@@ -527,6 +564,7 @@ impl Decider {
         };
         let status = self.status(snap, &plan, workloads, metrics.planner_seconds);
         let (lives_changed, bookings) = self.state_changes();
+        let said = self.said.end_round();
         Decision {
             power: if act { power } else { Vec::new() },
             events,
@@ -540,6 +578,7 @@ impl Decider {
             bios: bios_effects,
             lives_changed,
             bookings,
+            said,
         }
     }
 
@@ -631,15 +670,28 @@ impl Decider {
         let observe_mode = self.settings.mode == Mode::Observe;
         let names: Vec<String> = self.lives.keys().cloned().collect();
         for name in &names {
-            let since = self.lives[name].since;
+            let (stage, since) = (self.lives[name].stage, self.lives[name].since);
             let kube_ready = snap.kube_ready.get(name).copied().unwrap_or(false);
             let heard = snap.agents.get(name);
-            // The agent counts once it is heard from after the node's
-            // current stage began (a report from before a power-off does
-            // not); observe mode has no power-on to date it from.
+            // Since when this boot runs: a node Off now would boot from
+            // then on.
+            let booted = match stage {
+                Stage::Off => since,
+                Stage::PoweringOn | Stage::Booting => {
+                    self.booted_at.get(name).copied().unwrap_or(since)
+                }
+                _ => self.booted_at.get(name).copied().unwrap_or(0),
+            };
+            // The agent counts once it has reported (a heartbeat is not
+            // enough: only a report proves the machine) since this boot,
+            // and is heard from since the node's current stage began (a
+            // word from before a power-off does not count); observe mode
+            // has no power-on to date it from.
             // A node whose BIOS profile did not take stays Failed while
             // it runs: its coming up does not make it usable.
-            let agent_up = (heard.is_some_and(|at| *at >= since)
+            let reported = snap.agent_reports.get(name);
+            let agent_up = ((heard.is_some_and(|at| *at >= since)
+                && reported.is_some_and(|at| *at >= booted))
                 || (observe_mode && heard.is_some()))
                 && !self.bios_holds(name)
                 && !self.commands.holds_node(name);
@@ -661,6 +713,11 @@ impl Decider {
                 snap.now,
                 &self.settings.deadlines,
             );
+            if t.first().is_some_and(|t| t.from == Stage::Off) {
+                // Came on outside Accord: this boot began after it was
+                // last seen Off.
+                self.booted_at.insert(name.clone(), booted);
+            }
             self.note(name, &t);
             if t.iter().any(|t| t.to == Stage::Failed) {
                 events.push(Event {
@@ -867,7 +924,7 @@ impl Decider {
             };
             if let Some(why) = skip {
                 self.say_once(
-                    format!("repair skipped {node} {why}"),
+                    SaidKey::new(said::REPAIR_SKIPPED, &node, why.clone()),
                     format!("node {node}: unhealthy, not repaired: {why}"),
                 );
                 continue;
@@ -985,7 +1042,19 @@ impl Decider {
                     .insert(node.to_owned());
             }
         }
+        // A workload no longer pending (bound or gone), or one a node of
+        // which failed (its demand is planned again: new power-ons wait
+        // afresh), waits no more.
         let lives = &self.lives;
+        let pending_since = &self.pending_since;
+        self.waiting_ready.retain(|w, nodes| {
+            pending_since.contains_key(w)
+                && nodes.iter().all(|n| {
+                    lives
+                        .get(n)
+                        .is_some_and(|l| !matches!(l.stage, Stage::Failed | Stage::Unhealthy))
+                })
+        });
         let ready: Vec<String> = self
             .waiting_ready
             .iter()
@@ -1069,7 +1138,7 @@ impl Decider {
             }
             let reason = w.reason.clone().unwrap_or_default();
             let first = self.say_once(
-                format!("cannot {} {reason}", w.workload),
+                SaidKey::new(said::CANNOT_PLACE, &w.workload, reason.clone()),
                 format!("workload {}: cannot place: {reason}", w.workload),
             );
             // Only an object the API server serves can carry an event.
@@ -1150,6 +1219,9 @@ impl Decider {
 
     fn note(&mut self, node: &str, transitions: &[Transition]) {
         for t in transitions {
+            if t.to == Stage::PoweringOn {
+                self.booted_at.insert(node.to_owned(), self.clock);
+            }
             let line = format!("{node}: {:?} → {:?} ({})", t.from, t.to, t.reason);
             if t.to == Stage::Failed {
                 warn!(node, from = ?t.from, reason = %t.reason, "node failed");
@@ -1162,9 +1234,9 @@ impl Decider {
         self.recent.drain(..excess);
     }
 
-    /// Logs `line` the first time `key` is seen; true then.
-    fn say_once(&mut self, key: String, line: String) -> bool {
-        let first = self.said.insert(key);
+    /// Logs `line` the first time `key` holds (again); true then.
+    fn say_once(&mut self, key: SaidKey, line: String) -> bool {
+        let first = self.said.once(key);
         if first {
             info!("{line}");
         }

@@ -57,16 +57,23 @@ impl Observer {
         let mut snap = kube_snapshot(&self.watch, &self.options, &nodes);
         snap.now = now;
         snap.mono = mono;
-        snap.agents = match self.shared.store.last_seen() {
-            Ok(seen) => seen
-                .into_iter()
-                .filter(|(_, at)| !crate::store::stale(*at, now, self.stale_after_s))
-                .collect(),
+        match self.shared.store.agents_seen() {
+            Ok(seen) => {
+                // Heard from (a report or a heartbeat) within the stale
+                // time; and when each last reported (only a report makes
+                // an agent up after a power-on; 0: before the store kept
+                // it, which counts for no power-on).
+                for (node, a) in seen {
+                    snap.agent_reports.insert(node.clone(), a.last_report);
+                    if !crate::store::stale(a.last_seen, now, self.stale_after_s) {
+                        snap.agents.insert(node, a.last_seen);
+                    }
+                }
+            }
             Err(e) => {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot read agents from the store");
-                BTreeMap::new()
             }
-        };
+        }
         snap.bmc = bmc.clone();
         snap.executed = executed;
         snap.open_intents = open_intents;

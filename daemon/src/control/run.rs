@@ -80,7 +80,17 @@ pub struct Controller {
     started: Instant,
     /// The mig-parted configs file (`gpu-operator` MIG mode).
     mig_parted_config: std::path::PathBuf,
+    /// When closed intents were last pruned from the journal.
+    journal_pruned_at: Option<u64>,
 }
+
+/// Closed intents are kept this long (`accordctl status` history, an
+/// admin's look back after an incident)...
+const JOURNAL_KEEP_S: u64 = 7 * 24 * 3600;
+/// ...and at most this many of them, newest first.
+const JOURNAL_KEEP_AT_MOST: usize = 10_000;
+/// How often the journal is pruned (a scan of the closed intents).
+const JOURNAL_PRUNE_EVERY_S: u64 = 3600;
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -160,6 +170,21 @@ impl Controller {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept scheduler views; nodes that are off are planned with their models")
             }
         }
+        // What was said and still held: not said again.
+        match shared.store.said() {
+            Ok((said, unreadable)) => {
+                if unreadable > 0 {
+                    warn!(
+                        unreadable,
+                        "kept said-once keys that cannot be read are dropped (at worst said again)"
+                    );
+                }
+                decider.seed_said(said);
+            }
+            Err(e) => {
+                warn!(error = %accord::config_file::error_chain(&e), "cannot read what was said before the restart; some events may be said again")
+            }
+        }
         bios::seed(&shared, &mut decider);
         let mig_parted_config = control.mig_parted_config.clone();
         Ok(Controller {
@@ -180,6 +205,7 @@ impl Controller {
             in_flight: JoinSet::new(),
             started: Instant::now(),
             mig_parted_config,
+            journal_pruned_at: None,
         })
     }
 
@@ -223,10 +249,13 @@ impl Controller {
         let mut bmc_read = polling.is_none();
         tasks.extend(polling);
         info!(mode = ?self.config.mode, nodes = self.decider.fleet().nodes.len(), "control loop starting");
-        // Reconcile the journal with the BMCs before anything new is
-        // planned: an intent sent before a crash is verified, not resent.
+        // Reconcile the journal with the BMCs: an intent sent before a
+        // crash is verified, not resent. In the background: a Reset that
+        // never shows waits `resend_after` and its power timeout, and the
+        // rest of the fleet is planned meanwhile (the decider holds the
+        // intents' nodes as in flight).
         if let Some(ex) = self.executor.clone() {
-            self.resume(&ex).await;
+            self.resume(&ex, &tx);
         }
         // Wait for the first lists, but not for good: a kind the server
         // serves and still refuses to list (RBAC, a broken conversion
@@ -340,7 +369,7 @@ impl Controller {
         }
     }
 
-    async fn resume(&mut self, ex: &Arc<Executor<RedfishPower>>) {
+    fn resume(&mut self, ex: &Arc<Executor<RedfishPower>>, tx: &mpsc::Sender<Wake>) {
         let open = match ex.journal().open_intents() {
             Ok(o) => o,
             Err(e) => {
@@ -354,15 +383,21 @@ impl Controller {
         let now = (self.shared.now)();
         info!(
             intents = open.len(),
-            "reconciling open intents with the BMCs before planning"
+            "reconciling open intents with the BMCs (in the background)"
         );
         self.decider.resume_intents(&open, now);
-        match ex.resume(now).await {
-            Ok(done) => self.executed.extend(done),
-            Err(e) => {
-                warn!(error = %accord::config_file::error_chain(&e), "journal reconcile failed")
+        let (ex, tx) = (ex.clone(), tx.clone());
+        self.in_flight.spawn(async move {
+            match ex.resume(now).await {
+                Ok(done) if done.is_empty() => {}
+                Ok(done) => {
+                    let _ = tx.send(Wake::Executed(done)).await;
+                }
+                Err(e) => {
+                    warn!(error = %accord::config_file::error_chain(&e), "journal reconcile failed; tried again next round")
+                }
             }
-        }
+        });
     }
 
     /// Observe, then decide.
@@ -392,6 +427,7 @@ impl Controller {
 
     /// Power first, then the status, then Kubernetes, then metrics.
     async fn effect(&mut self, d: Decision, tx: &mpsc::Sender<Wake>) {
+        let round_at = d.status.at;
         if let (Some(ex), false) = (self.executor.clone(), d.power.is_empty()) {
             let tx = tx.clone();
             let now = d.status.at;
@@ -407,6 +443,7 @@ impl Controller {
                 }
             });
         }
+        self.retry_intents(&d, tx);
         self.bios_effect(&d.bios, tx);
         // Reap what finished (their results came as wake-ups).
         while let Some(done) = self.in_flight.try_join_next() {
@@ -421,6 +458,9 @@ impl Controller {
             if let Err(e) = shared.store.put_bookings(b) {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot keep the bookings");
             }
+        }
+        if let Err(e) = shared.store.put_said(&d.said.added, &d.said.removed) {
+            warn!(error = %accord::config_file::error_chain(&e), "cannot keep what was said once; after a restart it may be said again");
         }
         for (node, view) in &d.views_changed {
             if let Err(e) = shared.store.put_scheduler_view(node, view) {
@@ -437,6 +477,72 @@ impl Controller {
             })
             .await;
         shared.metrics.record_round(&d.metrics);
+        self.prune_journal(round_at);
+    }
+
+    /// Closed intents older than `JOURNAL_KEEP_S`, or beyond the newest
+    /// `JOURNAL_KEEP_AT_MOST`, are removed, at most once an hour: the
+    /// store does not grow with every power action for good.
+    fn prune_journal(&mut self, now: u64) {
+        let Some(ex) = &self.executor else {
+            return;
+        };
+        if self
+            .journal_pruned_at
+            .is_some_and(|at| now.saturating_sub(at) < JOURNAL_PRUNE_EVERY_S)
+        {
+            return;
+        }
+        self.journal_pruned_at = Some(now);
+        match ex
+            .journal()
+            .prune_closed(now, JOURNAL_KEEP_S, JOURNAL_KEEP_AT_MOST)
+        {
+            Ok(0) => {}
+            Ok(removed) => info!(removed, "closed intents pruned from the journal"),
+            Err(e) => {
+                warn!(error = %accord::config_file::error_chain(&e), "cannot prune the journal; tried again in an hour")
+            }
+        }
+    }
+
+    /// Open intents whose node's BMC the poller can read now (left open
+    /// at start because it could not, or by a journal write that failed)
+    /// are reconciled in the background as at start: reached → closed,
+    /// sent → verified, planned → sent. Never one of a node with an intent
+    /// in flight in this process (the executor's claims), nor of a node
+    /// this round powers on or off (its own intent goes first).
+    fn retry_intents(&mut self, d: &Decision, tx: &mpsc::Sender<Wake>) {
+        let Some(ex) = self.executor.clone() else {
+            return;
+        };
+        let acted: BTreeSet<&str> = d.power.iter().map(|a| a.node()).collect();
+        let readable: BTreeSet<String> = self
+            .open_intents
+            .iter()
+            .filter(|i| {
+                self.bmc.contains_key(&i.node)
+                    && !acted.contains(i.node.as_str())
+                    && !ex.is_busy(&i.node)
+            })
+            .map(|i| i.node.clone())
+            .collect();
+        if readable.is_empty() {
+            return;
+        }
+        let tx = tx.clone();
+        let now = d.status.at;
+        self.in_flight.spawn(async move {
+            match ex.retry_open(&readable, now).await {
+                Ok(done) if done.is_empty() => {}
+                Ok(done) => {
+                    let _ = tx.send(Wake::Executed(done)).await;
+                }
+                Err(e) => {
+                    warn!(error = %accord::config_file::error_chain(&e), "cannot reconcile open intents with the journal; tried again next round");
+                }
+            }
+        });
     }
 
     /// Agent commands: journaled (flushed) before any agent can be handed

@@ -38,6 +38,10 @@ pub struct Faults {
     pub reset_task_polls: Option<usize>,
     /// How the task ends: `Completed`, or `Exception` with a message.
     pub reset_task_fails: bool,
+    /// Resets are forwarded (the machine takes them) and their answer
+    /// then held this long: past the client's timeout, it cannot tell
+    /// whether they took.
+    pub hold_reset_answers: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -136,6 +140,7 @@ async fn handle(
         .unwrap()
         .requests
         .push(format!("{method} {path} {body_text}").trim_end().to_owned());
+    let hold = st.faults.lock().unwrap().hold_reset_answers;
     let (delay, fail, swallow, sessions, task) = {
         let mut f = st.faults.lock().unwrap();
         let fail = match &f.fail_path {
@@ -267,6 +272,9 @@ async fn handle(
         Ok(resp) => {
             let status = StatusCode::from_u16(resp.status().as_u16()).unwrap();
             let bytes = resp.bytes().await.unwrap_or_default();
+            if method == Method::POST && path.ends_with("ComputerSystem.Reset") {
+                tokio::time::sleep(hold).await;
+            }
             let mut body: Vec<u8> = bytes.to_vec();
             if sessions.is_some() && path.trim_end_matches('/') == "/redfish/v1" {
                 // Advertise the sessions this proxy adds.

@@ -11,7 +11,8 @@ use accord::truth::{Drift, DriftKind, Publication, SchedulerView};
 use accord_api::control::ModelSource;
 use tracing::{info, warn};
 
-use super::{node_ref, Decider, Event, Snapshot};
+use super::{node_ref, said, Decider, Event, Snapshot};
+use crate::store::SaidKey;
 
 impl Decider {
     /// Agents' new reports: each node is planned with its reported model
@@ -29,7 +30,7 @@ impl Decider {
         for (node, hw) in reports {
             let Some(mut drift) = self.fleet.apply_report(node, hw) else {
                 self.say_once(
-                    format!("unknown node {node}"),
+                    SaidKey::new(said::UNKNOWN_NODE, node, ""),
                     format!("node {node}: its agent reports, but the fleet file does not declare it; not planned with"),
                 );
                 continue;
@@ -91,12 +92,18 @@ impl Decider {
         events: &mut Vec<Event>,
     ) {
         for (node, d) in drift {
-            if d.is_empty() || self.scheduler_drift.get(node) == Some(d) {
+            if d.is_empty() {
                 continue;
             }
             let text = drift_text(d);
+            let key = SaidKey::new(said::SCHEDULER_DRIFT, node, text.clone());
+            if self.scheduler_drift.get(node) == Some(d) {
+                // Still so: kept, not said again.
+                self.said.hold(key);
+                continue;
+            }
             if self.say_once(
-                format!("scheduler drift {node} {text}"),
+                key,
                 format!("node {node}: the scheduler's view differs from the model: {text}; planned with the scheduler's"),
             ) {
                 events.push(Event {
