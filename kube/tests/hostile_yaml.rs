@@ -21,7 +21,7 @@ fn deep_flow_nesting_is_refused_at_once_with_where() {
             .unwrap_err()
             .to_string();
         assert!(
-            started.elapsed() < Duration::from_secs(2),
+            started.elapsed() < Duration::from_secs(10),
             "{:?}",
             started.elapsed()
         );

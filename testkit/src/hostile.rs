@@ -907,7 +907,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            deadline: Duration::from_secs(5),
+            deadline: Duration::from_secs(10),
             max_bytes: 256 << 20,
             hard_cap: 2 << 30,
             stack: 2 << 20,

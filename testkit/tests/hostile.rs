@@ -20,9 +20,13 @@ fn json_target(parse: impl Fn(&[u8]) -> Result<(), String> + Send + Sync + 'stat
     Target::new("test", Dialect::Json, vec![JSON.as_bytes().to_vec()], parse)
 }
 
+/// Limits for the harness's own tests. The deadline is generous: a case
+/// that panics captures and symbolises a backtrace (RUST_BACKTRACE in CI),
+/// which takes seconds in a debug build on a loaded machine; only the hang
+/// test uses a short one.
 fn quick() -> Limits {
     Limits {
-        deadline: Duration::from_millis(300),
+        deadline: Duration::from_secs(30),
         max_bytes: 16 << 20,
         hard_cap: 512 << 20,
         ..Limits::default()
@@ -58,7 +62,13 @@ fn a_hanging_parser_is_a_hang_and_the_run_stops() {
         std::thread::sleep(Duration::from_secs(3));
         Ok(())
     });
-    let s = run(&t, 1, 0..10, &quick(), None);
+    // The parser sleeps 3 s: past a 500 ms deadline however loaded the
+    // machine is.
+    let limits = Limits {
+        deadline: Duration::from_millis(500),
+        ..quick()
+    };
+    let s = run(&t, 1, 0..10, &limits, None);
     assert_eq!(s.cases, 1, "a run stops at its first hang");
     assert!(matches!(s.findings[0].problem, Problem::Hang(_)));
 }
