@@ -1,8 +1,10 @@
 //! The intent journal: every BMC action is written here, and flushed,
 //! before the BMC is called, and marked done after it is verified. On
-//! start, open intents are reconciled with the real power state before
-//! anything new is planned, so an intent is neither sent twice nor
-//! forgotten across a crash. The control loop's executor writes it.
+//! start (in the background, their nodes held as in flight) and then in
+//! any round whose BMC reading allows it, open intents are reconciled with
+//! the real power state, so an intent is neither sent twice nor forgotten
+//! across a crash. The control loop's executor writes it; closed intents
+//! are pruned after a while (`prune_closed`).
 
 use crate::store_error::{io, StoreError};
 
