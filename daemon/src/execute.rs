@@ -2,7 +2,8 @@
 //! journal (flushed) before the BMC is called, is marked sent, then done or
 //! failed after verification; power-ons run wave by wave (a rack's
 //! concurrent power-on limit). At start, [`Executor::resume`] reconciles
-//! open intents with the BMCs before anything new runs: an intent sent
+//! open intents with the BMCs (the loop runs it in the background, their
+//! nodes held as in flight): an intent sent
 //! before a crash is only verified (no second Reset while it lands), one
 //! never sent is sent, one already reached is closed. One whose BMC could
 //! not be read stays open and is reconciled the same way by
@@ -395,8 +396,8 @@ impl<P: PowerControl + 'static> Executor<P> {
         })
     }
 
-    /// Reconciles every open intent with the BMCs (call at start, before
-    /// planning). Unreadable BMCs leave their intents open (for
+    /// Reconciles every open intent with the BMCs (called at start; the
+    /// loop plans meanwhile, holding their nodes as in flight). Unreadable BMCs leave their intents open (for
     /// [`Executor::retry_open`]).
     pub async fn resume(&self, now: u64) -> Result<Vec<Executed>, StoreError> {
         self.reconcile_open(|_| true, now).await
