@@ -11,15 +11,26 @@
 //! last accepted report with (the client keeps it); a heartbeat refused
 //! for it (403: a shared token, and no session or an old one) is
 //! answered by reporting again.
+//!
+//! With accordd's replicas (`daemon.urls`) the agent reports to each one,
+//! independently: every URL has its own loop (a task) with all of the
+//! above its own (backoff, outage, what that accordd acknowledged, its
+//! session, its commands' generations), so that a replica down or slow
+//! holds up no other. The machine is one: discovery runs once for all
+//! (and tells every loop the new model), and a command from any replica
+//! is carried out with the machine to itself, its model after it the
+//! current one for every loop.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use accord::hardware::NodeHardware;
-use accord_api::agent::{AgentReply, CommandOutcome};
+use accord_api::agent::{AgentCommand, AgentReply, CommandOutcome};
 use accord_api::ClientError;
 use serde::Deserialize;
-use tracing::{info, warn};
+use tokio::sync::watch;
+use tracing::{info, warn, Instrument};
 
 use crate::command::{Commands, MigBackend};
 use crate::mig::replay::ReplayedGpus;
@@ -60,15 +71,25 @@ pub struct MigSection {
     pub allow_gpu_reset: bool,
 }
 
+/// accordd: one (`url`) or its replicas (`urls`), exactly one of the two;
+/// the token and the CA apply to every URL.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DaemonSection {
-    pub url: String,
+    /// accordd's API, one daemon.
+    pub url: Option<String>,
+    /// accordd's replicas (high availability): each keeps its own copy of
+    /// the hardware model, so the agent reports to every one of them,
+    /// independently. At most [`MAX_DAEMON_URLS`].
+    pub urls: Option<Vec<String>>,
     pub token_file: PathBuf,
-    /// PEM CA certificate to trust for an https `url` (a private CA);
+    /// PEM CA certificate to trust for an https URL (a private CA);
     /// the system's roots are always trusted.
     pub ca_file: Option<PathBuf>,
 }
+
+/// The most accordd URLs (`daemon.urls`) an agent reports to.
+pub const MAX_DAEMON_URLS: usize = 16;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -166,13 +187,7 @@ impl AgentConfig {
     /// Every problem, each naming its key.
     pub fn validate(&self) -> Vec<String> {
         use std::os::unix::fs::PermissionsExt;
-        let mut problems = Vec::new();
-        if !(self.daemon.url.starts_with("http://") || self.daemon.url.starts_with("https://")) {
-            problems.push(format!(
-                "daemon.url: {:?} is not an http(s) URL",
-                self.daemon.url
-            ));
-        }
+        let mut problems = self.daemon_url_problems();
         match std::fs::metadata(&self.daemon.token_file) {
             Err(e) => problems.push(format!(
                 "daemon.token_file: {}: {e}",
@@ -211,6 +226,75 @@ impl AgentConfig {
                 "discovery: a recorded NVML view needs the recorded topology (hwloc_xml) too"
                     .to_owned(),
             );
+        }
+        problems
+    }
+
+    /// The accordd URLs this agent reports to: `daemon.url`, or every
+    /// one of `daemon.urls` (both, in a configuration that sets both;
+    /// [`AgentConfig::validate`] refuses that).
+    pub fn daemon_urls(&self) -> Vec<&str> {
+        self.daemon
+            .url
+            .iter()
+            .chain(self.daemon.urls.iter().flatten())
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// What is wrong with `daemon.url` and `daemon.urls`, each problem
+    /// naming its key (pure: no file is read).
+    fn daemon_url_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let http = |u: &str| u.starts_with("http://") || u.starts_with("https://");
+        match (&self.daemon.url, &self.daemon.urls) {
+            (Some(_), Some(_)) => problems.push(
+                "daemon.urls: set either daemon.url (one accordd) or daemon.urls (its replicas), not both"
+                    .to_owned(),
+            ),
+            (None, None) => problems.push(
+                "daemon.url: missing; set daemon.url (one accordd) or daemon.urls (its replicas)"
+                    .to_owned(),
+            ),
+            _ => {}
+        }
+        if let Some(url) = &self.daemon.url {
+            if !http(url) {
+                problems.push(format!("daemon.url: {url:?} is not an http(s) URL"));
+            }
+        }
+        if let Some(urls) = &self.daemon.urls {
+            if urls.is_empty() {
+                problems.push("daemon.urls: empty; list at least one accordd URL".to_owned());
+            }
+            if urls.len() > MAX_DAEMON_URLS {
+                // Each entry is not checked then: a list of a million
+                // would be a million problems.
+                problems.push(format!(
+                    "daemon.urls: {} URLs; at most {MAX_DAEMON_URLS}",
+                    urls.len()
+                ));
+                return problems;
+            }
+            // The same daemon twice (spelt alike once parsed: the host in
+            // any case, a default port, a trailing slash).
+            let same = |u: &str| match reqwest::Url::parse(u) {
+                Ok(p) => p.as_str().trim_end_matches('/').to_owned(),
+                Err(_) => u.to_owned(),
+            };
+            let mut seen: Vec<String> = Vec::with_capacity(urls.len());
+            for (i, url) in urls.iter().enumerate() {
+                if !http(url) {
+                    problems.push(format!("daemon.urls[{i}]: {url:?} is not an http(s) URL"));
+                }
+                let key = same(url);
+                if let Some(first) = seen.iter().position(|k| *k == key) {
+                    problems.push(format!(
+                        "daemon.urls[{i}]: {url:?} repeats daemon.urls[{first}]; list each accordd once"
+                    ));
+                }
+                seen.push(key);
+            }
         }
         problems
     }
@@ -362,8 +446,9 @@ fn node_name(
     Ok(name)
 }
 
-/// Runs until `shutdown` resolves. Errors only for a token it cannot read
-/// and a node name that is not a Kubernetes node name.
+/// Runs until `shutdown` resolves. Errors only for a token it cannot read,
+/// a node name that is not a Kubernetes node name and a configuration
+/// without a valid set of accordd URLs.
 pub async fn run(
     config: AgentConfig,
     shutdown: impl std::future::Future<Output = ()>,
@@ -371,24 +456,86 @@ pub async fn run(
     run_with(config, None, shutdown).await
 }
 
+/// What every accordd's loop shares: the machine (its MIG backend, one
+/// command or discovery at a time) and the model last discovered.
+struct Machine {
+    config: AgentConfig,
+    backend: MigBackend,
+    /// Held while a command is carried out or the machine discovered: a
+    /// model published is never older than a command carried out before.
+    busy: tokio::sync::Mutex<()>,
+    /// The current model (`None` until a discovery works); every loop
+    /// reports it to its accordd when it differs from what that accordd
+    /// acknowledged.
+    model: watch::Sender<Option<NodeHardware>>,
+    started: std::time::Instant,
+}
+
+impl Machine {
+    /// Discovers the machine again; a model found becomes the current one.
+    async fn rediscover(&self) {
+        let _busy = self.busy.lock().await;
+        if let Some(hw) = discover(&self.config, &self.backend).await {
+            self.model.send_replace(Some(hw));
+        }
+    }
+
+    /// Hands `cmd` to `commands` (one accordd's bookkeeping) with the
+    /// machine to itself; the model after a command carried out becomes
+    /// the current one, for every accordd. `false`: stopped first.
+    async fn command(
+        &self,
+        commands: &mut Commands,
+        cmd: AgentCommand,
+        in_heartbeat: bool,
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let _busy = tokio::select! {
+            busy = self.busy.lock() => busy,
+            () = stopping(stop) => return false,
+        };
+        if let Some(hw) = commands
+            .receive(cmd, in_heartbeat, &self.backend, &self.config)
+            .await
+        {
+            self.model.send_replace(Some(hw));
+        }
+        true
+    }
+}
+
+/// Resolves once the agent stops (told to, or its `run_with` gone).
+async fn stopping(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
 /// [`run`], replaying its recorded topology with the GPUs `gpus` (the
 /// lab's handle on the machine, which its kubelet stand-in watches)
 /// instead of a twin of the recorded snapshot: MIG commands change `gpus`,
 /// discovery reads them. `None`: as [`run`]. Errors also for `gpus`
 /// without `discovery.hwloc_xml`.
+///
+/// Each accordd URL has its own loop (a task): its reports, heartbeats,
+/// backoff, outage, session and commands' bookkeeping, so that one
+/// accordd down or slow holds up no other. Discovery (the interval,
+/// SIGHUP) runs once for all of them, and so does each command: the
+/// machine is one.
 pub async fn run_with(
     config: AgentConfig,
     gpus: Option<ReplayedGpus>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
+    if let Some(problem) = config.daemon_url_problems().into_iter().next() {
+        anyhow::bail!("{problem}");
+    }
     let backend = mig_backend(&config, gpus)?;
     let token = std::fs::read_to_string(&config.daemon.token_file)
         .with_context(|| format!("daemon.token_file: {}", config.daemon.token_file.display()))?
         .trim()
         .to_owned();
     let started = std::time::Instant::now();
-    let mut current = discover(&config, &backend).await;
+    let current = discover(&config, &backend).await;
     let ca_pem = match &config.daemon.ca_file {
         Some(ca) => Some((
             ca.display().to_string(),
@@ -396,45 +543,126 @@ pub async fn run_with(
         )),
         None => None,
     };
-    let client = Client {
-        api: accord_api::Client::new(
-            &config.daemon.url,
+    let node = node_name(&config, current.as_ref())
+        .context("this host's node name (set node.name in the agent's configuration)")?;
+    // One client per accordd: each keeps its own agent session.
+    let mut clients = Vec::new();
+    for url in config.daemon_urls() {
+        let api = accord_api::Client::new(
+            url,
             &token,
             accord_api::client::ClientOptions {
-                ca_pem,
+                ca_pem: ca_pem.clone(),
                 timeout: Duration::from_secs(30),
             },
-        )?,
-        node: node_name(&config, current.as_ref())
-            .context("this host's node name (set node.name in the agent's configuration)")?,
-    };
+        )
+        .with_context(|| format!("accordd at {url}"))?;
+        clients.push((
+            url.to_owned(),
+            Client {
+                api,
+                node: node.clone(),
+            },
+        ));
+    }
     let seed = std::process::id() as u64 ^ (started.elapsed().as_nanos() as u64).rotate_left(17);
-    let mut backoff = Backoff::new(config.backoff.initial_ms, config.backoff.max_ms, seed);
-    let mut reported: Option<NodeHardware> = None;
-    let mut commands = Commands::default();
-    let mut heartbeat = tokio::time::interval(Duration::from_millis(config.heartbeat.interval_ms));
     let mut rediscover = tokio::time::interval(Duration::from_secs(config.discovery.interval_s));
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     rediscover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     rediscover.tick().await; // the first tick is now; discovery just ran
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     // systemd (Type=notify): the configuration is valid, discovery has run
-    // and SIGHUP is handled; reaching accordd is the loop's business.
+    // and SIGHUP is handled; reaching accordd is the loops' business.
     if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
         warn!(error = %e, "cannot tell systemd the agent is ready");
     }
-    let mut outage = false;
+    let machine = Arc::new(Machine {
+        config,
+        backend,
+        busy: tokio::sync::Mutex::new(()),
+        model: watch::channel(current).0,
+        started,
+    });
+    let daemons = clients.len();
+    // Told to stop, or dropped with this future (the loops too: a JoinSet
+    // dropped aborts its tasks).
+    let (stop, stop_rx) = watch::channel(false);
+    let mut loops = tokio::task::JoinSet::new();
+    for (i, (url, client)) in clients.into_iter().enumerate() {
+        // Each its own jitter.
+        let seed = seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let span = tracing::info_span!("report", daemon = %url);
+        loops.spawn(report_loop(machine.clone(), client, seed, stop_rx.clone()).instrument(span));
+    }
+    drop(stop_rx);
+    info!(node = %node, daemons, "agent running");
     tokio::pin!(shutdown);
-    info!(node = %client.node, daemon = %client.api.base(), "agent running");
+    let told = loop {
+        tokio::select! {
+            () = &mut shutdown => break Ok(()),
+            // A loop ends only when told to stop: this one panicked.
+            Some(ended) = loops.join_next() => break Err(ended),
+            _ = rediscover.tick() => {
+                tokio::select! {
+                    () = machine.rediscover() => {}
+                    () = &mut shutdown => break Ok(()),
+                }
+            }
+            _ = hangup.recv() => {
+                info!("SIGHUP: discovering again");
+                tokio::select! {
+                    () = machine.rediscover() => {}
+                    () = &mut shutdown => break Ok(()),
+                }
+            }
+        }
+    };
+    let _ = stop.send(true);
+    let mut ended = told.err().into_iter().collect::<Vec<_>>();
+    while let Some(e) = loops.join_next().await {
+        ended.push(e);
+    }
+    for e in ended {
+        if let Err(e) = e {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
+            }
+            anyhow::bail!("an accordd's loop failed: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// One accordd: reports the current model when it differs from what this
+/// accordd acknowledged (or a command's outcome has not reached it),
+/// heartbeats, rides out its outages with its own backoff and carries out
+/// its commands (once per generation of its store). Returns once `stop`
+/// says so; every line it logs is in the span naming its `daemon`.
+async fn report_loop(
+    machine: Arc<Machine>,
+    client: Client,
+    seed: u64,
+    mut stop: watch::Receiver<bool>,
+) {
+    let config = &machine.config;
+    let mut model = machine.model.subscribe();
+    let mut backoff = Backoff::new(config.backoff.initial_ms, config.backoff.max_ms, seed);
+    let mut reported: Option<NodeHardware> = None;
+    let mut commands = Commands::default();
+    let mut heartbeat = tokio::time::interval(Duration::from_millis(config.heartbeat.interval_ms));
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut outage = false;
+    info!(node = %client.node, "reporting to accordd");
     loop {
         // Report when the model differs from what the daemon acknowledged,
         // or a command's outcome has not reached it.
         let outcome = commands.to_send().cloned();
-        if let Some(hw) = current
-            .clone()
-            .filter(|hw| reported.as_ref() != Some(hw) || outcome.is_some())
-        {
-            match client.report(&hw, outcome.as_ref()).await {
+        let current = model.borrow_and_update().clone();
+        if let Some(hw) = current.filter(|hw| reported.as_ref() != Some(hw) || outcome.is_some()) {
+            let sent = tokio::select! {
+                sent = client.report(&hw, outcome.as_ref()) => sent,
+                () = stopping(&mut stop) => return,
+            };
+            match sent {
                 Ok(reply) => {
                     match &outcome {
                         Some(o) => {
@@ -449,8 +677,8 @@ pub async fn run_with(
                     backoff.reset();
                     outage = false;
                     if let Some(cmd) = reply.command {
-                        if let Some(hw) = commands.receive(cmd, false, &backend, &config).await {
-                            current = Some(hw);
+                        if !machine.command(&mut commands, cmd, false, &mut stop).await {
+                            return;
                         }
                     }
                 }
@@ -471,16 +699,24 @@ pub async fn run_with(
                     }
                     outage = true;
                     tokio::select! {
-                        _ = tokio::time::sleep(wait) => continue,
-                        _ = &mut shutdown => return Ok(()),
+                        () = tokio::time::sleep(wait) => continue,
+                        () = stopping(&mut stop) => return,
                     }
                 }
             }
         }
         tokio::select! {
-            _ = &mut shutdown => return Ok(()),
+            () = stopping(&mut stop) => return,
+            // A new model (discovery, or a command carried out for any
+            // accordd): reported above when this accordd lacks it.
+            Ok(()) = model.changed() => {}
             _ = heartbeat.tick() => {
-                match client.heartbeat(started.elapsed().as_secs(), &gpu_health(current.as_ref())).await {
+                let health = gpu_health(model.borrow().as_ref());
+                let beat = tokio::select! {
+                    beat = client.heartbeat(machine.started.elapsed().as_secs(), &health) => beat,
+                    () = stopping(&mut stop) => return,
+                };
+                match beat {
                     Ok(reply) => {
                         if outage {
                             info!("accordd reachable again");
@@ -488,8 +724,8 @@ pub async fn run_with(
                         outage = false;
                         backoff.reset();
                         if let Some(cmd) = reply.command {
-                            if let Some(hw) = commands.receive(cmd, true, &backend, &config).await {
-                                current = Some(hw);
+                            if !machine.command(&mut commands, cmd, true, &mut stop).await {
+                                return;
                             }
                         }
                     }
@@ -516,17 +752,6 @@ pub async fn run_with(
                         }
                         outage = true;
                     }
-                }
-            }
-            _ = rediscover.tick() => {
-                if let Some(hw) = discover(&config, &backend).await {
-                    current = Some(hw);
-                }
-            }
-            _ = hangup.recv() => {
-                info!("SIGHUP: discovering again");
-                if let Some(hw) = discover(&config, &backend).await {
-                    current = Some(hw);
                 }
             }
         }

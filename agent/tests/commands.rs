@@ -109,6 +109,11 @@ fn fixture(rel: &str) -> PathBuf {
 
 /// An agent config replaying the H100 board (`nvml`: its NVML snapshot).
 fn config(dir: &Path, url: &str, node: &str, nvml: Option<&str>) -> AgentConfig {
+    config_with(dir, &format!("url = \"{url}\""), node, nvml)
+}
+
+/// [`config`], with `daemon` the accordd URL line(s) of `[daemon]`.
+fn config_with(dir: &Path, daemon: &str, node: &str, nvml: Option<&str>) -> AgentConfig {
     let token = accord_testkit::daemon::secret(dir, &format!("{node}-token"), "t");
     let nvml = nvml
         .map(|n| {
@@ -119,7 +124,7 @@ fn config(dir: &Path, url: &str, node: &str, nvml: Option<&str>) -> AgentConfig 
         })
         .unwrap_or_default();
     let text = format!(
-        "[daemon]\nurl = \"{url}\"\ntoken_file = \"{}\"\n[node]\nname = \"{node}\"\n\
+        "[daemon]\n{daemon}\ntoken_file = \"{}\"\n[node]\nname = \"{node}\"\n\
          [discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\n{nvml}\
          [heartbeat]\ninterval_ms = 50\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n[mig]\nallow_gpu_reset = false\n",
         token.display(),
@@ -548,5 +553,101 @@ async fn an_outcome_accordd_refuses_is_dropped_and_the_hardware_still_reported()
     );
     assert_eq!(stub.lock().unwrap()[node].refused.len(), 1);
     set_command(&stub, node, None);
+    stop(tx, agent).await;
+}
+
+/// accordd's replicas, each its own stub: a command from one (the leader)
+/// is carried out once, its outcome reported to that one only, and the
+/// hardware after it reported to the other too (the machine is one). After
+/// a failover, the new leader's command for the same layout is carried out
+/// for it (its own generations) and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_from_one_replica_changes_the_model_every_replica_gets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url_a, stub_a) = stub().await;
+    let (url_b, stub_b) = stub().await;
+    let node = "gpu-ha";
+    let cfg = config_with(
+        dir.path(),
+        &format!("urls = [\"{url_a}\", \"{url_b}\"]"),
+        node,
+        Some("h100-8gpu"),
+    );
+    let snapshot = accord_agent::nvml::load_snapshot(&fixture("nvml/h100-8gpu.json")).unwrap();
+    let gpus = ReplayedGpus::new(snapshot);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let mut agent = tokio::spawn(accord_agent::run::run_with(
+        cfg,
+        Some(gpus.clone()),
+        async {
+            let _ = rx.await;
+        },
+    ));
+    for (name, stub) in [("A", &stub_a), ("B", &stub_b)] {
+        let first = wait(
+            stub,
+            node,
+            &mut agent,
+            &format!("the first report to replica {name}"),
+            |n| n.reports.first().cloned(),
+        )
+        .await;
+        assert_eq!(layout(&first.hardware, 3), None, "MIG is off as recorded");
+    }
+
+    // Replica A leads: its command is carried out and answered to it.
+    let want = ["3g.40gb@0", "3g.40gb@4"];
+    set_command(&stub_a, node, Some(apply_mig(1, 3, None, &want)));
+    let (result, hw, _) = wait(
+        &stub_a,
+        node,
+        &mut agent,
+        "replica A's generation 1's outcome",
+        outcome_of(1),
+    )
+    .await;
+    assert_eq!(result, CommandResult::Done);
+    assert_eq!(layout(&hw, 3).unwrap(), want);
+    // Replica B gets the hardware after it, without A's outcome.
+    let hw_b = wait(
+        &stub_b,
+        node,
+        &mut agent,
+        "replica B to get the repartitioned hardware",
+        |n| {
+            n.reports
+                .iter()
+                .find(|r| layout(&r.hardware, 3).is_some_and(|l| l == want))
+                .cloned()
+        },
+    )
+    .await;
+    assert_eq!(hw_b.command, None, "A's outcome reported to B");
+    assert_eq!(gpus.repartitions(), 1);
+    set_command(&stub_a, node, None);
+
+    // Failover: B leads and asks for the same layout (its generation 2).
+    set_command(&stub_b, node, Some(apply_mig(2, 3, None, &want)));
+    let (result, hw, _) = wait(
+        &stub_b,
+        node,
+        &mut agent,
+        "replica B's generation 2's outcome",
+        outcome_of(2),
+    )
+    .await;
+    assert_eq!(result, CommandResult::Done);
+    assert_eq!(layout(&hw, 3).unwrap(), want);
+    assert_eq!(gpus.repartitions(), 1, "the layout in place was made again");
+    set_command(&stub_b, node, None);
+    let outcomes: Vec<u64> = stub_a.lock().unwrap()[node]
+        .reports
+        .iter()
+        .filter_map(|r| r.command.as_ref().map(|c| c.generation))
+        .collect();
+    assert!(
+        outcomes.iter().all(|g| *g == 1),
+        "B's outcome reported to A: {outcomes:?}"
+    );
     stop(tx, agent).await;
 }

@@ -27,7 +27,9 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 /// The nodes the agents here run as.
-const NODES: [&str; 6] = ["dgx2-lab", "dgx2", "e5-2650", "x9drg", "tls-node", "hup"];
+const NODES: [&str; 7] = [
+    "dgx2-lab", "dgx2", "e5-2650", "x9drg", "tls-node", "hup", "replicas",
+];
 
 /// The token files of a test's daemons and agents (all `TOKEN`).
 struct Secrets {
@@ -300,6 +302,217 @@ max_ms = 200
     let _ = stop_agent.send(());
     stopped("the agent", agent).await;
     b.stop().await;
+}
+
+/// `url/v1/nodes/{node}` (the node's record: `generation`, `reported_at`,
+/// `last_seen`, ...), or why it could not be read.
+async fn record(
+    client: &reqwest::Client,
+    url: &str,
+    node: &str,
+) -> Result<serde_json::Value, String> {
+    let r = client
+        .get(format!("{url}/v1/nodes/{node}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !r.status().is_success() {
+        return Err(format!("HTTP {}", r.status()));
+    }
+    r.json().await.map_err(|e| e.to_string())
+}
+
+/// accordd's replicas: one agent reports to two accordd (each its own
+/// store), independently. Replica A goes down (its port still bound, so
+/// the agent's requests to it hang rather than fail), loses its store and
+/// comes back on the same address: it gets the node again from a new
+/// report, while replica B got heartbeats all along and no report (it
+/// never lost the node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_reports_to_every_replica_independently() {
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = Secrets::write(dir.path());
+    let xml = fixture("32em64t-2n8c2t-pci-wholeio.xml");
+    // Replica A's port, bound by the test; a second handle on the socket
+    // serves the restarted replica (no one else can take the port).
+    let listener_a = listener().await.into_std().unwrap();
+    let for_restart = listener_a.try_clone().unwrap();
+    let listener_a = tokio::net::TcpListener::from_std(listener_a).unwrap();
+    let mut a = daemon(dir.path(), "store-a", listener_a, &secrets, None);
+    let mut b = daemon(dir.path(), "store-b", listener().await, &secrets, None);
+    let (url_a, url_b) = (a.url.clone(), b.url.clone());
+    let text = format!(
+        "[daemon]\nurls = [\"{url_a}\", \"{url_b}\"]\ntoken_file = \"{}\"\n[node]\nname = \"replicas\"\n[discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
+        secrets.agent.display(),
+        xml.display()
+    );
+    let file = dir.path().join("agent.toml");
+    std::fs::write(&file, text).unwrap();
+    let (stop_agent, mut agent) = agent(&file);
+    let client = client();
+    let node = vec![("replicas".to_owned(), gpus(&xml), 1)];
+    for url in [&url_a, &url_b] {
+        wait_for(
+            &client,
+            url,
+            &node,
+            &mut [
+                Watched::Task("accordd A", &mut a.task),
+                Watched::Task("accordd B", &mut b.task),
+                Watched::Task("the agent", &mut agent),
+            ],
+        )
+        .await;
+    }
+    let before = record(&client, &url_b, "replicas").await.unwrap();
+    let reported_b = before["reported_at"].as_u64().unwrap();
+
+    // Replica A stops and its store is deleted; its port stays bound, so
+    // the agent's requests to it wait (up to its 30 s timeout).
+    a.stop().await;
+    std::fs::remove_dir_all(dir.path().join("store-a")).unwrap();
+    // Meanwhile B keeps getting heartbeats: its last_seen (Unix seconds)
+    // moves on by 2 s.
+    let seen = record(&client, &url_b, "replicas").await.unwrap()["last_seen"]
+        .as_u64()
+        .unwrap();
+    let what = format!("accordd B's last_seen to pass {} while A is down", seen + 1);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = record(&client, &url_b, "replicas").await;
+        if got
+            .as_ref()
+            .is_ok_and(|r| r["last_seen"].as_u64().is_some_and(|s| s >= seen + 2))
+        {
+            break;
+        }
+        still_running(
+            &mut [
+                Watched::Task("accordd B", &mut b.task),
+                Watched::Task("the agent", &mut agent),
+            ],
+            &what,
+        )
+        .await;
+        assert!(
+            Instant::now() < deadline,
+            "waited 30 s for {what} (heartbeats every 100 ms); last: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A comes back on the same address with a new, empty store: the agent
+    // reports to it again.
+    let for_restart = tokio::net::TcpListener::from_std(for_restart).unwrap();
+    let mut a = daemon(dir.path(), "store-a", for_restart, &secrets, None);
+    wait_for(
+        &client,
+        &url_a,
+        &node,
+        &mut [
+            Watched::Task("accordd A (new store)", &mut a.task),
+            Watched::Task("accordd B", &mut b.task),
+            Watched::Task("the agent", &mut agent),
+        ],
+    )
+    .await;
+    // B still has the node as first reported: no report since, only
+    // heartbeats.
+    let after = record(&client, &url_b, "replicas").await.unwrap();
+    assert_eq!(after["generation"].as_u64(), Some(1), "{after}");
+    assert_eq!(
+        after["reported_at"].as_u64(),
+        Some(reported_b),
+        "accordd B was reported to again: {after}"
+    );
+    assert!(after["last_seen"].as_u64().unwrap() >= seen + 2, "{after}");
+
+    let _ = stop_agent.send(());
+    stopped("the agent", agent).await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// `daemon.url` or `daemon.urls`, exactly one; each problem with the URLs
+/// named by its key (an entry by its index).
+#[test]
+fn daemon_urls_problems_are_named_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = secret(dir.path(), "agent-token", TOKEN);
+    let file = dir.path().join("agent.toml");
+    let problems = |daemon: &str| {
+        let text = format!("[daemon]\n{daemon}\ntoken_file = \"{}\"\n", token.display());
+        let config = AgentConfig::parse(&text, &file).unwrap_or_else(|e| panic!("{e}"));
+        (config.validate(), config)
+    };
+
+    let (p, config) = problems("url = \"http://a:7480\"");
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(config.daemon_urls(), ["http://a:7480"]);
+    let (p, config) = problems("urls = [\"http://a:7480\", \"https://b:7480\"]");
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(config.daemon_urls(), ["http://a:7480", "https://b:7480"]);
+
+    let (p, _) = problems("url = \"http://a:7480\"\nurls = [\"http://b:7480\"]");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with("daemon.urls: ") && p[0].contains("not both"),
+        "{p:?}"
+    );
+    let (p, _) = problems("");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with("daemon.url: missing") && p[0].contains("daemon.urls"),
+        "{p:?}"
+    );
+    let (p, _) = problems("urls = []");
+    assert_eq!(p, ["daemon.urls: empty; list at least one accordd URL"]);
+    let (p, _) = problems("urls = [\"http://a:7480\", \"accordd:7480\"]");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with("daemon.urls[1]: \"accordd:7480\" is not an http(s) URL"),
+        "{p:?}"
+    );
+    // The same accordd, however spelt (the host's case, a trailing slash).
+    let (p, _) = problems("urls = [\"http://a:7480\", \"http://b:7480\", \"http://A:7480/\"]");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with("daemon.urls[2]: ") && p[0].contains("repeats daemon.urls[0]"),
+        "{p:?}"
+    );
+    let many = (0..17)
+        .map(|i| format!("\"http://a{i}:7480\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (p, _) = problems(&format!("urls = [{many}]"));
+    assert_eq!(p, ["daemon.urls: 17 URLs; at most 16"]);
+
+    // Every problem at once, through load (as `check-config` does).
+    std::fs::write(
+        &file,
+        format!(
+            "[daemon]\nurl = \"a\"\nurls = [\"ftp://b\"]\ntoken_file = \"{}\"\n",
+            token.display()
+        ),
+    )
+    .unwrap();
+    let err = AgentConfig::load(&file).unwrap_err().to_string();
+    assert!(err.contains("3 problem(s)"), "{err}");
+    for key in ["daemon.urls: ", "daemon.url: ", "daemon.urls[0]: "] {
+        assert!(err.contains(key), "{key}: {err}");
+    }
+    // Typed: a list of strings.
+    std::fs::write(
+        &file,
+        format!(
+            "[daemon]\nurls = \"http://a:7480\"\ntoken_file = \"{}\"\n",
+            token.display()
+        ),
+    )
+    .unwrap();
+    let err = AgentConfig::load(&file).unwrap_err().to_string();
+    assert!(err.contains("daemon.urls"), "{err}");
 }
 
 #[test]

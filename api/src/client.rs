@@ -313,6 +313,12 @@ impl Client {
             .await
     }
 
+    /// This replica and who leads (`[ha]`; 404 for a single replica).
+    pub async fn replica(&self) -> Result<crate::control::ReplicaStatus, ClientError> {
+        self.expect(reqwest::Method::GET, &["v1", "replica"], None)
+            .await
+    }
+
     pub async fn nodes(&self) -> Result<Vec<NodeView>, ClientError> {
         self.expect(reqwest::Method::GET, &["v1", "nodes"], None)
             .await

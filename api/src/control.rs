@@ -183,6 +183,24 @@ pub struct ControlStatus {
     /// Agent commands (MIG repartitions): the latest per node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<crate::agent::CommandRecord>,
+    /// With replicas (`[ha]`): this replica, and who leads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ReplicaStatus>,
+}
+
+/// One accordd replica's word on the leadership (`GET /v1/replica`, and
+/// in the status).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStatus {
+    /// This replica's identity in the Lease.
+    pub identity: String,
+    /// Whether this replica leads (and acts) now.
+    pub leading: bool,
+    /// The Lease's holder as this replica last saw it.
+    pub leader: Option<String>,
+    /// This replica's term (the Lease's transitions) while it leads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transitions: Option<i32>,
 }
 
 /// A Kubernetes write observe mode did not make.
@@ -250,6 +268,19 @@ pub struct Intent {
     /// profiles were staged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bios_profile: Option<String>,
+    /// With replicas (`[ha]`): the leader's term it was sent in, written
+    /// with it to the API server before the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<Fence>,
+}
+
+/// A leader's term: the Lease holder and the Lease's transition count
+/// when it took the Lease. A write by an older term than the one an
+/// object carries is refused (the replica was deposed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    pub holder: String,
+    pub transitions: i32,
 }
 
 impl Intent {

@@ -4,11 +4,29 @@
 
 use std::collections::BTreeMap;
 
-use crate::control::{describe, stage_label, ControlStatus, Mode, WorkloadState, WorkloadStatus};
+use crate::control::{
+    describe, stage_label, ControlStatus, Mode, ReplicaStatus, WorkloadState, WorkloadStatus,
+};
+
+/// One line on a replica: who it is, whether it leads, who does.
+pub fn render_replica(r: &ReplicaStatus) -> String {
+    match (r.leading, &r.leader) {
+        (true, _) => format!(
+            "replica {}: leading (term {})\n",
+            r.identity,
+            r.transitions.map_or("-".to_owned(), |t| t.to_string())
+        ),
+        (false, Some(l)) => format!("replica {}: following; the leader is {l}\n", r.identity),
+        (false, None) => format!("replica {}: following; no leader known yet\n", r.identity),
+    }
+}
 
 /// The fleet summary: nodes by stage, per node, pending workloads, actions.
 pub fn render_status(s: &ControlStatus) -> String {
     let mut out = String::new();
+    if let Some(r) = &s.replica {
+        out.push_str(&render_replica(r));
+    }
     let mut by_stage: BTreeMap<String, usize> = BTreeMap::new();
     for n in &s.nodes {
         *by_stage.entry(stage_label(n.stage)).or_default() += 1;

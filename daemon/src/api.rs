@@ -269,7 +269,7 @@ async fn report(
             let closed = st.shared.store.command_outcome(&node, c, now)?;
             tracing::info!(node = %node, command = c.generation, result = %c.result.describe(), closed, "command outcome");
         }
-        let command = st.shared.store.command_for_agent(&node, now)?;
+        let command = command_for_agent(&st, &node, now)?;
         Ok(AgentReply {
             node,
             generation: record.generation,
@@ -282,6 +282,20 @@ async fn report(
     metrics.agent_reports.inc();
     st.shared.agent_reported.notify_one();
     Ok(Json(reply))
+}
+
+/// The command to hand `node`'s agent: only a replica that may act now
+/// hands one over (a follower's or a deposed leader's store may hold one
+/// the leader has since closed).
+fn command_for_agent(
+    st: &ApiState,
+    node: &str,
+    now: u64,
+) -> Result<Option<accord_api::agent::AgentCommand>, crate::store::StoreError> {
+    if st.shared.leadership().may_act().is_err() {
+        return Ok(None);
+    }
+    st.shared.store.command_for_agent(node, now)
 }
 
 async fn heartbeat(
@@ -317,7 +331,7 @@ async fn heartbeat(
         .heartbeat_as(&node, liveness, given.as_deref(), need_session)?;
     let reply = match beat {
         Beat::Recorded(generation) => AgentReply {
-            command: st.shared.store.command_for_agent(&node, now)?,
+            command: command_for_agent(&st, &node, now)?,
             node,
             generation,
             session: None,
@@ -440,13 +454,39 @@ async fn control_status(
     headers: HeaderMap,
 ) -> Result<Json<accord_api::control::ControlStatus>, ApiError> {
     check(bearer(&headers), Some(&st.admin_token))?;
-    match st.shared.control.read().expect("lock").clone() {
-        Some(s) => Ok(Json(s)),
-        None => Err(ApiError(
+    let replica = st.shared.replica();
+    match (st.shared.control.read().expect("lock").clone(), replica) {
+        (Some(mut s), replica) => {
+            s.replica = replica;
+            Ok(Json(s))
+        }
+        (None, Some(r)) if !r.leading => Err(ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "replica {} follows and has run no round; the leader is {} (ask it)",
+                r.identity,
+                r.leader.as_deref().unwrap_or("not known yet")
+            ),
+        )),
+        (None, _) => Err(ApiError(
             StatusCode::SERVICE_UNAVAILABLE,
             "no control round yet (accordd runs without [control], or is starting)".into(),
         )),
     }
+}
+
+/// This replica and who leads (`[ha]`); 404 for a single replica.
+async fn replica_status(
+    State(st): State<Arc<ApiState>>,
+    headers: HeaderMap,
+) -> Result<Json<accord_api::control::ReplicaStatus>, ApiError> {
+    check(bearer(&headers), Some(&st.admin_token))?;
+    st.shared.replica().map(Json).ok_or_else(|| {
+        ApiError(
+            StatusCode::NOT_FOUND,
+            "accordd runs as a single replica ([ha] is off)".into(),
+        )
+    })
 }
 
 async fn health() -> Json<serde_json::Value> {
@@ -458,6 +498,7 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize) -> Router {
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/status", get(control_status))
+        .route("/v1/replica", get(replica_status))
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/nodes/{name}", get(get_node))
         .route("/v1/nodes/{name}/report", post(report))

@@ -35,6 +35,102 @@ pub struct DaemonConfig {
     /// Bounds on the demand one round plans (pods per workload, per round).
     #[serde(default)]
     pub limits: accord::demand::Limits,
+    /// High availability: replicas elected on a Kubernetes Lease, shared
+    /// state in the API server (off by default: one replica, sled).
+    #[serde(default)]
+    pub ha: HaConfig,
+}
+
+/// `[ha]`: two or more accordd replicas on one `coordination.k8s.io/v1`
+/// Lease. Only the holder acts; the others keep their watches, BMC reads
+/// and hardware models warm. The defaults are cluster-autoscaler's and
+/// Karpenter's (15 s lease, 10 s renew deadline, 2 s retry).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HaConfig {
+    pub enabled: bool,
+    /// This replica's name in the Lease (`holderIdentity`) and on every
+    /// intent it writes; unset: the host name. Unique per replica.
+    pub identity: Option<String>,
+    /// The namespace of the Lease and of the `AccordNode` objects.
+    pub namespace: String,
+    pub lease_name: String,
+    /// A leader not heard from for this long is replaced.
+    pub lease_duration_s: u64,
+    /// A leader that has not renewed for this long stops acting (below
+    /// `lease_duration_s`: it stops before anyone else may start).
+    pub renew_deadline_s: u64,
+    /// How often the Lease is renewed or tried.
+    pub retry_period_s: u64,
+}
+
+impl Default for HaConfig {
+    fn default() -> Self {
+        HaConfig {
+            enabled: false,
+            identity: None,
+            namespace: "accord-system".to_owned(),
+            lease_name: "accordd".to_owned(),
+            lease_duration_s: 15,
+            renew_deadline_s: 10,
+            retry_period_s: 2,
+        }
+    }
+}
+
+impl HaConfig {
+    /// Every problem, by key.
+    pub fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !self.enabled {
+            return problems;
+        }
+        if let Some(id) = &self.identity {
+            if let Err(e) = accord_api::validate_node_name(id) {
+                problems.push(format!("ha.identity: {e}"));
+            }
+        }
+        for (key, value) in [
+            ("namespace", &self.namespace),
+            ("lease_name", &self.lease_name),
+        ] {
+            if let Err(e) = accord_api::validate_node_name(value) {
+                problems.push(format!("ha.{key}: {e}"));
+            }
+        }
+        if self.namespace.contains('.') {
+            problems.push(format!(
+                "ha.namespace: {:?} is not a namespace name (an RFC 1123 label, no dots)",
+                self.namespace
+            ));
+        }
+        if !(1..=3600).contains(&self.retry_period_s) {
+            problems.push("ha.retry_period_s: must be 1 to 3600".to_owned());
+        }
+        if self.lease_duration_s > 3600 {
+            problems.push("ha.lease_duration_s: at most 3600".to_owned());
+        }
+        if !(self.retry_period_s < self.renew_deadline_s
+            && self.renew_deadline_s < self.lease_duration_s)
+        {
+            problems.push(format!(
+                "ha: need retry_period_s < renew_deadline_s < lease_duration_s (have {} < {} < {})",
+                self.retry_period_s, self.renew_deadline_s, self.lease_duration_s
+            ));
+        }
+        problems
+    }
+
+    /// This replica's identity: `identity`, else the host name.
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "accordd".to_owned())
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -368,6 +464,12 @@ impl DaemonConfig {
             }
         }
         problems.extend(self.limits.validate("limits."));
+        problems.extend(self.ha.validate());
+        if self.ha.enabled && self.control.is_none() {
+            problems.push(
+                "ha.enabled: needs [control] (replicas elect a leader to run the loop)".to_owned(),
+            );
+        }
         if let Some(u) = &self.kubernetes.url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
                 problems.push(format!("kubernetes.url: {u:?} is not an http(s) URL"));

@@ -49,6 +49,14 @@ pub enum PowerError {
     /// A power control that is not Redfish (the simulated twin) refused.
     #[error("node {node}: {reason}")]
     Refused { node: String, reason: String },
+    /// Not sent: this replica does not lead, or its intent could not be
+    /// written to the shared state under its term.
+    #[error("node {node}: not sent")]
+    NotSent {
+        node: String,
+        #[source]
+        source: Arc<crate::ha::shared_state::SharedStateError>,
+    },
     #[error("node {node}: BIOS profile {profile:?} is not in the BMC inventory (its [bios_profiles]: {known})")]
     UnknownBiosProfile {
         node: String,
@@ -122,7 +130,32 @@ pub struct RedfishPower {
 
 impl RedfishPower {
     pub fn new(inventory: &accord_redfish::Inventory) -> anyhow::Result<RedfishPower> {
-        let pool = accord_redfish::HttpPool::new(inventory.limits.max_in_flight_total);
+        Self::with_pool(
+            inventory,
+            accord_redfish::HttpPool::new(inventory.limits.max_in_flight_total),
+        )
+    }
+
+    /// Every change to a BMC (not a read) waits for `leadership` to allow
+    /// it at the moment it would be sent.
+    pub fn gated(
+        inventory: &accord_redfish::Inventory,
+        leadership: crate::ha::Leadership,
+    ) -> anyhow::Result<RedfishPower> {
+        let gate = accord_redfish::WriteGate::new(move || {
+            leadership.may_act().map(drop).map_err(|e| e.to_string())
+        });
+        Self::with_pool(
+            inventory,
+            accord_redfish::HttpPool::new(inventory.limits.max_in_flight_total)
+                .with_write_gate(gate),
+        )
+    }
+
+    fn with_pool(
+        inventory: &accord_redfish::Inventory,
+        pool: accord_redfish::HttpPool,
+    ) -> anyhow::Result<RedfishPower> {
         let mut bmcs = BTreeMap::new();
         for (node, r) in inventory
             .resolve()
@@ -256,6 +289,9 @@ pub struct Executed {
 pub struct Executor<P> {
     journal: Journal,
     power: Arc<P>,
+    /// With replicas: each intent written to the API server under the
+    /// leader's term before its action (refused once deposed).
+    shared_state: Option<Arc<crate::ha::shared_state::SharedState>>,
     /// Intents being carried out in this process now (id → node): claimed
     /// when recorded (or picked for reconciling), released when their run
     /// ends. A node with one is not reconciled concurrently.
@@ -297,9 +333,19 @@ impl<P: PowerControl + 'static> Executor<P> {
         Executor {
             journal,
             power,
+            shared_state: None,
             in_flight: Mutex::new(BTreeMap::new()),
             node_runs: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Writes each intent to `shared` before its action (HA).
+    pub fn with_shared_state(
+        mut self,
+        shared: Arc<crate::ha::shared_state::SharedState>,
+    ) -> Executor<P> {
+        self.shared_state = Some(shared);
+        self
     }
 
     /// The lock a run for `node` holds (one per fleet node, kept).
@@ -361,6 +407,30 @@ impl<P: PowerControl + 'static> Executor<P> {
             Action::PowerOn => (true, false),
             Action::PowerOff { force } => (false, force),
         };
+        // With replicas: in the API server, as it will be when sent, under
+        // this leader's term, before anything reaches the BMC. A deposed
+        // leader's write is refused, and it sends nothing (its intent
+        // stays open here; the next takeover closes it).
+        if let Some(shared) = &self.shared_state {
+            let mut as_sent = intent.clone();
+            if send {
+                as_sent.state = IntentState::Sent { at: now };
+            }
+            match shared.before_action(&as_sent).await {
+                Ok(fence) => intent.fence = fence,
+                Err(e) => {
+                    warn!(node = %intent.node, intent = intent.id, error = %accord::config_file::error_chain(&e), "intent not written to the shared state; nothing sent");
+                    return Ok(Executed {
+                        intent: intent.id,
+                        node: intent.node.clone(),
+                        result: Err(PowerError::NotSent {
+                            node: intent.node,
+                            source: Arc::new(e),
+                        }),
+                    });
+                }
+            }
+        }
         if send {
             // Durable before the BMC is touched.
             self.journal
@@ -389,6 +459,9 @@ impl<P: PowerControl + 'static> Executor<P> {
             },
         };
         self.journal.mark(&mut intent, state)?;
+        if let Some(shared) = &self.shared_state {
+            shared.after_action(&intent).await;
+        }
         Ok(Executed {
             intent: intent.id,
             node: intent.node,
@@ -476,6 +549,9 @@ impl<P: PowerControl + 'static> Executor<P> {
             Resume::Reached => {
                 self.journal
                     .mark(&mut intent, IntentState::Done { at: now })?;
+                if let Some(shared) = &self.shared_state {
+                    shared.after_action(&intent).await;
+                }
                 Some(Executed {
                     intent: intent.id,
                     node: intent.node,

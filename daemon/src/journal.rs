@@ -140,6 +140,19 @@ impl Journal {
             for_workloads,
             state: IntentState::Planned,
             bios_profile,
+            fence: None,
+        };
+        self.write(&intent)?;
+        Ok(intent)
+    }
+
+    /// Takes another replica's open intent (from the shared state, at a
+    /// takeover) into this journal under a new id, durably; returns it.
+    pub fn import(&self, shared: &Intent) -> Result<Intent, StoreError> {
+        let id = self.db.generate_id().map_err(io("journal id"))?;
+        let intent = Intent {
+            id,
+            ..shared.clone()
         };
         self.write(&intent)?;
         Ok(intent)
@@ -285,6 +298,7 @@ mod tests {
             for_workloads: vec![],
             state,
             bios_profile: None,
+            fence: None,
         }
     }
 

@@ -6,6 +6,7 @@ pub mod api;
 pub mod config;
 pub mod control;
 pub mod execute;
+pub mod ha;
 pub mod journal;
 pub mod metrics;
 pub mod power;
@@ -145,6 +146,23 @@ async fn serve_maybe_bound(
     let state = state(&config)?;
     // Kept to close the store once the server and the loop have stopped.
     let shared = state.shared.clone();
+    // With replicas: the elector runs first, and every action asks it.
+    let (stop_elector, elector_stops) = tokio::sync::oneshot::channel::<()>();
+    let elector = match config.ha.enabled {
+        true => {
+            let client = control::run::kube_client(&config).await?;
+            let elector = ha::lease::Elector::new(client, &config.ha);
+            let identity = elector.identity().to_owned();
+            tracing::info!(identity = %identity, namespace = %config.ha.namespace, lease = %config.ha.lease_name, "high availability: electing a leader on the Lease");
+            let (leadership, task) = elector.spawn(async {
+                let _ = elector_stops.await;
+            });
+            let _ = shared.leadership.set(leadership);
+            let _ = shared.identity.set(identity);
+            Some(task)
+        }
+        false => None,
+    };
     // The control loop is built (fleet, inventory, Kubernetes client)
     // before the port is bound, so a bad setup fails the start.
     let controller = match &config.control {
@@ -191,6 +209,12 @@ async fn serve_maybe_bound(
         None => serve_on(listener, state, max_body, shutdown).await,
     }?;
     if let Some(t) = control_task {
+        let _ = t.await;
+    }
+    // The loop has stopped acting: the Lease is given up (released), so
+    // another replica takes over at once rather than after the lease.
+    let _ = stop_elector.send(());
+    if let Some(t) = elector {
         let _ = t.await;
     }
     tracing::info!("server and control loop stopped; closing the store");

@@ -24,6 +24,11 @@ pub struct Shared {
     pub models_changed: Mutex<BTreeSet<String>>,
     /// The clock (Unix seconds), replaceable in tests.
     pub now: fn() -> u64,
+    /// Whether this replica may act (`[ha]`); set once at start, before
+    /// anything serves. Unset: a single replica, always acting.
+    pub leadership: std::sync::OnceLock<crate::ha::Leadership>,
+    /// This replica's identity with `[ha]`.
+    pub identity: std::sync::OnceLock<String>,
 }
 
 impl Shared {
@@ -35,7 +40,40 @@ impl Shared {
             agent_reported: Notify::new(),
             models_changed: Mutex::new(BTreeSet::new()),
             now: unix_now,
+            leadership: std::sync::OnceLock::new(),
+            identity: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The gate every action passes (a single replica: always open).
+    pub fn leadership(&self) -> crate::ha::Leadership {
+        self.leadership
+            .get()
+            .cloned()
+            .unwrap_or_else(crate::ha::Leadership::single)
+    }
+
+    /// This replica and who leads (`None`: a single replica).
+    pub fn replica(&self) -> Option<accord_api::control::ReplicaStatus> {
+        let identity = self.identity.get()?.clone();
+        let term = self.leadership().term()?;
+        Some(match term {
+            crate::ha::Term::Leader { fence, .. } => {
+                let leading = self.leadership().may_act().is_ok();
+                accord_api::control::ReplicaStatus {
+                    identity,
+                    leading,
+                    leader: leading.then(|| fence.holder.clone()),
+                    transitions: leading.then_some(fence.transitions),
+                }
+            }
+            crate::ha::Term::Follower { leader } => accord_api::control::ReplicaStatus {
+                identity,
+                leading: false,
+                leader,
+                transitions: None,
+            },
+        })
     }
 }
 

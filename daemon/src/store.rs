@@ -34,6 +34,7 @@ const SCHEMA_KEY: &[u8] = b"schema";
 
 mod bios;
 mod commands;
+mod replicated;
 mod said;
 mod state;
 

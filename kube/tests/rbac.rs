@@ -6,13 +6,29 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
-fn grants() -> BTreeMap<(String, String), BTreeSet<String>> {
+/// accordd's namespace: its ServiceAccount, Lease and AccordNodes.
+const NAMESPACE: &str = "accord-system";
+
+/// Every document of deploy/rbac.yaml.
+fn documents() -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rbac.yaml");
     let text = std::fs::read_to_string(path).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .collect()
+}
+
+/// What the ClusterRole grants, by (group, resource).
+fn grants() -> BTreeMap<(String, String), BTreeSet<String>> {
+    grants_of("ClusterRole")
+}
+
+/// What the documents of `kind` (ClusterRole, Role) grant, by (group,
+/// resource).
+fn grants_of(kind: &str) -> BTreeMap<(String, String), BTreeSet<String>> {
     let mut out: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v = Value::deserialize(doc).unwrap();
-        if v["kind"] != "ClusterRole" {
+    for v in documents() {
+        if v["kind"] != kind {
             continue;
         }
         for rule in v["rules"].as_array().unwrap() {
@@ -92,4 +108,58 @@ fn rbac_covers_every_watch_and_write_and_nothing_more() {
         .collect()
     );
     assert!(g.keys().all(|(_, r)| r != "secrets" && r != "*"));
+}
+
+/// High availability: in accordd's namespace only, the leader-election
+/// Lease (read, created, renewed or taken over by replace) and Accord's own
+/// AccordNode objects (listed and watched, read, created, replaced,
+/// deleted); granted by a Role bound to accordd's ServiceAccount, and by
+/// nothing cluster-wide.
+#[test]
+fn rbac_grants_the_lease_and_accord_nodes_in_accordds_namespace_only() {
+    let docs = documents();
+    let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Role").collect();
+    assert_eq!(roles.len(), 1, "one Role");
+    assert_eq!(roles[0]["metadata"]["namespace"], NAMESPACE);
+    let verbs = |vs: &[&str]| -> BTreeSet<String> { vs.iter().map(|v| (*v).to_owned()).collect() };
+    let expect: BTreeMap<(String, String), BTreeSet<String>> = [
+        (
+            ("coordination.k8s.io".to_owned(), "leases".to_owned()),
+            verbs(&["get", "create", "update"]),
+        ),
+        (
+            ("accord.dev".to_owned(), "accordnodes".to_owned()),
+            verbs(&["get", "list", "create", "update", "delete"]),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(grants_of("Role"), expect);
+    // Not cluster-wide.
+    let cluster = grants();
+    for (group, resource) in expect.keys() {
+        assert!(
+            !cluster
+                .keys()
+                .any(|(g, r)| g == group && r.split('/').next() == Some(resource.as_str())),
+            "{group}/{resource} granted cluster-wide"
+        );
+    }
+    // Bound to accordd's ServiceAccount, in the same namespace.
+    let bindings: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "RoleBinding").collect();
+    assert_eq!(bindings.len(), 1, "one RoleBinding");
+    let b = bindings[0];
+    assert_eq!(b["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(b["roleRef"]["kind"], "Role");
+    assert_eq!(b["roleRef"]["name"], roles[0]["metadata"]["name"]);
+    let account = docs
+        .iter()
+        .find(|d| d["kind"] == "ServiceAccount")
+        .expect("a ServiceAccount");
+    assert_eq!(account["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        b["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                            "namespace": NAMESPACE}])
+    );
 }

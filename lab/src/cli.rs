@@ -99,6 +99,23 @@ pub struct Cli {
     /// scenario (default 60); the kills come one after another until done.
     #[arg(long, value_name = "S", requires = "chaos")]
     pub chaos_window_s: Option<u64>,
+    /// accordd replicas electing a leader on a Lease (high availability),
+    /// over the scenario's `lab.ha.replicas`; 1: one accordd, no HA.
+    #[arg(long, value_name = "N")]
+    pub replicas: Option<u32>,
+    /// Kill (SIGKILL) the leader at MOMENT (`powering_on`: when the first
+    /// power-on Reset reaches a machine); it is started again once
+    /// another replica holds the Lease. Needs 2 or more replicas.
+    #[arg(long, value_name = "MOMENT", conflicts_with = "pause_leader_at")]
+    pub kill_leader_at: Option<crate::ha::Moment>,
+    /// Pause (SIGSTOP) the leader at MOMENT for --pause-s, then resume
+    /// it (SIGCONT). Needs 2 or more replicas.
+    #[arg(long, value_name = "MOMENT")]
+    pub pause_leader_at: Option<crate::ha::Moment>,
+    /// How long --pause-leader-at pauses it (default: the Lease's
+    /// duration + 5 s).
+    #[arg(long, value_name = "S", requires = "pause_leader_at")]
+    pub pause_s: Option<u64>,
 }
 
 impl Cli {
@@ -129,6 +146,27 @@ impl Cli {
             c.window_s = w;
         }
         Some(c)
+    }
+
+    /// The scenario's `[lab.ha]` with the command line's over it (a
+    /// fault given replaces the scenario's).
+    pub fn ha_settings(&self, from_scenario: &crate::ha::HaSettings) -> crate::ha::HaSettings {
+        let mut h = from_scenario.clone();
+        if let Some(n) = self.replicas {
+            h.replicas = n;
+        }
+        if let Some(at) = self.kill_leader_at {
+            h.kill_leader = Some(crate::ha::FaultAt { at });
+            h.pause_leader = None;
+        }
+        if let Some(at) = self.pause_leader_at {
+            h.pause_leader = Some(crate::ha::PauseAt {
+                at,
+                pause_s: self.pause_s,
+            });
+            h.kill_leader = None;
+        }
+        h
     }
 }
 
@@ -200,6 +238,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         scenario.lab.chaos = Some(c);
     }
+    scenario.lab.ha = cli.ha_settings(&scenario.lab.ha);
+    let problems = scenario.ha_problems();
+    if !problems.is_empty() {
+        anyhow::bail!("{}", problems.join("; "));
+    }
     if scenario.lab.chaos.is_some() && !cli.until_idle && !cli.print_nodes {
         anyhow::bail!("a chaos run (--chaos, [lab.chaos]) needs --until-idle");
     }
@@ -237,6 +280,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 lab.daemon_url,
                 lab.dir.path().join("admin-token").display()
             );
+            if lab.replica_count() > 1 {
+                let others: Vec<String> = lab
+                    .replica_identities()
+                    .iter()
+                    .map(|r| format!("{r} {}", lab.replica_url(r).unwrap_or_default()))
+                    .collect();
+                tracing::info!(target: "lab", "the replicas: {} (ACCORD_URL above: the first)", others.join(", "));
+            }
         }
         // The run's outcome: the summary, or why there is none (accordd
         // exited, lab.max_s passed, a signal before the scenario settled).
@@ -341,5 +392,77 @@ mod tests {
             .is_none());
         let e = Cli::try_parse_from(["accord-lab", "--chaos-kills", "4"]).unwrap_err();
         assert!(e.to_string().contains("--chaos"), "{e}");
+    }
+
+    /// `accordd lab --until-idle --replicas 2 --kill-leader-at powering_on
+    /// --json`, and the pause form; the flags over the scenario's.
+    #[test]
+    fn the_ha_flags_parse_over_the_scenario() {
+        use crate::ha::{FaultAt, HaSettings, Moment, PauseAt};
+        let cli = Cli::try_parse_from([
+            "accord-lab",
+            "--until-idle",
+            "--replicas",
+            "2",
+            "--kill-leader-at",
+            "powering_on",
+            "--json",
+        ])
+        .unwrap();
+        let from_scenario = HaSettings {
+            lease_duration_s: 6,
+            renew_deadline_s: 4,
+            pause_leader: Some(PauseAt {
+                at: Moment::PoweringOn,
+                pause_s: Some(9),
+            }),
+            ..Default::default()
+        };
+        let h = cli.ha_settings(&from_scenario);
+        assert_eq!(h.replicas, 2);
+        assert_eq!(
+            h.kill_leader,
+            Some(FaultAt {
+                at: Moment::PoweringOn
+            })
+        );
+        assert_eq!(h.pause_leader, None);
+        assert_eq!((h.lease_duration_s, h.renew_deadline_s), (6, 4));
+        assert!(
+            h.problems("lab.ha").is_empty(),
+            "{:?}",
+            h.problems("lab.ha")
+        );
+        let cli = Cli::try_parse_from([
+            "accord-lab",
+            "--replicas",
+            "3",
+            "--pause-leader-at",
+            "powering_on",
+            "--pause-s",
+            "30",
+        ])
+        .unwrap();
+        let h = cli.ha_settings(&HaSettings::default());
+        assert_eq!(
+            (h.replicas, h.pause_leader.and_then(|p| p.pause_s)),
+            (3, Some(30))
+        );
+        // Nothing given: the scenario's, unchanged.
+        let cli = Cli::try_parse_from(["accord-lab"]).unwrap();
+        assert_eq!(cli.ha_settings(&from_scenario), from_scenario);
+        for bad in [
+            &["accord-lab", "--pause-s", "3"][..],
+            &["accord-lab", "--kill-leader-at", "soon"],
+            &[
+                "accord-lab",
+                "--kill-leader-at",
+                "powering_on",
+                "--pause-leader-at",
+                "powering_on",
+            ],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 }

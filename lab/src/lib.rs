@@ -18,7 +18,10 @@
 //! - a scheduler: [`binder`], written independently of the planner, binds
 //!   pending pods to Ready nodes that fit, or marks them Unschedulable;
 //! - a scenario ([`scenario`]): workloads submitted over time, finished
-//!   after a run time.
+//!   after a run time;
+//! - with `[lab.ha] replicas` ≥ 2 ([`ha`]): several accordd replicas
+//!   electing a leader on a Lease, what each sends told apart, and a
+//!   fault for the leader (killed or paused as machines power on).
 //!
 //! At the end a summary: per workload submitted / bound / time to bound,
 //! per node power cycles, totals (powered on, powered on but never used,
@@ -40,6 +43,7 @@ pub mod cli;
 mod daemon;
 pub mod fixtures;
 mod gpus;
+pub mod ha;
 pub mod kubelet;
 mod mig_manager;
 pub mod proxy;
@@ -51,7 +55,6 @@ mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,6 +65,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use accord_api::control::{ControlStatus, Mode, ModelSource};
+pub use ha::HaSummary;
 pub use recordings::{published_objects, resolve_recordings, MachineRecording, Recording};
 pub use scenario::Scenario;
 pub use summary::{NodeSummary, Summary, WorkloadSummary};
@@ -80,7 +84,9 @@ pub struct LabOptions {
     pub accordd_prefix: Vec<String>,
     /// accordd's output (stdout and stderr): a file, or `None` for this
     /// process's stderr. Never this process's stdout, which is the
-    /// summary's (`--json`).
+    /// summary's (`--json`). With several replicas each has its own file,
+    /// named after this one with its identity before the extension
+    /// (`accordd.log`: `accordd.accordd-a.log`, ...).
     pub daemon_log: Option<PathBuf>,
     /// Say what happens (`lab:` log lines, explanations).
     pub narrate: bool,
@@ -172,14 +178,19 @@ pub struct Lab {
     pub emulator: accord_testkit::sushy::Peer,
     pub proxy: proxy::BmcProxy,
     pub dir: tempfile::TempDir,
+    /// accordd's configuration (with several replicas: the first's).
     pub config: PathBuf,
+    /// accordd's API (with several replicas: the first's).
     pub daemon_url: String,
     options: LabOptions,
-    daemon: Mutex<Option<Child>>,
+    /// The accordd processes: one, or the replicas (`[lab.ha]`).
+    replicas: Arc<ha::Replicas>,
+    /// What the lab saw of the Lease and the fault for the leader.
+    ha: Arc<Mutex<ha::HaRecord>>,
     record: Arc<Mutex<Record>>,
     started: Instant,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// accordd's API, as the admin.
+    /// accordd's API, as the admin (a chaos run's: it has one accordd).
     admin: accord_api::Client,
     /// The chaos run's schedule and state (`[lab.chaos]`, `--chaos`).
     chaos: Option<chaos::Chaos>,
@@ -219,10 +230,11 @@ struct Ctx {
     scenario: Arc<Scenario>,
     emulator_url: String,
     /// Where the machines' agents reach accordd: accordd itself, or the
-    /// agent proxy in a chaos run.
-    agent_url: String,
-    /// accordd's API, as the admin.
-    admin: accord_api::Client,
+    /// agent proxy in a chaos run; with several replicas, every one.
+    agent_urls: Vec<String>,
+    /// accordd: its API as the admin (with several replicas, the
+    /// leader's).
+    daemons: Arc<ha::Replicas>,
     dir: PathBuf,
     /// The lab's own reads of the emulator.
     http: reqwest::Client,
@@ -275,8 +287,18 @@ impl Lab {
         )
         .await?;
         let api = Arc::new(FakeApi::start_version(kube).await);
-        let port = accord_testkit::sushy::free_port();
-        let daemon_url = format!("http://127.0.0.1:{port}");
+        let ha_settings = scenario.lab.ha.clone();
+        let identities = ha::identities(ha_settings.replicas);
+        let several = ha_settings.enabled();
+        let ports: Vec<u16> = identities
+            .iter()
+            .map(|_| accord_testkit::sushy::free_port())
+            .collect();
+        let urls: Vec<String> = ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect();
+        let daemon_url = urls[0].clone();
         // A chaos run: the agents reach accordd through the agent proxy,
         // which notes what accordd acknowledged.
         let chaos = match &scenario.lab.chaos {
@@ -287,31 +309,14 @@ impl Lab {
             }
             None => None,
         };
-        let agent_url = chaos
-            .as_ref()
-            .map_or_else(|| daemon_url.clone(), |c| c.agents.url.clone());
+        let agent_urls = match &chaos {
+            Some(c) => vec![c.agents.url.clone()],
+            None => urls.clone(),
+        };
         let d = dir.path();
         private(&d.join("admin-token"), ADMIN_TOKEN)?;
         private(&d.join("agent-token"), AGENT_TOKEN)?;
         std::fs::write(d.join("fleet.toml"), scenario.fleet_toml())?;
-        let names: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
-        let inventory = format!(
-            "# The lab's BMCs: sushy-emulator systems behind the lab's proxy.\n\
-             [power]\npoll_interval_ms = 500\non_timeout_s = {}\nresend_after_s = 20\n\
-             graceful_timeout_s = 20\n\n[[bmc]]\nnodes = {}\nendpoint = \"{}\"\nsystem = \"{{node}}\"\n",
-            scenario.lab.power_on_timeout_s,
-            toml::Value::from(names.clone()),
-            proxy.url
-        );
-        let mut inventory = inventory + &bios::inventory_toml(&scenario)?;
-        if chaos.is_some() {
-            // A hang holds an answer past this (the default is 30 s).
-            inventory.push_str(&format!(
-                "\n# Chaos run: BMC hangs are held past this.\n[defaults]\nrequest_timeout_ms = {}\n",
-                chaos::REDFISH_TIMEOUT_MS
-            ));
-        }
-        std::fs::write(d.join("bmcs.toml"), inventory)?;
         let mut control = scenario.control.clone();
         control.insert(
             "mode".into(),
@@ -325,54 +330,73 @@ impl Lab {
         control
             .entry("mig_parted_config")
             .or_insert_with(|| toml::Value::from(d.join(MIG_PARTED_FILE).display().to_string()));
-        let mut config = toml::Table::new();
-        let table = |pairs: Vec<(&str, toml::Value)>| {
-            toml::Value::Table(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
-        };
-        let path = |p: PathBuf| toml::Value::from(p.display().to_string());
-        config.insert(
-            "server".into(),
-            table(vec![(
-                "listen",
-                toml::Value::from(format!("127.0.0.1:{port}")),
-            )]),
-        );
-        // Lab::store_dir.
-        config.insert("store".into(), table(vec![("dir", path(d.join("store")))]));
-        config.insert(
-            "agents".into(),
-            table(vec![
-                ("token_file", path(d.join("agent-token"))),
-                ("stale_after_s", toml::Value::from(30)),
-            ]),
-        );
-        config.insert(
-            "admin".into(),
-            table(vec![("token_file", path(d.join("admin-token")))]),
-        );
-        config.insert(
-            "fleet".into(),
-            table(vec![("file", path(d.join("fleet.toml")))]),
-        );
-        config.insert(
-            "redfish".into(),
-            table(vec![("inventory", path(d.join("bmcs.toml")))]),
-        );
-        config.insert(
-            "kubernetes".into(),
-            table(vec![("url", toml::Value::from(api.url.clone()))]),
-        );
-        config.insert("control".into(), toml::Value::Table(control));
-        let config_path = d.join("accordd.toml");
-        std::fs::write(
-            &config_path,
-            format!(
-                "# Written by the lab (`accordd lab`): accordd's configuration for this lab.\n{}",
-                toml::to_string(&config)?
-            ),
-        )?;
-        // Fail here, with accordd's own words, rather than in the child.
-        daemon::check_config(&options, &config_path)?;
+        let names: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
+        let mut replicas = Vec::new();
+        for ((identity, port), url) in identities.iter().zip(&ports).zip(&urls) {
+            // One accordd: its files in the lab's directory, the proxy's
+            // and the API server's main listeners. Several: each its own
+            // directory and listeners (what it sends told apart).
+            let (files, bmc_url, kube_url, ha_section) = if several {
+                let files = d.join(identity);
+                std::fs::create_dir_all(&files)
+                    .with_context(|| format!("{}: cannot make", files.display()))?;
+                (
+                    files,
+                    proxy.listen_for(identity).await?,
+                    api.listen_tagged(identity).await,
+                    Some(ha_settings.section(identity)),
+                )
+            } else {
+                (d.to_owned(), proxy.url.clone(), api.url.clone(), None)
+            };
+            let files = Files {
+                lab: d,
+                own: &files,
+            };
+            let config = files.write(
+                &scenario,
+                &names,
+                *port,
+                &bmc_url,
+                &kube_url,
+                &control,
+                ha_section,
+                chaos.is_some(),
+            )?;
+            // Fail here, with accordd's own words, rather than in the child.
+            daemon::check_config(&options, &config)?;
+            let admin = accord_api::Client::new(
+                url,
+                ADMIN_TOKEN,
+                accord_api::client::ClientOptions {
+                    timeout: Duration::from_secs(10),
+                    ..Default::default()
+                },
+            )?;
+            replicas.push(ha::Replica {
+                identity: identity.clone(),
+                url: url.clone(),
+                store: files.own.join("store"),
+                log: options.daemon_log.as_deref().map(|l| {
+                    if several {
+                        replica_log(l, identity)
+                    } else {
+                        l.to_owned()
+                    }
+                }),
+                config,
+                admin,
+                child: Mutex::new(None),
+                paused: Default::default(),
+            });
+        }
+        let config_path = replicas[0].config.clone();
+        let admin = replicas[0].admin.clone();
+        let replicas = Arc::new(ha::Replicas {
+            list: replicas,
+            api: api.clone(),
+            ha: several,
+        });
 
         let mut record = Record::default();
         for n in &fleet.nodes {
@@ -391,14 +415,6 @@ impl Lab {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()?;
-        let admin = accord_api::Client::new(
-            &daemon_url,
-            ADMIN_TOKEN,
-            accord_api::client::ClientOptions {
-                timeout: Duration::from_secs(10),
-                ..Default::default()
-            },
-        )?;
         let scenario = Arc::new(scenario);
         let fleet = Arc::new(fleet);
         let ctx = Ctx {
@@ -407,8 +423,8 @@ impl Lab {
             fleet: fleet.clone(),
             scenario: scenario.clone(),
             emulator_url: emulator.url(),
-            agent_url,
-            admin: admin.clone(),
+            agent_urls,
+            daemons: replicas.clone(),
             dir: d.to_owned(),
             http,
             narrate: options.narrate,
@@ -416,7 +432,8 @@ impl Lab {
             kube,
             recordings: recordings.clone(),
         };
-        let tasks = vec![
+        let ha_record = Arc::new(Mutex::new(ha::HaRecord::default()));
+        let mut tasks = vec![
             tokio::spawn(world::machines(ctx.clone())),
             tokio::spawn(world::scheduler(ctx.clone())),
             tokio::spawn(world::submitter(ctx.clone())),
@@ -424,6 +441,14 @@ impl Lab {
             tokio::spawn(world::evictor(ctx.clone())),
             tokio::spawn(world::watch_status(ctx)),
         ];
+        if several {
+            tasks.push(tokio::spawn(ha::watch_lease(
+                api.clone(),
+                ha_record.clone(),
+                options.narrate,
+            )));
+            say!(options, replicas = %replicas.list.iter().map(|r| format!("{} {}", r.identity, r.url)).collect::<Vec<_>>().join(", "), "{} accordd replicas electing a leader on the Lease {}/{}", replicas.list.len(), ha::NAMESPACE, ha::LEASE_NAME);
+        }
         say!(options, dir = %d.display(), nodes = fleet.nodes.len(), bmcs = %emulator.url(), kube = %api.url, "lab up: {} emulated BMCs, fake Kubernetes API (Kubernetes {kube}{}), accordd config {}", fleet.nodes.len(), kube.dra_api_version().map_or(", no DRA".to_owned(), |v| format!(", DRA {v}")), config_path.display());
         for (name, m) in recordings.iter() {
             say!(options, node = %name, "replays {} ({}; {})", m.recording.name, m.describe, m.from);
@@ -441,7 +466,8 @@ impl Lab {
             config: config_path,
             daemon_url,
             options,
-            daemon: Mutex::new(None),
+            replicas,
+            ha: ha_record,
             record,
             started,
             tasks,
@@ -471,14 +497,17 @@ impl Lab {
         (r.subs[i].submitted, r.subs[i].bound)
     }
 
-    /// accordd's store directory (`[store] dir` in the lab's accordd.toml).
+    /// accordd's store directory (`[store] dir` in the lab's accordd.toml;
+    /// with several replicas, the first's).
     pub fn store_dir(&self) -> PathBuf {
-        self.dir.path().join("store")
+        self.replicas.list[0].store.clone()
     }
 
-    /// accordd's last control round (`GET /v1/status`).
+    /// accordd's last control round (`GET /v1/status`); with several
+    /// replicas, the leader's (per the Lease), else the first that
+    /// answers.
     pub async fn status(&self) -> Option<ControlStatus> {
-        fetch_status(&self.admin).await
+        self.replicas.status().await
     }
 
     /// Resets accordd sent for `node`, as the emulator logged them (a
@@ -599,6 +628,117 @@ fn workload_keys(s: &SubState) -> BTreeSet<String> {
 }
 
 /// accordd's last round; `None` while it is not up (or has no round yet).
-async fn fetch_status(admin: &accord_api::Client) -> Option<ControlStatus> {
-    admin.status().await.ok()
+/// With several replicas, the leader's ([`ha::Replicas::status`]).
+async fn fetch_status(daemons: &ha::Replicas) -> Option<ControlStatus> {
+    daemons.status().await
+}
+
+/// A replica's log file: `log` with its identity before the extension.
+fn replica_log(log: &Path, identity: &str) -> PathBuf {
+    let stem = log
+        .file_stem()
+        .map_or_else(|| "accordd".into(), |s| s.to_string_lossy().into_owned());
+    let name = match log.extension() {
+        Some(ext) => format!("{stem}.{identity}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{identity}"),
+    };
+    log.with_file_name(name)
+}
+
+/// Where one accordd's files go: the lab's directory (the shared ones:
+/// tokens, fleet file, mig-parted configs) and its own (accordd.toml,
+/// bmcs.toml, store; the lab's directory itself with one accordd).
+struct Files<'a> {
+    lab: &'a Path,
+    own: &'a Path,
+}
+
+impl Files<'_> {
+    /// Writes the BMC inventory and accordd.toml (`[ha]` when given) for
+    /// an accordd listening on `port`, reaching the BMCs at `bmc_url` and
+    /// Kubernetes at `kube_url`: accordd.toml's path.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        scenario: &Scenario,
+        names: &[String],
+        port: u16,
+        bmc_url: &str,
+        kube_url: &str,
+        control: &toml::Table,
+        ha_section: Option<toml::Table>,
+        chaos: bool,
+    ) -> anyhow::Result<PathBuf> {
+        let (d, own) = (self.lab, self.own);
+        let inventory = format!(
+            "# The lab's BMCs: sushy-emulator systems behind the lab's proxy.\n\
+             [power]\npoll_interval_ms = 500\non_timeout_s = {}\nresend_after_s = 20\n\
+             graceful_timeout_s = 20\n\n[[bmc]]\nnodes = {}\nendpoint = \"{}\"\nsystem = \"{{node}}\"\n",
+            scenario.lab.power_on_timeout_s,
+            toml::Value::from(names.to_vec()),
+            bmc_url
+        );
+        let mut inventory = inventory + &bios::inventory_toml(scenario)?;
+        if chaos {
+            // A hang holds an answer past this (the default is 30 s).
+            inventory.push_str(&format!(
+                "\n# Chaos run: BMC hangs are held past this.\n[defaults]\nrequest_timeout_ms = {}\n",
+                chaos::REDFISH_TIMEOUT_MS
+            ));
+        }
+        std::fs::write(own.join("bmcs.toml"), inventory)?;
+        let mut config = toml::Table::new();
+        let table = |pairs: Vec<(&str, toml::Value)>| {
+            toml::Value::Table(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+        };
+        let path = |p: PathBuf| toml::Value::from(p.display().to_string());
+        config.insert(
+            "server".into(),
+            table(vec![(
+                "listen",
+                toml::Value::from(format!("127.0.0.1:{port}")),
+            )]),
+        );
+        // Lab::store_dir.
+        config.insert(
+            "store".into(),
+            table(vec![("dir", path(own.join("store")))]),
+        );
+        config.insert(
+            "agents".into(),
+            table(vec![
+                ("token_file", path(d.join("agent-token"))),
+                ("stale_after_s", toml::Value::from(30)),
+            ]),
+        );
+        config.insert(
+            "admin".into(),
+            table(vec![("token_file", path(d.join("admin-token")))]),
+        );
+        config.insert(
+            "fleet".into(),
+            table(vec![("file", path(d.join("fleet.toml")))]),
+        );
+        config.insert(
+            "redfish".into(),
+            table(vec![("inventory", path(own.join("bmcs.toml")))]),
+        );
+        config.insert(
+            "kubernetes".into(),
+            table(vec![("url", toml::Value::from(kube_url))]),
+        );
+        config.insert("control".into(), toml::Value::Table(control.clone()));
+        if let Some(ha) = ha_section {
+            config.insert("ha".into(), toml::Value::Table(ha));
+        }
+        let config_path = own.join("accordd.toml");
+        std::fs::write(
+            &config_path,
+            format!(
+                "# Written by the lab (`accordd lab`): accordd's configuration for this lab.\n{}",
+                toml::to_string(&config)?
+            ),
+        )?;
+        Ok(config_path)
+    }
 }

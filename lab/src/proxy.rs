@@ -9,6 +9,11 @@
 //! ([`crate::chaos::bmc`]) and notes, for each power Reset it forwards,
 //! the machine's power state when it arrived (the emulator's, read just
 //! before): what the duplicate-Reset count is made from.
+//!
+//! With several accordd replicas ([`crate::ha`]) each replica's inventory
+//! points at a listener of its own ([`BmcProxy::listen_for`]): every
+//! request logged, and every Reset that reaches a machine, names the
+//! replica that sent it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -38,6 +43,17 @@ pub struct Logged {
     pub reset_type: Option<String>,
     /// A chaos fault that answered or held it (`503`, `hang`).
     pub fault: Option<&'static str>,
+    /// The accordd replica that sent it (the listener it came in on:
+    /// [`BmcProxy::listen_for`]); `None`: the main listener (one accordd).
+    pub replica: Option<String>,
+}
+
+impl Logged {
+    /// A request that changes something (anything but GET and HEAD): a
+    /// Reset, a BIOS staging.
+    pub fn is_write(&self) -> bool {
+        self.method != "GET" && self.method != "HEAD"
+    }
 }
 
 struct Shared {
@@ -52,6 +68,27 @@ struct Shared {
     /// Power Resets that reached a machine (the emulator accepted them),
     /// with its power state when each arrived.
     resets: Mutex<Vec<ResetReached>>,
+}
+
+/// What a listener's requests are handled with: the proxy's state and
+/// the replica the listener is for (`None`: the main listener).
+#[derive(Clone)]
+struct Via {
+    shared: Arc<Shared>,
+    replica: Option<Arc<str>>,
+}
+
+/// Serves the proxy on a free loopback port for `replica`: its base URL.
+async fn serve(shared: Arc<Shared>, replica: Option<Arc<str>>) -> std::io::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let app = axum::Router::new()
+        .fallback(forward)
+        .with_state(Via { shared, replica });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(url)
 }
 
 #[derive(Clone)]
@@ -83,15 +120,24 @@ impl BmcProxy {
             faults: Mutex::new(BmcFaults::default()),
             resets: Mutex::new(Vec::new()),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let app = axum::Router::new()
-            .fallback(forward)
-            .with_state(shared.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let url = serve(shared.clone(), None).await?;
         Ok(BmcProxy { url, shared })
+    }
+
+    /// Another listener of the same proxy (the same machines, log and
+    /// faults) for the accordd replica `replica`: its base URL. What comes
+    /// in on it is logged (and each Reset reaching a machine noted) with
+    /// `replica` ([`Logged::replica`], [`ResetReached::replica`]).
+    pub async fn listen_for(&self, replica: &str) -> std::io::Result<String> {
+        serve(self.shared.clone(), Some(Arc::from(replica))).await
+    }
+
+    /// The requests that came in on `replica`'s listener.
+    pub fn log_from(&self, replica: &str) -> Vec<Logged> {
+        self.log()
+            .into_iter()
+            .filter(|l| l.replica.as_deref() == Some(replica))
+            .collect()
     }
 
     /// Arms a BMC fault (chaos).
@@ -256,12 +302,14 @@ fn unavailable() -> Response {
 }
 
 async fn forward(
-    State(s): State<Arc<Shared>>,
+    State(via): State<Via>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let s = &via.shared;
+    let replica = via.replica.as_deref().map(str::to_owned);
     let path = uri.path().to_owned();
     let text = String::from_utf8_lossy(&body);
     let is_reset = method == Method::POST && path.ends_with("/Actions/ComputerSystem.Reset");
@@ -296,6 +344,7 @@ async fn forward(
             Verdict::Unavailable => Some("503"),
             Verdict::Hang(_) => Some("hang"),
         },
+        replica: replica.clone(),
     });
     if dropped {
         return StatusCode::NO_CONTENT.into_response();
@@ -303,7 +352,24 @@ async fn forward(
     if verdict == Verdict::Unavailable {
         return unavailable();
     }
-    let answer = answer(&s, method, uri, headers, body, node, reset_type).await;
+    // Carried through even when the sender goes away meanwhile (an
+    // accordd killed with its Reset in flight): what reached the emulator
+    // is noted, as a BMC carries out a request whose client is gone.
+    let shared = s.clone();
+    let answer = tokio::spawn(async move {
+        answer(
+            &shared, method, uri, headers, body, node, reset_type, replica,
+        )
+        .await
+    })
+    .await
+    .unwrap_or_else(|e| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("lab proxy: forwarding failed: {e}"),
+        )
+            .into_response()
+    });
     if let Verdict::Hang(hold) = verdict {
         tokio::time::sleep(hold).await;
     }
@@ -314,6 +380,7 @@ async fn forward(
 /// else the emulator's (a Reset noted with the machine's power state
 /// before it; a System document with its Bios link and, in a
 /// wrong-power window, the stale power state).
+#[allow(clippy::too_many_arguments)]
 async fn answer(
     s: &Shared,
     method: Method,
@@ -322,6 +389,7 @@ async fn answer(
     body: Bytes,
     node: Option<String>,
     reset_type: Option<String>,
+    replica: Option<String>,
 ) -> Response {
     let path = uri.path().to_owned();
     if let Some(answer) = bios_answer(s, &method, &path, &headers, &body) {
@@ -384,6 +452,7 @@ async fn answer(
                         node: n.clone(),
                         reset_type: rt.clone(),
                         machine_on: was_on,
+                        replica,
                     });
                     s.faults.lock().expect("lock").reset_reached(n, was_on, now);
                 }

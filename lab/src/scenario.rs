@@ -77,6 +77,10 @@ pub struct LabSettings {
     /// A chaos run: faults injected on a seeded schedule
     /// ([`crate::chaos`]); `--chaos SEED` sets or overrides it.
     pub chaos: Option<crate::chaos::ChaosOptions>,
+    /// accordd's high availability (`[lab.ha]`): how many replicas the lab
+    /// runs, their Lease timings and a fault for the leader ([`crate::ha`]).
+    /// The default, one replica, is the lab without HA.
+    pub ha: crate::ha::HaSettings,
 }
 
 /// Recorded hardware: exactly one of `builtin` (an embedded recording),
@@ -166,6 +170,7 @@ impl Default for LabSettings {
             bios: None,
             evict_after_ms: None,
             chaos: None,
+            ha: crate::ha::HaSettings::default(),
         }
     }
 }
@@ -382,6 +387,17 @@ impl Scenario {
         Ok(out)
     }
 
+    /// `[lab.ha]`'s problems (checked again after the command line's
+    /// `--replicas`, `--kill-leader-at`, `--pause-leader-at` are applied).
+    pub fn ha_problems(&self) -> Vec<String> {
+        let mut problems = self.lab.ha.problems("lab.ha");
+        if self.lab.ha.replicas > 1 && self.lab.chaos.is_some() {
+            problems
+                .push("lab.chaos: a chaos run has one accordd (lab.ha.replicas = 1)".to_owned());
+        }
+        problems
+    }
+
     /// Every problem, each naming its key.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
@@ -455,6 +471,7 @@ impl Scenario {
         if let Some(c) = &self.lab.chaos {
             problems.extend(c.problems("lab.chaos"));
         }
+        problems.extend(self.ha_problems());
         if self.lab.max_s == 0 {
             problems.push("lab.max_s: must be above 0".to_owned());
         }
@@ -534,6 +551,55 @@ mod tests {
     fn with_lab(lab: &str) -> Result<Scenario, String> {
         Scenario::parse(&format!("{lab}\n{TWO_NODES}"), Path::new("dir/s.toml"))
             .map_err(|e| e.to_string())
+    }
+
+    /// `[lab.ha]`: the replicas, the Lease's timings and one fault, parsed
+    /// strictly and checked as accordd checks its `[ha]`; absent: one
+    /// accordd.
+    #[test]
+    fn the_ha_table_parses_strictly_and_is_checked() {
+        let s = with_lab("").unwrap();
+        assert_eq!(s.lab.ha, crate::ha::HaSettings::default());
+        assert!(!s.lab.ha.enabled());
+        let s = with_lab(
+            "[lab.ha]\nreplicas = 3\nlease_duration_s = 6\nrenew_deadline_s = 4\n\
+             retry_period_s = 1\npause_leader = { at = \"powering_on\", pause_s = 9 }",
+        )
+        .unwrap();
+        assert_eq!(s.lab.ha.replicas, 3);
+        assert_eq!(
+            s.lab.ha.fault(),
+            Some(crate::ha::Fault::Pause {
+                at: crate::ha::Moment::PoweringOn,
+                pause: std::time::Duration::from_secs(9)
+            })
+        );
+        let s = with_lab("[lab.ha]\nreplicas = 2\nkill_leader = { at = \"powering_on\" }").unwrap();
+        assert_eq!(
+            s.lab.ha.fault(),
+            Some(crate::ha::Fault::Kill {
+                at: crate::ha::Moment::PoweringOn
+            })
+        );
+        for (lab, want) in [
+            ("[lab.ha]\nreplica = 2", "replica"),
+            ("[lab.ha]\nkill_leader = { at = \"later\" }", "later"),
+            (
+                "[lab.ha]\nkill_leader = { at = \"powering_on\" }",
+                "lab.ha: a fault for the leader needs replicas = 2 or more",
+            ),
+            (
+                "[lab.ha]\nreplicas = 2\nrenew_deadline_s = 20",
+                "lab.ha: need retry_period_s < renew_deadline_s < lease_duration_s",
+            ),
+            (
+                "[lab.ha]\nreplicas = 2\n[lab.chaos]\nseed = 1",
+                "lab.chaos: a chaos run has one accordd",
+            ),
+        ] {
+            let e = with_lab(lab).unwrap_err();
+            assert!(e.contains(want), "{lab}: {e}");
+        }
     }
 
     /// Every recording key: per profile, per machine over it (each form),

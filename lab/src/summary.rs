@@ -74,6 +74,11 @@ pub struct Summary {
     /// A chaos run's faults and safety counts (absent without chaos).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chaos: Option<crate::chaos::ChaosSummary>,
+    /// Several accordd replicas (`[lab.ha]`, `--replicas`): the Lease's
+    /// holders, the fault and takeover, Resets and writes by replica
+    /// (absent with one accordd).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ha: Option<crate::ha::HaSummary>,
 }
 
 impl Summary {
@@ -156,6 +161,9 @@ impl Summary {
         }
         if let Some(c) = &self.chaos {
             out.push_str(&c.render());
+        }
+        if let Some(h) = &self.ha {
+            out.push_str(&h.render());
         }
         for why in &self.skipped {
             out.push_str(&format!("\nskipped: {why}"));
@@ -290,8 +298,10 @@ impl Lab {
                 mig_repartitions.insert(who.to_owned(), n);
             }
         }
+        let ha = self.ha_summary();
         Summary {
             chaos: None,
+            ha,
             mig_repartitions,
             kube_version: self.kube_version.to_string(),
             skipped: self.skipped.clone(),

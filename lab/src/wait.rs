@@ -79,19 +79,29 @@ impl Lab {
     /// accordd has no power action in flight); with `dark`, until every
     /// node is off. In a chaos run, the fault schedule runs beside it, and
     /// the scenario is not done before the schedule is; the summary then
-    /// has the `chaos` section. Errors after `lab.max_s`, or if accordd
-    /// exits (other than killed by the chaos).
+    /// has the `chaos` section. With several replicas and a fault for the
+    /// leader (`[lab.ha]`), the fault is driven beside it too, and the
+    /// scenario does not settle while it is under way. Errors after
+    /// `lab.max_s`, or if accordd exits (other than killed by the chaos
+    /// or the fault).
     pub async fn run_until_idle(&self, dark: bool) -> anyhow::Result<Summary> {
         let chaos = self.drive_chaos();
         tokio::pin!(chaos);
+        let ha = self.drive_ha();
+        tokio::pin!(ha);
         let settled = self.settle(dark);
         tokio::pin!(settled);
         let mut chaos_done = false;
+        let mut ha_done = false;
         let summary = loop {
             tokio::select! {
                 r = &mut chaos, if !chaos_done => {
                     r?;
                     chaos_done = true;
+                }
+                r = &mut ha, if !ha_done => {
+                    r?;
+                    ha_done = true;
                 }
                 s = &mut settled => break s?,
             }
@@ -113,6 +123,7 @@ impl Lab {
             let quiet = status.as_ref().is_some_and(|s| s.open_intents.is_empty());
             let chaos_done = self.chaos.as_ref().is_none_or(|c| c.done());
             if chaos_done
+                && !self.ha_busy()
                 && quiet
                 && self.scenario_done(status.as_ref())
                 && self.fleet_settled(dark)
@@ -122,11 +133,16 @@ impl Lab {
             }
             if Instant::now() > deadline {
                 anyhow::bail!(
-                    "the scenario did not settle within lab.max_s = {} s ({}{}); {}",
+                    "the scenario did not settle within lab.max_s = {} s ({}{}{}); {}",
                     self.scenario.lab.max_s,
                     self.unsettled(),
                     if self.chaos.as_ref().is_some_and(|c| !c.done()) {
                         "; the chaos schedule is not done"
+                    } else {
+                        ""
+                    },
+                    if self.ha_busy() {
+                        "; the fault for the leader is under way"
                     } else {
                         ""
                     },

@@ -39,11 +39,16 @@ fn agent_config(ctx: &Ctx, node: &str) -> anyhow::Result<accord_agent::run::Agen
         .as_deref()
         .map(|p| format!("nvml_snapshot = {}\n", quoted(p)))
         .unwrap_or_default();
+    // One accordd: `url`; several replicas: every one (`urls`): the
+    // agent reports to each.
+    let daemon = match ctx.agent_urls.as_slice() {
+        [one] => format!("url = \"{one}\""),
+        all => format!("urls = {}", toml::Value::from(all.to_vec())),
+    };
     let text = format!(
-        "[daemon]\nurl = \"{}\"\ntoken_file = {}\n[node]\nname = \"{node}\"\n\
+        "[daemon]\n{daemon}\ntoken_file = {}\n[node]\nname = \"{node}\"\n\
          [discovery]\ninterval_s = 3600\nhwloc_xml = {}\n{nvml}\
          [heartbeat]\ninterval_ms = {}\n[backoff]\ninitial_ms = 200\nmax_ms = 2000\n",
-        ctx.agent_url,
         quoted(&d.join("agent-token")),
         quoted(&rec.hwloc_xml),
         ctx.scenario.lab.heartbeat_ms
@@ -571,7 +576,7 @@ fn start_clock(ctx: &Ctx, st: &accord_api::control::ControlStatus, r: &mut super
 pub(super) async fn watch_status(ctx: Ctx) {
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let Some(st) = fetch_status(&ctx.admin).await else {
+        let Some(st) = fetch_status(&ctx.daemons).await else {
             continue;
         };
         let mut r = ctx.record.lock().expect("lock");

@@ -117,6 +117,30 @@ pub struct BmcTarget {
 pub struct HttpPool {
     clients: Mutex<HashMap<(TlsMode, Duration), reqwest::Client>>,
     global: Arc<Semaphore>,
+    write_gate: Option<WriteGate>,
+}
+
+/// Asked before every request that changes something on a BMC (any
+/// method but GET; sessions are not changes): `Err(why)` and the request
+/// is not sent (`RedfishError::Refused`). accordd's replicas: only the
+/// leader, within its term, acts.
+#[derive(Clone)]
+pub struct WriteGate(Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
+
+impl WriteGate {
+    pub fn new(gate: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> WriteGate {
+        WriteGate(Arc::new(gate))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for WriteGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteGate")
+    }
 }
 
 impl HttpPool {
@@ -124,7 +148,14 @@ impl HttpPool {
         HttpPool {
             clients: Mutex::new(HashMap::new()),
             global: Arc::new(Semaphore::new(max_in_flight_total.max(1))),
+            write_gate: None,
         }
+    }
+
+    /// Every BMC made from this pool asks `gate` before each change.
+    pub fn with_write_gate(mut self, gate: WriteGate) -> HttpPool {
+        self.write_gate = Some(gate);
+        self
     }
 
     fn client(&self, tls: &TlsMode, connect: Duration) -> Result<reqwest::Client, String> {
@@ -254,6 +285,7 @@ pub struct Bmc {
     root: OnceCell<ServiceRoot>,
     pub(crate) system_path: OnceCell<String>,
     seed: u64,
+    write_gate: Option<WriteGate>,
 }
 
 impl Bmc {
@@ -276,6 +308,7 @@ impl Bmc {
             root: OnceCell::new(),
             system_path: OnceCell::new(),
             seed,
+            write_gate: pool.write_gate.clone(),
             target,
         })
     }
@@ -353,6 +386,20 @@ impl Bmc {
         let mut renewed = false;
         loop {
             attempt += 1;
+            // Asked before each attempt: a retry after a pause is a new
+            // send.
+            if method != Method::GET {
+                if let Some(gate) = &self.write_gate {
+                    if let Err(reason) = gate.check() {
+                        return Err(RedfishError::Refused {
+                            bmc: self.target.name.clone(),
+                            method: method_name(&method),
+                            url: self.url(path),
+                            reason,
+                        });
+                    }
+                }
+            }
             let header = match auth_use {
                 AuthUse::None => AuthHeader::None,
                 AuthUse::Credentials => self.auth_header().await?,

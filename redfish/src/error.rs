@@ -7,6 +7,14 @@ use std::fmt;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedfishError {
+    /// Not sent: this process may not change BMCs now (`WriteGate`).
+    #[error("BMC {bmc}: {method} {url}: not sent: {reason}")]
+    Refused {
+        bmc: String,
+        method: &'static str,
+        url: String,
+        reason: String,
+    },
     #[error("BMC {bmc}: {method} {url}: cannot connect{}", attempts_suffix(*attempts))]
     Connect {
         bmc: String,
@@ -187,6 +195,7 @@ impl RedfishError {
             RedfishError::TaskTimeout { .. } => "task_timeout",
             RedfishError::TooLarge { .. } => "too_large",
             RedfishError::NotRedfish { .. } => "not_redfish",
+            RedfishError::Refused { .. } => "refused",
         }
     }
 }

@@ -17,7 +17,7 @@ pub mod model;
 pub mod ops;
 pub mod probe;
 
-pub use client::{Bmc, BmcSettings, BmcTarget, Credentials, HttpPool, TlsMode};
+pub use client::{Bmc, BmcSettings, BmcTarget, Credentials, HttpPool, TlsMode, WriteGate};
 pub use error::{RedfishError, Secret};
 pub use inventory::Inventory;
 pub use model::PowerState;

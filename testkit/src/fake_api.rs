@@ -27,6 +27,11 @@
 //! namespaced, kind, verbs, status subresources); `/apis/GROUP`
 //! (`APIGroup`); and a `404` `NotFound` Status for any group, version or
 //! resource not in the set.
+//!
+//! Several clients (accordd replicas electing a leader on a Lease) can
+//! share one server and still be told apart: [`FakeApi::listen_tagged`]
+//! serves the same state on another loopback listener whose requests are
+//! recorded with a tag ([`FakeApi::requests_from`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -196,8 +201,11 @@ pub fn default_resources() -> Vec<ResourceSpec> {
 
 /// The resources a cluster of version `v` serves among those Accord reads
 /// and writes (and PriorityClass, so `scheduling.k8s.io` is a group on
-/// every version, as on a real server); `crds`: the x-k8s.io CRDs
-/// (coscheduling PodGroup, ProvisioningRequest, JobSet) are installed.
+/// every version, as on a real server), and `coordination.k8s.io/v1`
+/// Leases (accordd's leader election; served by every version); `crds`:
+/// the x-k8s.io CRDs (coscheduling PodGroup, ProvisioningRequest, JobSet)
+/// and Accord's own (`accord.dev/v1alpha1` AccordNode, namespaced: the
+/// replicas' shared state, deploy/crd-accordnode.yaml) are installed.
 pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
     let r = |prefix, plural, kind, namespaced| ResourceSpec {
         prefix,
@@ -220,6 +228,7 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
             "PriorityClass",
             false,
         ),
+        r("/apis/coordination.k8s.io/v1", "leases", "Lease", true),
     ];
     let dra = |prefix: &'static str| {
         [
@@ -274,6 +283,12 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
             "/apis/jobset.x-k8s.io/v1alpha2",
             "jobsets",
             "JobSet",
+            true,
+        ));
+        out.push(r(
+            "/apis/accord.dev/v1alpha1",
+            "accordnodes",
+            "AccordNode",
             true,
         ));
     }
@@ -337,7 +352,9 @@ struct Shared {
     resources: Vec<ResourceSpec>,
     inner: Mutex<Inner>,
     events: broadcast::Sender<Event>,
-    requests: Mutex<Vec<String>>,
+    /// Every request, as `METHOD path?query`, with the tag of the
+    /// listener it came in on (`None`: the main one).
+    requests: Mutex<Vec<(Option<Arc<str>>, String)>>,
     bookmark_every: Duration,
     /// What `/version` says.
     version: KubeVersion,
@@ -346,18 +363,52 @@ struct Shared {
     aggregated: AtomicBool,
 }
 
-/// A running fake API server; stopped on drop.
+/// What a listener's requests are handled with: the one server state,
+/// and the listener's tag ([`FakeApi::listen_tagged`]; `None`: the main
+/// listener).
+#[derive(Debug, Clone)]
+struct Listener {
+    shared: Arc<Shared>,
+    tag: Option<Arc<str>>,
+}
+
+/// A running fake API server; stopped on drop (its tagged listeners too).
 #[derive(Debug)]
 pub struct FakeApi {
     pub url: String,
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
+    /// The tagged listeners' server tasks ([`FakeApi::listen_tagged`]).
+    tagged: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for FakeApi {
     fn drop(&mut self) {
         self.task.abort();
+        let tagged = self.tagged.get_mut().unwrap_or_else(|e| e.into_inner());
+        for task in tagged.drain(..) {
+            task.abort();
+        }
     }
+}
+
+/// Serves `shared` on a free loopback port, requests recorded with `tag`:
+/// the base URL and the server's task.
+async fn serve(
+    shared: Arc<Shared>,
+    tag: Option<Arc<str>>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    let app = axum::Router::new()
+        .fallback(handle)
+        .with_state(Listener { shared, tag });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("bound"));
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
 }
 
 fn now_rfc3339() -> String {
@@ -487,17 +538,25 @@ impl FakeApi {
             version,
             aggregated: AtomicBool::new(true),
         });
-        let app = axum::Router::new()
-            .fallback(handle)
-            .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("loopback port");
-        let url = format!("http://{}", listener.local_addr().expect("bound"));
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        FakeApi { url, shared, task }
+        let (url, task) = serve(shared.clone(), None).await;
+        FakeApi {
+            url,
+            shared,
+            task,
+            tagged: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The same server (the same objects, versions, faults) on another
+    /// free loopback port, for one of several clients a test tells apart
+    /// (an accordd replica): returns its base URL. Requests arriving on
+    /// it are recorded with `tag` ([`FakeApi::requests_from`]) as well as
+    /// among [`FakeApi::requests`]. It stops when this `FakeApi` is
+    /// dropped.
+    pub async fn listen_tagged(&self, tag: &str) -> String {
+        let (url, task) = serve(self.shared.clone(), Some(Arc::from(tag))).await;
+        self.tagged.lock().expect("lock").push(task);
+        url
     }
 
     /// A kube-rs client for this server.
@@ -674,9 +733,21 @@ impl FakeApi {
         self.shared.aggregated.store(on, Ordering::Relaxed);
     }
 
-    /// Requests so far, as `METHOD path?query`.
+    /// Requests so far, as `METHOD path?query`, on every listener.
     pub fn requests(&self) -> Vec<String> {
-        self.shared.requests.lock().expect("lock").clone()
+        let requests = self.shared.requests.lock().expect("lock");
+        requests.iter().map(|(_, r)| r.clone()).collect()
+    }
+
+    /// Requests so far that came in on the listener tagged `tag`
+    /// ([`FakeApi::listen_tagged`]), as [`FakeApi::requests`] says them.
+    pub fn requests_from(&self, tag: &str) -> Vec<String> {
+        let requests = self.shared.requests.lock().expect("lock");
+        requests
+            .iter()
+            .filter(|(t, _)| t.as_deref() == Some(tag))
+            .map(|(_, r)| r.clone())
+            .collect()
     }
 }
 
@@ -1052,16 +1123,19 @@ fn route(shared: &Shared, path: &str) -> Option<Target> {
 }
 
 async fn handle(
-    State(shared): State<Arc<Shared>>,
+    State(Listener { shared, tag }): State<Listener>,
     method: Method,
     uri: Uri,
     Query(query): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    shared.requests.lock().expect("lock").push(format!(
-        "{method} {}",
-        uri.path_and_query().map(|p| p.as_str()).unwrap_or("")
+    shared.requests.lock().expect("lock").push((
+        tag,
+        format!(
+            "{method} {}",
+            uri.path_and_query().map(|p| p.as_str()).unwrap_or("")
+        ),
     ));
     if method == Method::GET {
         if let Some(r) = discovery(&shared, uri.path(), &headers) {
@@ -1518,6 +1592,15 @@ mod tests {
             );
             assert!(!has(v, "/apis/jobset.x-k8s.io/v1alpha2", "jobsets"));
             assert!(resources_for(v, true).iter().any(|r| r.plural == "jobsets"));
+            // Leases on every version; Accord's own CRD only installed.
+            assert!(has(v, "/apis/coordination.k8s.io/v1", "leases"), "{v}");
+            assert!(!has(v, "/apis/accord.dev/v1alpha1", "accordnodes"));
+            assert!(resources_for(v, true)
+                .iter()
+                .any(|r| r.prefix == "/apis/accord.dev/v1alpha1"
+                    && r.plural == "accordnodes"
+                    && r.kind == "AccordNode"
+                    && r.namespaced));
         }
         let names = |r: Vec<ResourceSpec>| -> Vec<String> {
             r.iter()

@@ -79,6 +79,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// With replicas (`[ha]`): which replica this is, whether it leads, and
+    /// who does. Works against any replica.
+    Replica {
+        #[command(flatten)]
+        daemon: DaemonArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Why a pod or workload (`ns/name`, or a bare name) is pending, what
     /// Accord will do about it or why it can't, and whether the scheduler
     /// agrees.
@@ -518,6 +526,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
                 print!("{}", accord_api::text::render_status(&s));
+            }
+            Ok(())
+        }
+        Some(Command::Replica { daemon, json }) => {
+            let r = daemon.with(|c| async move { c.replica().await })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", accord_api::text::render_replica(&r));
             }
             Ok(())
         }

@@ -1214,6 +1214,7 @@ impl Decider {
             watches: snap.watches.clone(),
             would_write: self.would_write.clone(),
             commands: self.commands.latest(),
+            replica: None,
         }
     }
 

@@ -27,6 +27,7 @@ use crate::journal::Intent;
 use crate::shared::Shared;
 
 mod bios;
+mod ha;
 
 /// Why the loop woke; results travel with the wake-up.
 #[derive(Debug)]
@@ -42,6 +43,8 @@ pub enum Wake {
     Executed(Vec<Executed>),
     /// BIOS read back after a power-on that staged a profile.
     Bios(Vec<BiosRead>),
+    /// This replica's term changed (taken, lost).
+    Leadership,
 }
 
 /// How long in-flight power actions may finish at shutdown; past it they
@@ -82,6 +85,17 @@ pub struct Controller {
     mig_parted_config: std::path::PathBuf,
     /// When closed intents were last pruned from the journal.
     journal_pruned_at: Option<u64>,
+    /// The fleet the decider was built from (rebuilt at a takeover).
+    fleet: accord::fleet::Fleet,
+    /// Whether this replica may act (a single replica: always).
+    leadership: crate::ha::Leadership,
+    /// With replicas: the API server's copy of what a new leader needs.
+    shared_state: Option<Arc<crate::ha::shared_state::SharedState>>,
+    /// The term this replica took over and acts in (`None`: following,
+    /// or a single replica).
+    term: Option<crate::ha::Fence>,
+    /// The leader's write-behind of the shared state, one at a time.
+    mirroring: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Closed intents are kept this long (`accordctl status` history, an
@@ -113,6 +127,69 @@ pub async fn kube_client(config: &DaemonConfig) -> anyhow::Result<kube::Client> 
     kube::Client::try_from(cfg).context("kubernetes: cannot build a client")
 }
 
+/// A decider seeded with where the loop was (the store's lifecycles with
+/// their deadlines, bookings, scheduler views, what was said, BIOS
+/// outcomes): at start, and at a replica's takeover once the store holds
+/// the previous leader's state.
+fn seeded_decider(
+    fleet: accord::fleet::Fleet,
+    control: &ControlConfig,
+    shared: &Shared,
+) -> Decider {
+    let mut decider = Decider::new(
+        fleet,
+        Settings {
+            mode: control.mode,
+            deadlines: control.deadlines,
+            booking_s: control.provisioning_booking_s,
+            command_deadline_s: control.mig_deadline_s,
+        },
+        (shared.now)(),
+    );
+    decider.set_repair(control.repair.into());
+    // Where the loop was: lifecycles (with their deadlines) and
+    // bookings, before the journal's open intents are resumed.
+    match (shared.store.lives(), shared.store.bookings()) {
+        (Ok((lives, bad_lives)), Ok((bookings, bad_bookings))) => {
+            if !bad_lives.is_empty() || !bad_bookings.is_empty() {
+                warn!(nodes = %bad_lives.join(","), requests = %bad_bookings.join(","), "kept lifecycles or bookings that cannot be read are ignored");
+            }
+            decider.seed_state(lives, bookings);
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept lifecycles and bookings; every node is observed afresh")
+        }
+    }
+    match shared.store.scheduler_views() {
+        Ok((views, unreadable)) => {
+            if !unreadable.is_empty() {
+                warn!(nodes = %unreadable.join(","), "kept scheduler views that cannot be read are ignored (the watch gives them again)");
+            }
+            decider.seed_views(views);
+        }
+        Err(e) => {
+            warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept scheduler views; nodes that are off are planned with their models")
+        }
+    }
+    // What was said and still held: not said again.
+    match shared.store.said() {
+        Ok((said, unreadable)) => {
+            if unreadable > 0 {
+                warn!(
+                    unreadable,
+                    "kept said-once keys that cannot be read are dropped (at worst said again)"
+                );
+            }
+            decider.seed_said(said);
+        }
+        Err(e) => {
+            warn!(error = %accord::config_file::error_chain(&e), "cannot read what was said before the restart; some events may be said again")
+        }
+    }
+    bios::seed(shared, &mut decider);
+    decider
+}
+
 impl Controller {
     /// Builds the loop from a validated configuration (the fleet and, in
     /// act mode, the inventory are read here, before anything runs).
@@ -120,76 +197,40 @@ impl Controller {
         let control = config.control.clone().expect("called with [control]");
         let fleet = crate::load_fleet(&config.fleet.as_ref().expect("validated").file)?;
         let kube = kube_client(config).await?;
+        let leadership = shared.leadership();
+        let shared_state = leadership.is_ha().then(|| {
+            Arc::new(crate::ha::shared_state::SharedState::new(
+                kube.clone(),
+                &config.ha.namespace,
+                leadership.clone(),
+            ))
+        });
         let (executor, power) = match (control.mode, &config.redfish) {
             (Mode::Act, Some(r)) => {
                 let inventory = accord_redfish::Inventory::load(&r.inventory)?;
-                let power = Arc::new(RedfishPower::new(&inventory)?);
+                // With replicas every change to a BMC asks the Lease first.
+                let power = Arc::new(match leadership.is_ha() {
+                    true => RedfishPower::gated(&inventory, leadership.clone())?,
+                    false => RedfishPower::new(&inventory)?,
+                });
                 let journal = shared.store.journal()?;
-                (
-                    Some(Arc::new(Executor::new(journal, power.clone()))),
-                    Some(power),
-                )
+                let executor = Executor::new(journal, power.clone());
+                let executor = match &shared_state {
+                    Some(s) => executor.with_shared_state(s.clone()),
+                    None => executor,
+                };
+                (Some(Arc::new(executor)), Some(power))
             }
             _ => (None, None),
         };
         let mut options = Options::for_topology(&fleet.topology);
         options.limits = config.limits;
         let topology = fleet.topology.clone();
-        let mut decider = Decider::new(
-            fleet,
-            Settings {
-                mode: control.mode,
-                deadlines: control.deadlines,
-                booking_s: control.provisioning_booking_s,
-                command_deadline_s: control.mig_deadline_s,
-            },
-            (shared.now)(),
-        );
-        decider.set_repair(control.repair.into());
-        // Where the loop was: lifecycles (with their deadlines) and
-        // bookings, before the journal's open intents are resumed.
-        match (shared.store.lives(), shared.store.bookings()) {
-            (Ok((lives, bad_lives)), Ok((bookings, bad_bookings))) => {
-                if !bad_lives.is_empty() || !bad_bookings.is_empty() {
-                    warn!(nodes = %bad_lives.join(","), requests = %bad_bookings.join(","), "kept lifecycles or bookings that cannot be read are ignored");
-                }
-                decider.seed_state(lives, bookings);
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept lifecycles and bookings; every node is observed afresh")
-            }
-        }
-        match shared.store.scheduler_views() {
-            Ok((views, unreadable)) => {
-                if !unreadable.is_empty() {
-                    warn!(nodes = %unreadable.join(","), "kept scheduler views that cannot be read are ignored (the watch gives them again)");
-                }
-                decider.seed_views(views);
-            }
-            Err(e) => {
-                warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept scheduler views; nodes that are off are planned with their models")
-            }
-        }
-        // What was said and still held: not said again.
-        match shared.store.said() {
-            Ok((said, unreadable)) => {
-                if unreadable > 0 {
-                    warn!(
-                        unreadable,
-                        "kept said-once keys that cannot be read are dropped (at worst said again)"
-                    );
-                }
-                decider.seed_said(said);
-            }
-            Err(e) => {
-                warn!(error = %accord::config_file::error_chain(&e), "cannot read what was said before the restart; some events may be said again")
-            }
-        }
-        bios::seed(&shared, &mut decider);
+        let decider = seeded_decider(fleet.clone(), &control, &shared);
         let mig_parted_config = control.mig_parted_config.clone();
         Ok(Controller {
             config: control,
-            writer: KubeWriter::spawn(kube.clone(), topology),
+            writer: KubeWriter::spawn(kube.clone(), topology, leadership.clone()),
             kube,
             shared,
             options,
@@ -206,6 +247,11 @@ impl Controller {
             started: Instant::now(),
             mig_parted_config,
             journal_pruned_at: None,
+            fleet,
+            leadership,
+            shared_state,
+            term: None,
+            mirroring: None,
         })
     }
 
@@ -229,6 +275,7 @@ impl Controller {
         let (tx, mut rx) = mpsc::channel::<Wake>(4096);
         let mut tasks = vec![self.spawn_kube_forwarder(tx.clone())];
         tasks.push(self.spawn_agent_forwarder(tx.clone()));
+        tasks.push(self.spawn_leadership_forwarder(tx.clone()));
         let (transitional_tx, transitional_rx) = watch::channel(BTreeSet::new());
         let polling = self.power.clone().map(|power| {
             BmcPoller {
@@ -254,7 +301,8 @@ impl Controller {
         // never shows waits `resend_after` and its power timeout, and the
         // rest of the fleet is planned meanwhile (the decider holds the
         // intents' nodes as in flight).
-        if let Some(ex) = self.executor.clone() {
+        // With replicas, a leader does this when it takes over.
+        if let (Some(ex), false) = (self.executor.clone(), self.leadership.is_ha()) {
             self.resume(&ex, &tx);
         }
         // Wait for the first lists, but not for good: a kind the server
@@ -300,9 +348,14 @@ impl Controller {
         // timers). The tick is not a change: it only ends a wait.
         let tick = Duration::from_millis(self.config.tick_ms);
         loop {
-            let decision = self.round();
-            let _ = transitional_tx.send(decision.transitional.clone());
-            self.effect(decision, &tx).await;
+            // A follower runs no round: its watches, BMC readings and
+            // hardware models stay warm for a takeover.
+            if self.lead(&tx).await {
+                let decision = self.round();
+                let _ = transitional_tx.send(decision.transitional.clone());
+                self.effect(decision, &tx).await;
+                self.mirror();
+            }
             let next_tick = Instant::now() + tick;
             tokio::select! {
                 b = batcher.next_until(&mut rx, Some(next_tick)) => match b {
@@ -345,7 +398,7 @@ impl Controller {
     /// first pass.
     fn take(&mut self, w: Wake) -> bool {
         match w {
-            Wake::Kubernetes | Wake::Agent => false,
+            Wake::Kubernetes | Wake::Agent | Wake::Leadership => false,
             Wake::Bmc {
                 readings,
                 first_pass,

@@ -49,12 +49,18 @@ pub struct KubeWriter {
 
 impl KubeWriter {
     /// `topology` says which label keys Accord owns on Nodes.
-    pub fn spawn(kube: kube::Client, topology: TopologyConfig) -> KubeWriter {
+    /// Each write is made only while `leadership` allows it (a replica
+    /// that stopped leading drops what is queued).
+    pub fn spawn(
+        kube: kube::Client,
+        topology: TopologyConfig,
+        leadership: crate::ha::Leadership,
+    ) -> KubeWriter {
         let (tx, mut rx) = mpsc::channel::<Writes>(QUEUE);
         let task = tokio::spawn(async move {
             let mut said = BTreeSet::new();
             while let Some(w) = rx.recv().await {
-                write(&kube, &topology, w, &mut said).await;
+                write(&kube, &topology, w, &mut said, &leadership).await;
             }
         });
         KubeWriter { tx, task }
@@ -86,7 +92,17 @@ async fn write(
     topology: &TopologyConfig,
     w: Writes,
     said: &mut BTreeSet<String>,
+    leadership: &crate::ha::Leadership,
 ) {
+    // Asked before each write: a replica paused mid-batch finds its term
+    // over on resuming and writes nothing more.
+    let may_write = || match leadership.may_act() {
+        Ok(_) => true,
+        Err(why) => {
+            tracing::debug!(%why, "Kubernetes write dropped");
+            false
+        }
+    };
     let mut warn_once = |key: String, line: String| {
         if said.insert(key) {
             warn!("{line}");
@@ -94,6 +110,9 @@ async fn write(
     };
     // Labels and taints first: they decide where kube-scheduler puts pods.
     for (node, p) in &w.nodes {
+        if !may_write() {
+            return;
+        }
         let owns_label = |k: &str| accord::fleet::owns_label(topology, k);
         match accord_kube::write::publish_node(
             kube,
@@ -116,6 +135,9 @@ async fn write(
         }
     }
     for (node, key, value) in &w.labels {
+        if !may_write() {
+            return;
+        }
         match accord_kube::write::set_node_label(kube, node, key, value).await {
             Ok(outcome) => {
                 tracing::info!(node = %node, label = %key, value = %value, ?outcome, "Node label set")
@@ -128,6 +150,9 @@ async fn write(
         }
     }
     for e in w.events {
+        if !may_write() {
+            return;
+        }
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some(e.regarding.api_version.clone()),
             kind: Some(e.regarding.kind.clone()),
@@ -147,6 +172,9 @@ async fn write(
         }
     }
     for w in w.conditions {
+        if !may_write() {
+            return;
+        }
         let c = accord_kube::write::ProvisioningCondition {
             type_: w.condition.type_,
             status: w.condition.status,

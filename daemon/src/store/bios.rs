@@ -39,6 +39,15 @@ impl Store {
         put(&self.db, node, rec)
     }
 
+    /// Forgets `node`'s BIOS outcome, durably.
+    pub fn remove_bios_record(&self, node: &str) -> Result<(), StoreError> {
+        bios_tree(&self.db)?
+            .remove(node.as_bytes())
+            .map_err(io("remove BIOS record"))?;
+        self.db.flush().map_err(io("flush"))?;
+        Ok(())
+    }
+
     /// Every node's BIOS outcome. One that cannot be decoded (written by
     /// another release) is skipped and named in the second list: that
     /// node's profile counts as not verified.

@@ -40,6 +40,8 @@ pub struct ResetReached {
     /// The machine's power state when the Reset arrived (the emulator's,
     /// read by the proxy just before forwarding); `None`: unreadable.
     pub machine_on: Option<bool>,
+    /// The accordd replica that sent it ([`crate::proxy::Logged::replica`]).
+    pub replica: Option<String>,
 }
 
 /// One violation, in words.
@@ -247,6 +249,7 @@ mod tests {
             node: node.into(),
             reset_type: rt.into(),
             machine_on: Some(on),
+            replica: None,
         }
     }
 
