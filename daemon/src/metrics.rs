@@ -1,7 +1,8 @@
 //! Prometheus metrics (`prometheus-client`), served on `GET /metrics`:
 //! agent traffic, and what each control round saw and did (nodes by
 //! stage, pending workloads by reason, actions, BMC errors, planner time,
-//! pending → power-on / Ready / bound).
+//! pending → power-on / Ready / bound), and this replica's leadership
+//! (`[ha]`: whether it leads, its takeovers and step-downs).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -102,6 +103,13 @@ pub struct Metrics {
     pub pending_to_power_on_seconds: Histogram,
     pub pending_to_ready_seconds: Histogram,
     pub pending_to_bound_seconds: Histogram,
+    /// 1 while this replica leads and acts (a single replica always), 0
+    /// otherwise.
+    pub ha_leading: Gauge,
+    /// Terms this replica took over (successful takeovers).
+    pub ha_leader_changes: Counter,
+    /// Times this replica stopped leading.
+    pub ha_step_downs: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -135,7 +143,12 @@ impl Metrics {
             pending_to_power_on_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
             pending_to_ready_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
             pending_to_bound_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
+            ha_leading: Gauge::default(),
+            ha_leader_changes: Counter::default(),
+            ha_step_downs: Counter::default(),
         };
+        // A single replica always leads; with `[ha]` the loop says.
+        m.ha_leading.set(1);
         r.register(
             "agent_reports",
             "Hardware reports accepted from agents",
@@ -192,6 +205,21 @@ impl Metrics {
             "From a workload pending to its pods bound",
             m.pending_to_bound_seconds.clone(),
         );
+        r.register(
+            "ha_leading",
+            "1 while this replica leads and acts (a single replica always), 0 while it follows",
+            m.ha_leading.clone(),
+        );
+        r.register(
+            "ha_leader_changes",
+            "Terms this replica took over (successful takeovers of the Lease's shared state)",
+            m.ha_leader_changes.clone(),
+        );
+        r.register(
+            "ha_step_downs",
+            "Times this replica stopped leading (its term ended or a new one began)",
+            m.ha_step_downs.clone(),
+        );
         *m.registry.lock().expect("lock") = r;
         m
     }
@@ -202,6 +230,25 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry.lock().expect("lock"))
             .expect("writing to a String");
         out
+    }
+
+    /// Whether this replica leads and acts now (`accord_ha_leading`).
+    pub fn set_leading(&self, leading: bool) {
+        self.ha_leading.set(i64::from(leading));
+    }
+
+    /// This replica took a term over and leads
+    /// (`accord_ha_leader_changes_total`; leading).
+    pub fn took_over(&self) {
+        self.ha_leader_changes.inc();
+        self.set_leading(true);
+    }
+
+    /// This replica stopped leading (`accord_ha_step_downs_total`; not
+    /// leading).
+    pub fn stepped_down(&self) {
+        self.ha_step_downs.inc();
+        self.set_leading(false);
     }
 
     /// What one control round measured (the loop's *effect* calls it
@@ -271,5 +318,36 @@ impl Metrics {
         for s in &m.pending_to_bound {
             self.pending_to_bound_seconds.observe(*s);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leadership_is_exported_a_single_replica_leading() {
+        let m = Metrics::new();
+        let text = m.encode();
+        assert!(text.contains("accord_ha_leading 1\n"), "{text}");
+        assert!(
+            text.contains("accord_ha_leader_changes_total 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("accord_ha_step_downs_total 0\n"), "{text}");
+        m.set_leading(false);
+        assert!(m.encode().contains("accord_ha_leading 0\n"));
+        m.took_over();
+        m.stepped_down();
+        m.took_over();
+        let text = m.encode();
+        assert!(text.contains("accord_ha_leading 1\n"), "{text}");
+        assert!(
+            text.contains("accord_ha_leader_changes_total 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("accord_ha_step_downs_total 1\n"), "{text}");
+        m.stepped_down();
+        assert!(m.encode().contains("accord_ha_leading 0\n"));
     }
 }

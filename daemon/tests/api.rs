@@ -312,6 +312,14 @@ async fn agents_register_and_the_store_survives_a_restart() {
         "{metrics}"
     );
     assert!(metrics.contains("# TYPE accord_planner_duration_seconds histogram"));
+    // A single replica leads; it never took a term over nor stepped down.
+    for line in [
+        "accord_ha_leading 1\n",
+        "accord_ha_leader_changes_total 0\n",
+        "accord_ha_step_downs_total 0\n",
+    ] {
+        assert!(metrics.contains(line), "{line:?} in {metrics}");
+    }
     // Heartbeats for unknown nodes are refused, not stored.
     let (status, _) = d
         .send(

@@ -1,8 +1,9 @@
 //! Hostile input for everything accordd and accordctl read from outside:
 //! agent reports (as the API takes them), accordd.toml, the fleet file,
 //! demand files, CEL selectors, bmcs.toml, Redfish answers, Kubernetes
-//! manifests, Nodes and ResourceSlices, lab scenarios. Each parser runs a
-//! small seeded count of cases mutated from the recorded fixtures
+//! manifests, Nodes and ResourceSlices, lab scenarios, AccordNode objects
+//! (the shared state with replicas). Each parser runs a small seeded count
+//! of cases mutated from the recorded fixtures
 //! (`accord_testkit::hostile`): no panic, no hang (5 s a case), no case
 //! over 256 MiB of heap. A failure names the parser, seed and case;
 //! `ACCORD_HOSTILE_SEED` and `ACCORD_HOSTILE_SCALE` change the seed and
@@ -75,4 +76,9 @@ fn nodes_and_resource_slices() {
 #[test]
 fn lab_scenarios() {
     check(targets::scenario(), 100);
+}
+
+#[test]
+fn accord_node_objects() {
+    check(targets::accord_node(), 150);
 }

@@ -214,6 +214,18 @@ async fn a_leader_paused_past_its_lease_sends_and_writes_nothing_on_resuming_and
     )
     .await;
     assert_eq!(says.identity, old);
+    let metrics = reqwest::get(format!("{}/metrics", lab.replica_url(&old).unwrap()))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("the metrics text");
+    for line in ["accord_ha_leading 0", "accord_ha_step_downs_total 1"] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{old}'s metrics say {line:?}:\n{metrics}"
+        );
+    }
     // And stays quiet: a few of its retry periods and rounds more.
     tokio::time::sleep(Duration::from_secs(3 * retry + 2)).await;
     bound(&lab, "train", Duration::from_secs(150)).await;

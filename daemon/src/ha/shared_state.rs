@@ -33,6 +33,12 @@ pub const PLURAL: &str = "accordnodes";
 /// At most this many open intents are kept per node (a node has one or
 /// two at a time; more is another writer's garbage).
 const MAX_INTENTS_PER_NODE: usize = 64;
+/// At most this many workloads named on one intent (a gang is one).
+const MAX_WORKLOADS_PER_INTENT: usize = 1024;
+/// At most this many ProvisioningRequests booking one node.
+const MAX_BOOKINGS_PER_NODE: usize = 1024;
+/// A takeover writes this many nodes' fences at once.
+const TAKEOVER_WRITES_AT_ONCE: usize = 16;
 /// Conflicting writes re-read and tried again this often, then an error.
 const CONFLICT_RETRIES: usize = 5;
 
@@ -342,12 +348,21 @@ impl SharedState {
         nodes: &[String],
         local: &BTreeMap<String, NodeShared>,
     ) -> Result<BTreeMap<String, NodeShared>, SharedStateError> {
-        let mut out = BTreeMap::new();
+        use futures::stream::{StreamExt, TryStreamExt};
+        self.leadership.may_act()?;
+        // One list for every object (what an earlier term knew is
+        // forgotten), then the fences written, several at a time.
+        let mut found = self.list().await?;
+        let fleet: std::collections::BTreeSet<&String> = nodes.iter().collect();
+        let others: Vec<String> = found
+            .keys()
+            .filter(|n| !fleet.contains(n))
+            .cloned()
+            .collect();
+        let mut work = Vec::with_capacity(nodes.len());
         for node in nodes {
-            // Forget what an earlier term knew: read afresh.
-            *self.slot(node).lock().await = None;
-            let found = self.read(node).await?;
-            let state = match &found {
+            let known = found.remove(node);
+            let state = match &known {
                 Some(k) if !k.unreadable => k.state.clone(),
                 Some(_) => {
                     warn!(node = %node, "AccordNode cannot be read as Accord's shared state; replaced with this replica's");
@@ -355,22 +370,25 @@ impl SharedState {
                 }
                 None => local.get(node).cloned().unwrap_or_default(),
             };
-            *self.slot(node).lock().await = found;
-            // The fence is checked against the object's, then set.
-            self.update(node, |s| *s = state.clone()).await?;
-            out.insert(node.clone(), state);
+            *self.slot(node).lock().await = known;
+            work.push((node.clone(), state));
         }
-        self.forget_others(nodes).await?;
+        let out: BTreeMap<String, NodeShared> = futures::stream::iter(work)
+            .map(|(node, state)| async move {
+                // The fence is checked against the object's, then set.
+                self.update(&node, |s| *s = state.clone()).await?;
+                Ok::<_, SharedStateError>((node, state))
+            })
+            .buffer_unordered(TAKEOVER_WRITES_AT_ONCE)
+            .try_collect()
+            .await?;
+        self.forget(&others).await?;
         info!(nodes = nodes.len(), "shared state taken over");
         Ok(out)
     }
-}
 
-impl SharedState {
-    /// Objects of nodes no longer in the fleet are deleted (their state
-    /// means nothing now), after every fleet node's object carries this
-    /// term.
-    async fn forget_others(&self, nodes: &[String]) -> Result<(), SharedStateError> {
+    /// Every `AccordNode` in the namespace, by name.
+    async fn list(&self) -> Result<BTreeMap<String, Known>, SharedStateError> {
         let listed = self
             .api
             .list(&kube::api::ListParams::default())
@@ -380,20 +398,33 @@ impl SharedState {
                 what: "cannot list",
                 source,
             })?;
-        for o in listed.items {
-            let Some(name) = o.metadata.name.clone() else {
-                continue;
-            };
-            if nodes.contains(&name) {
-                continue;
-            }
+        Ok(listed
+            .items
+            .into_iter()
+            .filter_map(|o| {
+                let name = o.metadata.name.clone()?;
+                let known = decode(&name, o);
+                Some((name, known))
+            })
+            .collect())
+    }
+}
+
+impl SharedState {
+    /// Objects of nodes no longer in the fleet are deleted (their state
+    /// means nothing now), once every fleet node's object carries this
+    /// term.
+    async fn forget(&self, others: &[String]) -> Result<(), SharedStateError> {
+        for name in others {
             self.leadership.may_act()?;
-            match self.api.delete(&name, &Default::default()).await {
-                Ok(_) => info!(node = %name, "AccordNode of a node no longer in the fleet deleted"),
+            match self.api.delete(name, &Default::default()).await {
+                Ok(_) => {
+                    info!(node = %name, "AccordNode of a node no longer in the fleet deleted")
+                }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(source) => {
                     return Err(SharedStateError::Api {
-                        node: name,
+                        node: name.clone(),
                         what: "cannot delete",
                         source,
                     })
@@ -402,7 +433,7 @@ impl SharedState {
             self.known
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(&name);
+                .remove(name);
         }
         Ok(())
     }
@@ -422,31 +453,80 @@ fn newer(by: &Fence, ours: &Fence) -> bool {
 
 fn decode(node: &str, o: DynamicObject) -> Known {
     let resource_version = o.metadata.resource_version.clone();
-    match o
-        .data
-        .get("spec")
-        .cloned()
-        .map(serde_json::from_value::<NodeShared>)
-    {
-        Some(Ok(state)) => Known {
-            resource_version,
-            state,
-            unreadable: false,
-        },
-        Some(Err(e)) => {
-            warn!(node, error = %e, "AccordNode spec is not Accord's shared state");
-            Known {
-                resource_version,
-                state: NodeShared::default(),
-                unreadable: true,
-            }
-        }
+    match o.data.get("spec") {
         None => Known {
             resource_version,
             state: NodeShared::default(),
             unreadable: false,
         },
+        Some(spec) => match decode_spec(node, spec) {
+            Ok(state) => Known {
+                resource_version,
+                state,
+                unreadable: false,
+            },
+            Err(why) => {
+                warn!(node, %why, "AccordNode spec is not Accord's shared state");
+                Known {
+                    resource_version,
+                    state: NodeShared::default(),
+                    unreadable: true,
+                }
+            }
+        },
     }
+}
+
+/// An `AccordNode`'s `spec` as accordd takes it (outside input: whatever
+/// is in the API server): its shape, at most `MAX_INTENTS_PER_NODE`
+/// intents, each open and of this node, names and strings within
+/// Kubernetes' bounds.
+pub fn decode_spec(node: &str, spec: &serde_json::Value) -> Result<NodeShared, String> {
+    let state: NodeShared = serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
+    if state.intents.len() > MAX_INTENTS_PER_NODE {
+        return Err(format!(
+            "{} intents (at most {MAX_INTENTS_PER_NODE})",
+            state.intents.len()
+        ));
+    }
+    for i in &state.intents {
+        if i.node != node {
+            return Err(format!(
+                "intent {} is for node {:?}, not {node:?}",
+                i.id, i.node
+            ));
+        }
+        if !i.is_open() {
+            return Err(format!(
+                "intent {} is closed (only open ones are kept)",
+                i.id
+            ));
+        }
+        if i.for_workloads.len() > MAX_WORKLOADS_PER_INTENT {
+            return Err(format!(
+                "intent {} serves {} workloads (at most {MAX_WORKLOADS_PER_INTENT})",
+                i.id,
+                i.for_workloads.len()
+            ));
+        }
+    }
+    if let Some(f) = &state.fence {
+        if f.transitions < 0 || accord_api::validate_node_name(&f.holder).is_err() {
+            return Err(format!("fence {f:?} names no replica's term"));
+        }
+    }
+    if let Some(c) = &state.command {
+        if c.node != node {
+            return Err(format!("command for node {:?}, not {node:?}", c.node));
+        }
+    }
+    if state.bookings.len() > MAX_BOOKINGS_PER_NODE {
+        return Err(format!(
+            "{} bookings (at most {MAX_BOOKINGS_PER_NODE})",
+            state.bookings.len()
+        ));
+    }
+    Ok(state)
 }
 
 #[cfg(test)]
@@ -472,5 +552,28 @@ mod tests {
         let back: NodeShared = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
         assert_eq!(back, s);
         assert!(serde_json::from_str::<NodeShared>(r#"{"intents": 3}"#).is_err());
+    }
+
+    #[test]
+    fn a_spec_is_checked_against_its_node() {
+        let intent = |node: &str, state: serde_json::Value| {
+            serde_json::json!({"id": 1, "node": node, "action": {"kind": "power_on"},
+                "created": 1, "for_workloads": [], "state": state})
+        };
+        let sent = serde_json::json!({"state": "sent", "at": 5});
+        let ok = serde_json::json!({"intents": [intent("n1", sent.clone())]});
+        let parsed = decode_spec("n1", &ok);
+        assert!(parsed.is_ok(), "{parsed:?}");
+        let other = serde_json::json!({"intents": [intent("n2", sent.clone())]});
+        let e = decode_spec("n1", &other).unwrap_err();
+        assert!(e.contains("for node \"n2\""), "{e}");
+        let many: Vec<_> = (0..65).map(|_| intent("n1", sent.clone())).collect();
+        let e = decode_spec("n1", &serde_json::json!({ "intents": many })).unwrap_err();
+        assert!(e.contains("65 intents"), "{e}");
+        let done = serde_json::json!({"state": "done", "at": 9});
+        let closed = serde_json::json!({"intents": [intent("n1", done)]});
+        assert!(decode_spec("n1", &closed).unwrap_err().contains("closed"));
+        let fence = serde_json::json!({"fence": {"holder": "", "transitions": -1}});
+        assert!(decode_spec("n1", &fence).is_err());
     }
 }

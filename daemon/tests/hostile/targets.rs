@@ -484,6 +484,51 @@ pub fn scenario() -> Target {
     .per_input_byte(TOML_BYTES_PER_BYTE)
 }
 
+/// An `AccordNode` object as a replica reads it from the API server at a
+/// takeover (outside input: whatever is stored there): the object's
+/// metadata as kube decodes it, its `spec` through
+/// `accordd::ha::shared_state::decode_spec` (no `spec`: an empty state),
+/// then what was accepted adopted by a store (a temporary sled store, as
+/// the takeover adopts it) and read back unchanged.
+pub fn accord_node() -> Target {
+    let corpus = files("tests/fixtures/accordnode", &[".json"])
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = accordd::store::Store::open(dir.path()).expect("store");
+    let held = Mutex::new((dir, store));
+    Target::new("accord_node", Dialect::Json, corpus, move |input| {
+        use accordd::ha::shared_state::{decode_spec, NodeShared};
+        let v: Value = serde_json::from_slice(input).map_err(|e| format!("invalid JSON: {e}"))?;
+        let metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+            serde_json::from_value(v.get("metadata").cloned().unwrap_or(Value::Null))
+                .map_err(|e| format!("metadata: {e}"))?;
+        // The object is read by its node's name.
+        let node = metadata.name.ok_or("an object without a name")?;
+        let state = match v.get("spec") {
+            None => NodeShared::default(),
+            Some(spec) => decode_spec(&node, spec)?,
+        };
+        let held = held.lock().unwrap_or_else(|e| e.into_inner());
+        let one = std::collections::BTreeMap::from([(node.clone(), state.clone())]);
+        held.1.adopt(&one).map_err(|e| e.to_string())?;
+        let back = held
+            .1
+            .shared_parts(std::slice::from_ref(&node))
+            .map_err(|e| e.to_string())?;
+        // What the store gives back is what it adopted (intents and the
+        // fence live elsewhere).
+        let kept = NodeShared {
+            fence: None,
+            intents: Vec::new(),
+            ..state
+        };
+        assert_eq!(back[&node], kept, "the store did not keep what it adopted");
+        Ok(())
+    })
+}
+
 /// Every target of this file (the bench runs them all).
 #[allow(dead_code)]
 pub fn all() -> Vec<Target> {
@@ -498,5 +543,6 @@ pub fn all() -> Vec<Target> {
         manifests(),
         cluster(),
         scenario(),
+        accord_node(),
     ]
 }

@@ -35,10 +35,12 @@ impl Controller {
                     Ok(()) => {
                         info!(identity = %fence.holder, transitions = fence.transitions, took_ms = started.elapsed().as_millis() as u64, "took over: leading");
                         self.term = Some(fence);
+                        self.shared.metrics.took_over();
                         true
                     }
                     Err(e) => {
                         warn!(error = %accord::config_file::error_chain(e.as_ref()), "cannot take over the shared state; not acting (tried again next round)");
+                        self.shared.metrics.set_leading(false);
                         false
                     }
                 }
@@ -48,6 +50,7 @@ impl Controller {
                 if self.term.is_some() {
                     self.step_down(&why.to_string());
                 }
+                self.shared.metrics.set_leading(false);
                 false
             }
         }
@@ -67,6 +70,7 @@ impl Controller {
             m.abort();
         }
         self.term = None;
+        self.shared.metrics.stepped_down();
     }
 
     /// Takes the shared state over under `fence`, makes it the store's,
@@ -218,6 +222,10 @@ impl Controller {
         tx: mpsc::Sender<Wake>,
     ) -> tokio::task::JoinHandle<()> {
         let mut terms = self.leadership.clone();
+        // A replica follows until it has taken over.
+        if self.leadership.is_ha() {
+            self.shared.metrics.set_leading(false);
+        }
         tokio::spawn(async move {
             loop {
                 terms.changed().await;
