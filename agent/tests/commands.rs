@@ -206,6 +206,25 @@ async fn stop(stop: tokio::sync::oneshot::Sender<()>, agent: Task) {
     }
 }
 
+/// The agent on `gpus`, running until the sender is used or dropped.
+fn spawn_agent(
+    cfg: AgentConfig,
+    gpus: &ReplayedGpus,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let agent = tokio::spawn(accord_agent::run::run_with(
+        cfg,
+        Some(gpus.clone()),
+        async {
+            let _ = rx.await;
+        },
+    ));
+    (tx, agent)
+}
+
 /// The command → outcome path on the lab's kind of agent (its GPUs a
 /// handle the test holds too): applied once, reported with the hardware
 /// after it; a repeat of the generation (the stub sends it in every
@@ -220,14 +239,7 @@ async fn a_command_is_applied_once_and_answered_with_its_outcome() {
     let cfg = config(dir.path(), &url, node, Some("h100-8gpu"));
     let snapshot = accord_agent::nvml::load_snapshot(&fixture("nvml/h100-8gpu.json")).unwrap();
     let gpus = ReplayedGpus::new(snapshot);
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let mut agent = tokio::spawn(accord_agent::run::run_with(
-        cfg,
-        Some(gpus.clone()),
-        async {
-            let _ = rx.await;
-        },
-    ));
+    let (tx, mut agent) = spawn_agent(cfg, &gpus);
 
     let first = wait(&stub, node, &mut agent, "the first report", |n| {
         n.reports.first().cloned()
@@ -405,14 +417,7 @@ async fn twin_agent(
     let cfg = config(dir, url, node, Some("h100-8gpu"));
     let snapshot = accord_agent::nvml::load_snapshot(&fixture("nvml/h100-8gpu.json")).unwrap();
     let gpus = ReplayedGpus::new(snapshot);
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let mut agent = tokio::spawn(accord_agent::run::run_with(
-        cfg,
-        Some(gpus.clone()),
-        async {
-            let _ = rx.await;
-        },
-    ));
+    let (tx, mut agent) = spawn_agent(cfg, &gpus);
     let first = wait(stub, node, &mut agent, "the first report", |n| {
         n.reports.first().cloned()
     })
@@ -575,14 +580,7 @@ async fn a_command_from_one_replica_changes_the_model_every_replica_gets() {
     );
     let snapshot = accord_agent::nvml::load_snapshot(&fixture("nvml/h100-8gpu.json")).unwrap();
     let gpus = ReplayedGpus::new(snapshot);
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let mut agent = tokio::spawn(accord_agent::run::run_with(
-        cfg,
-        Some(gpus.clone()),
-        async {
-            let _ = rx.await;
-        },
-    ));
+    let (tx, mut agent) = spawn_agent(cfg, &gpus);
     for (name, stub) in [("A", &stub_a), ("B", &stub_b)] {
         let first = wait(
             stub,

@@ -292,10 +292,18 @@ fn command_for_agent(
     node: &str,
     now: u64,
 ) -> Result<Option<accord_api::agent::AgentCommand>, crate::store::StoreError> {
-    if st.shared.leadership().may_act().is_err() {
+    let leadership = st.shared.leadership();
+    if leadership.may_act().is_err() {
         return Ok(None);
     }
-    st.shared.store.command_for_agent(node, now)
+    if !leadership.is_ha() {
+        return st.shared.store.command_for_agent(node, now);
+    }
+    // With replicas, a command is an intent too: handed over once the
+    // shared state holds it under this term (written before its action).
+    st.shared.store.command_for_agent_where(node, now, |rec| {
+        st.shared.command_fenced(node, rec.generation)
+    })
 }
 
 async fn heartbeat(

@@ -29,6 +29,9 @@ pub struct Shared {
     pub leadership: std::sync::OnceLock<crate::ha::Leadership>,
     /// This replica's identity with `[ha]`.
     pub identity: std::sync::OnceLock<String>,
+    /// With `[ha]`: each node's agent command generation the shared state
+    /// holds under this replica's term (the API hands over only those).
+    pub fenced_commands: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Shared {
@@ -42,6 +45,39 @@ impl Shared {
             now: unix_now,
             leadership: std::sync::OnceLock::new(),
             identity: std::sync::OnceLock::new(),
+            fenced_commands: Mutex::new(Default::default()),
+        }
+    }
+
+    /// Whether the shared state holds `node`'s command `generation` under
+    /// this replica's term.
+    pub fn command_fenced(&self, node: &str, generation: u64) -> bool {
+        self.fenced_commands
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            == Some(&generation)
+    }
+
+    /// Notes the commands the shared state holds under this term
+    /// (`None`: the node has none); `reset` first forgets every other.
+    pub fn set_fenced_commands<'a>(
+        &self,
+        commands: impl IntoIterator<Item = (&'a String, Option<u64>)>,
+        reset: bool,
+    ) {
+        let mut fenced = self
+            .fenced_commands
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if reset {
+            fenced.clear();
+        }
+        for (node, generation) in commands {
+            match generation {
+                Some(g) => fenced.insert(node.clone(), g),
+                None => fenced.remove(node),
+            };
         }
     }
 

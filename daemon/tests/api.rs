@@ -1191,3 +1191,94 @@ async fn with_per_node_tokens_the_token_names_the_node() {
     assert_eq!(status, 401);
     d.stop().await;
 }
+
+/// With replicas an agent command is handed over only by a replica that
+/// leads now, and only once the shared state holds it under its term;
+/// `/v1/replica` says which replica this is and who leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_hands_a_command_over_only_leading_and_once_it_is_fenced() {
+    use accord::fleet::MigVia;
+    use accord_api::agent::{CommandAction, CommandRecord, CommandState, MigTarget};
+    use accordd::ha::{Fence, Leadership, Term};
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path()).await;
+    let (tx, rx) = tokio::sync::watch::channel(Term::Leader {
+        fence: Fence {
+            holder: "accordd-a".into(),
+            transitions: 3,
+        },
+        valid_until: tokio::time::Instant::now() + Duration::from_secs(3600),
+    });
+    d.shared.leadership.set(Leadership::elected(rx)).unwrap();
+    d.shared.identity.set("accordd-a".into()).unwrap();
+    let (status, v) = d
+        .report(
+            "h100-01",
+            Some(AGENT_TOKEN),
+            report_body(&fixture("h100-8gpu-mig.json")),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let session = v["session"].as_str().unwrap().to_owned();
+    let rec = d
+        .shared
+        .store
+        .open_command(CommandRecord {
+            node: "h100-01".into(),
+            generation: 0,
+            action: CommandAction::ApplyMig {
+                gpus: vec![MigTarget {
+                    index: 0,
+                    uuid: None,
+                    layout: vec!["1g.10gb@0".into()],
+                }],
+            },
+            via: MigVia::Agent,
+            targets: Vec::new(),
+            mig_config: None,
+            deliver: true,
+            for_workloads: vec!["ml/a".into()],
+            opened_at: 10,
+            deadline: u64::MAX,
+            state: CommandState::Open,
+        })
+        .unwrap();
+    // Journaled here, not yet in the shared state: not handed over.
+    let (status, v) = d.heartbeat("h100-01", Some(&session)).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["command"].is_null(), "{v}");
+    // In the shared state under this term: handed over.
+    let node = "h100-01".to_owned();
+    d.shared
+        .set_fenced_commands([(&node, Some(rec.generation))], false);
+    let (_, v) = d.heartbeat("h100-01", Some(&session)).await;
+    assert_eq!(v["command"]["generation"], rec.generation, "{v}");
+    let (status, v) = d
+        .send(reqwest::Method::GET, "/v1/replica", Some(ADMIN_TOKEN), None)
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (
+            v["identity"].as_str(),
+            v["leading"].as_bool(),
+            v["transitions"].as_i64()
+        ),
+        (Some("accordd-a"), Some(true), Some(3))
+    );
+    // Deposed: nothing handed over, whatever the store holds.
+    tx.send(Term::Follower {
+        leader: Some("accordd-b".into()),
+    })
+    .unwrap();
+    let (_, v) = d.heartbeat("h100-01", Some(&session)).await;
+    assert!(v["command"].is_null(), "{v}");
+    let (_, v) = d
+        .send(reqwest::Method::GET, "/v1/replica", Some(ADMIN_TOKEN), None)
+        .await;
+    assert_eq!(
+        (v["leading"].as_bool(), v["leader"].as_str()),
+        (Some(false), Some("accordd-b"))
+    );
+    d.stop().await;
+}

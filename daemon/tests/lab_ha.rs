@@ -70,6 +70,34 @@ async fn wait_for<T>(
     }
 }
 
+/// Waits until `identity` holds the Lease (within the lease, a few retry
+/// periods and slack for two loaded cores).
+async fn holds_the_lease(lab: &Lab, identity: &str, lease: u64, retry: u64) {
+    wait_for(
+        lab,
+        &format!("{identity} to hold the Lease"),
+        Duration::from_secs(lease + 3 * retry + 10),
+        || (lab.leader().as_deref() == Some(identity)).then_some(()),
+    )
+    .await;
+}
+
+/// Waits until the lab's status (the Lease holder's) is a round `identity`
+/// ran as the leader.
+async fn leads_a_round(lab: &Lab, identity: &str) {
+    lab.wait_status(
+        &format!("a round by {identity} as the leader"),
+        Duration::from_secs(30),
+        |s| {
+            s.replica
+                .as_ref()
+                .is_some_and(|r| r.identity == identity && r.leading)
+        },
+    )
+    .await
+    .unwrap();
+}
+
 /// The BMC changes (any method but GET; sessions are not changes) a
 /// replica sent since `since`.
 fn bmc_changes_since(lab: &Lab, identity: &str, since: Instant) -> Vec<String> {
@@ -107,26 +135,10 @@ async fn killing_the_leader_while_its_gang_powers_on_hands_over_within_the_lease
     lab.kill_replica(&old).unwrap();
     let killed = Instant::now();
     let new = the_other(&lab, &old);
-    wait_for(
-        &lab,
-        &format!("{new} to hold the Lease"),
-        Duration::from_secs(lease + 3 * retry + 10),
-        || (lab.leader().as_deref() == Some(new.as_str())).then_some(()),
-    )
-    .await;
+    holds_the_lease(&lab, &new, lease, retry).await;
     let took = killed.elapsed();
     // Its first round as the leader (its status says so).
-    lab.wait_status(
-        &format!("a round by {new} as the leader"),
-        Duration::from_secs(30),
-        |s| {
-            s.replica
-                .as_ref()
-                .is_some_and(|r| r.identity == new && r.leading)
-        },
-    )
-    .await
-    .unwrap();
+    leads_a_round(&lab, &new).await;
     let first_round = killed.elapsed();
     println!(
         "takeover: {new} holds the Lease {:.1} s after {old} was killed, and has run its first round as the leader {:.1} s after (lease {lease} s, retry {retry} s)",
@@ -179,24 +191,8 @@ async fn a_leader_paused_past_its_lease_sends_and_writes_nothing_on_resuming_and
     lab.pause_replica(&old).unwrap();
     let paused = Instant::now();
     let new = the_other(&lab, &old);
-    wait_for(
-        &lab,
-        &format!("{new} to hold the Lease while {old} is paused"),
-        Duration::from_secs(lease + 3 * retry + 10),
-        || (lab.leader().as_deref() == Some(new.as_str())).then_some(()),
-    )
-    .await;
-    lab.wait_status(
-        &format!("a round by {new} as the leader"),
-        Duration::from_secs(30),
-        |s| {
-            s.replica
-                .as_ref()
-                .is_some_and(|r| r.identity == new && r.leading)
-        },
-    )
-    .await
-    .unwrap();
+    holds_the_lease(&lab, &new, lease, retry).await;
+    leads_a_round(&lab, &new).await;
     // Paused well past its lease.
     tokio::time::sleep_until(paused + Duration::from_secs(lease + 4)).await;
     let api_writes_before = lab.api_writes_from(&old).len();
@@ -308,13 +304,7 @@ async fn a_replica_whose_store_is_deleted_is_fed_again_by_the_agents_and_leads()
     // second.
     lab.kill_replica(&leader).unwrap();
     let killed = Instant::now();
-    wait_for(
-        &lab,
-        &format!("{follower} to hold the Lease"),
-        Duration::from_secs(lease + 3 * retry + 10),
-        || (lab.leader().as_deref() == Some(follower.as_str())).then_some(()),
-    )
-    .await;
+    holds_the_lease(&lab, &follower, lease, retry).await;
     lab.release("second").unwrap();
     bound(&lab, "second", Duration::from_secs(150)).await;
     let second = nodes_of(&lab, "ml/second-");

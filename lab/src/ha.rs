@@ -550,19 +550,27 @@ impl Lab {
     /// Stops replica `identity` with SIGSTOP (it keeps its sockets and
     /// state; it does nothing until [`Lab::resume_replica`]).
     pub fn pause_replica(&self, identity: &str) -> anyhow::Result<()> {
-        let r = self.replicas.get(identity)?;
-        crate::daemon::signal(r, nix::sys::signal::Signal::SIGSTOP)?;
-        r.paused.store(true, Ordering::SeqCst);
-        info!(target: "lab", replica = identity, "accordd replica paused (SIGSTOP)");
-        Ok(())
+        self.stop_or_continue(identity, true)
     }
 
     /// Resumes a paused replica (SIGCONT).
     pub fn resume_replica(&self, identity: &str) -> anyhow::Result<()> {
+        self.stop_or_continue(identity, false)
+    }
+
+    /// SIGSTOP (`pause`) or SIGCONT to replica `identity`, noted.
+    fn stop_or_continue(&self, identity: &str, pause: bool) -> anyhow::Result<()> {
+        use nix::sys::signal::Signal;
         let r = self.replicas.get(identity)?;
-        crate::daemon::signal(r, nix::sys::signal::Signal::SIGCONT)?;
-        r.paused.store(false, Ordering::SeqCst);
-        info!(target: "lab", replica = identity, "accordd replica resumed (SIGCONT)");
+        let signal = if pause {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        crate::daemon::signal(r, signal)?;
+        r.paused.store(pause, Ordering::SeqCst);
+        let what = if pause { "paused" } else { "resumed" };
+        info!(target: "lab", replica = identity, %signal, "accordd replica {what}");
         Ok(())
     }
 
@@ -607,6 +615,13 @@ impl Lab {
     /// Whether a fault for the leader is under way.
     pub(crate) fn ha_busy(&self) -> bool {
         self.ha.lock().expect("lock").busy
+    }
+
+    /// Notes what followed the fault under way.
+    fn note_fault(&self, note: impl FnOnce(&mut FaultRecord)) {
+        if let Some(f) = self.ha.lock().expect("lock").fault.as_mut() {
+            note(f);
+        }
     }
 
     /// Runs the scenario's fault for the leader (nothing without one): at
@@ -663,13 +678,7 @@ impl Lab {
                 if let Some(l) = self.leader().filter(|l| *l != victim) {
                     let now = Instant::now();
                     say!(self.options, replica = %l, "takeover: {l} holds the Lease {:.1} s after the fault", now.duration_since(at).as_secs_f64());
-                    self.ha
-                        .lock()
-                        .expect("lock")
-                        .fault
-                        .as_mut()
-                        .expect("set")
-                        .takeover = Some((now, l));
+                    self.note_fault(|f| f.takeover = Some((now, l)));
                     return;
                 }
                 if Instant::now() > end {
@@ -684,13 +693,7 @@ impl Lab {
                 takeover.await;
                 let r = self.restart_replica(&victim, false);
                 if r.is_ok() {
-                    self.ha
-                        .lock()
-                        .expect("lock")
-                        .fault
-                        .as_mut()
-                        .expect("set")
-                        .restarted = Some(Instant::now());
+                    self.note_fault(|f| f.restarted = Some(Instant::now()));
                 }
                 r
             }
@@ -699,13 +702,7 @@ impl Lab {
                     tokio::time::sleep_until(at + pause).await;
                     let writes = self.api_writes_from(&victim).len();
                     let r = self.resume_replica(&victim);
-                    self.ha
-                        .lock()
-                        .expect("lock")
-                        .fault
-                        .as_mut()
-                        .expect("set")
-                        .resumed = Some((Instant::now(), writes));
+                    self.note_fault(|f| f.resumed = Some((Instant::now(), writes)));
                     r
                 };
                 let ((), r) = tokio::join!(takeover, resume);

@@ -306,8 +306,10 @@ impl SharedState {
 
     /// The leader's write-behind: each node whose lifecycle, bookings,
     /// BIOS record or command differ from what its object holds is
-    /// written. Errors are logged; the next round tries again.
-    pub async fn mirror(&self, parts: &BTreeMap<String, NodeShared>) {
+    /// written. Errors are logged; the next round tries again. Returns the
+    /// nodes whose object holds `parts` now.
+    pub async fn mirror(&self, parts: &BTreeMap<String, NodeShared>) -> Vec<String> {
+        let mut in_sync = Vec::new();
         for (node, want) in parts {
             let slot = self.slot(node);
             let same = {
@@ -317,6 +319,7 @@ impl SharedState {
                     .is_some_and(|k| !k.unreadable && k.state.same_parts(want))
             };
             if same {
+                in_sync.push(node.clone());
                 continue;
             }
             let result = self
@@ -328,13 +331,14 @@ impl SharedState {
                 })
                 .await;
             match result {
-                Ok(()) => {}
-                Err(SharedStateError::NotLeading(_)) => return,
+                Ok(()) => in_sync.push(node.clone()),
+                Err(SharedStateError::NotLeading(_)) => return in_sync,
                 Err(e) => {
                     warn!(node = %node, error = %accord::config_file::error_chain(&e), "cannot write the node's shared state; tried again next round");
                 }
             }
         }
+        in_sync
     }
 
     /// A new term's start: every fleet node's object read, then written

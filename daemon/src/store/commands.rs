@@ -61,11 +61,22 @@ impl Store {
         node: &str,
         now: u64,
     ) -> Result<Option<AgentCommand>, StoreError> {
+        self.command_for_agent_where(node, now, |_| true)
+    }
+
+    /// [`Store::command_for_agent`], for a command `may_hand` allows
+    /// (with replicas: one the shared state holds under this term).
+    pub fn command_for_agent_where(
+        &self,
+        node: &str,
+        now: u64,
+        may_hand: impl Fn(&CommandRecord) -> bool,
+    ) -> Result<Option<AgentCommand>, StoreError> {
         let _one = self.commands_lock.lock().unwrap_or_else(|e| e.into_inner());
         let Some(mut rec) = self.command_record(node)? else {
             return Ok(None);
         };
-        if !rec.deliver {
+        if !rec.deliver || !may_hand(&rec) {
             return Ok(None);
         }
         match rec.state {

@@ -70,6 +70,7 @@ impl Controller {
             m.abort();
         }
         self.term = None;
+        self.shared.set_fenced_commands([], true);
         self.shared.metrics.stepped_down();
     }
 
@@ -105,6 +106,12 @@ impl Controller {
                 .await?;
         }
         store.adopt(&taken)?;
+        self.shared.set_fenced_commands(
+            taken
+                .iter()
+                .map(|(n, s)| (n, s.command.as_ref().map(|c| c.generation))),
+            true,
+        );
         self.decider = seeded_decider(self.fleet.clone(), &self.config, &self.shared);
         if let Some(o) = self.observer.as_mut() {
             // The new decider needs every hardware model.
@@ -212,8 +219,15 @@ impl Controller {
                 return;
             }
         };
+        let shared = self.shared.clone();
         self.mirroring = Some(tokio::spawn(async move {
-            shared_state.mirror(&parts).await;
+            let in_sync = shared_state.mirror(&parts).await;
+            shared.set_fenced_commands(
+                in_sync
+                    .iter()
+                    .map(|n| (n, parts[n].command.as_ref().map(|c| c.generation))),
+                false,
+            );
         }));
     }
 
