@@ -691,6 +691,18 @@ fn reference_config_files_parse() {
                     accord::fleet::OnDrift::PlanWithReport
                 );
             }
+            // Policies for `accordctl simulate --policy`: a fleet file's
+            // [policy] keys (merged onto the fleet's by accord-sim).
+            "policy-power-saver.toml" | "policy-warm-spares.toml" => {
+                let policy: accord::fleet::Policy =
+                    accord::config_file::parse(&text, &name).unwrap_or_else(|e| panic!("{e}"));
+                let table: toml::Table = toml::from_str(&text).unwrap();
+                assert!(
+                    table.contains_key("idle_power_off_after_s"),
+                    "{name}: sets the idle timeout"
+                );
+                assert!(policy.idle_power_off_after_s > 0);
+            }
             // The daemon's, the agent's and the BMC inventory: checked by
             // daemon/tests/config.rs, agent/tests/run.rs and
             // redfish/tests/inventory.rs.

@@ -70,6 +70,9 @@ enum Command {
         /// The `nvidia-smi -q -x` output file.
         file: PathBuf,
     },
+    /// `completions SHELL`; hidden `man --out DIR` (section 8).
+    #[command(flatten)]
+    Docs(accord_api::cli_docs::DocsCommand),
 }
 
 fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
@@ -125,6 +128,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ImportNvidiaSmi { file } => {
             let snapshot = nvml::nvidia_smi::import_file(&file)?;
             println!("{}", json(&snapshot)?);
+        }
+        Command::Docs(docs) => {
+            use clap::CommandFactory;
+            docs.run(Cli::command(), "8")?;
         }
     }
     Ok(())

@@ -295,3 +295,37 @@ fn a_node_name_that_is_not_a_kubernetes_node_name_is_a_config_error() {
         );
     }
 }
+
+/// `completions bash|zsh|fish` prints a script; the hidden `man --out DIR`
+/// writes accord-agent.8 and a page per subcommand.
+#[test]
+fn completions_and_man_pages() {
+    for (shell, marker) in [
+        ("bash", "accord-agent"),
+        ("zsh", "#compdef accord-agent"),
+        ("fish", "complete -c accord-agent "),
+    ] {
+        let out = agent(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        assert!(
+            script.contains(marker) && script.contains("discover"),
+            "{shell}:\n{script}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = agent(&["man", "--out", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for page in [
+        "accord-agent.8",
+        "accord-agent-run.8",
+        "accord-agent-capture.8",
+    ] {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap();
+        assert!(
+            text.contains(&format!(".TH {} 8 ", page.trim_end_matches(".8"))),
+            "{page}"
+        );
+    }
+    assert!(!stdout(&agent(&["--help"])).contains("  man "));
+}

@@ -4,8 +4,12 @@
 //! (`text`), and the typed HTTP client (`client`) the agent, accordctl and
 //! the lab use. accordd serves these types; nothing here does I/O except
 //! the client.
+//! With the `cli` feature, what every binary sets up the same way: logging,
+//! the stop signals, and its shell completions and man pages (`cli_docs`).
 
 pub mod agent;
+#[cfg(feature = "cli")]
+pub mod cli_docs;
 pub mod client;
 pub mod control;
 #[cfg(feature = "cli")]

@@ -11,6 +11,7 @@ pub mod journal;
 pub mod metrics;
 pub mod power;
 pub mod shared;
+pub mod simulate;
 pub mod store;
 pub mod store_error;
 pub mod tls;

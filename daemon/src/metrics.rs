@@ -1,10 +1,12 @@
 //! Prometheus metrics (`prometheus-client`), served on `GET /metrics`:
 //! agent traffic, and what each control round saw and did (nodes by
 //! stage, pending workloads by reason, actions, BMC errors, planner time,
-//! pending → power-on / Ready / bound), and this replica's leadership
-//! (`[ha]`: whether it leads, its takeovers and step-downs).
+//! pending → power-on / Ready / bound, the oldest pending workload's
+//! age), and this replica's leadership (`[ha]`: whether it leads, its
+//! takeovers and step-downs).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -79,6 +81,9 @@ pub struct RoundMetrics {
     pub pending_to_power_on: Vec<f64>,
     pub pending_to_ready: Vec<f64>,
     pub pending_to_bound: Vec<f64>,
+    /// Seconds since the oldest workload still pending was first seen
+    /// pending (0 when none is).
+    pub oldest_pending_seconds: f64,
     /// (node, against) → differences, for nodes with any.
     pub drift: BTreeMap<(String, &'static str), u32>,
     /// BIOS profiles this round by result: `staged` (with a power-on that
@@ -103,6 +108,9 @@ pub struct Metrics {
     pub pending_to_power_on_seconds: Histogram,
     pub pending_to_ready_seconds: Histogram,
     pub pending_to_bound_seconds: Histogram,
+    /// Seconds the oldest workload still pending has waited (as of the
+    /// last round; 0 when none is).
+    pub oldest_pending_seconds: Gauge<f64, AtomicU64>,
     /// 1 while this replica leads and acts (a single replica always), 0
     /// otherwise.
     pub ha_leading: Gauge,
@@ -143,6 +151,7 @@ impl Metrics {
             pending_to_power_on_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
             pending_to_ready_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
             pending_to_bound_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
+            oldest_pending_seconds: Gauge::default(),
             ha_leading: Gauge::default(),
             ha_leader_changes: Counter::default(),
             ha_step_downs: Counter::default(),
@@ -204,6 +213,11 @@ impl Metrics {
             "pending_to_bound_seconds",
             "From a workload pending to its pods bound",
             m.pending_to_bound_seconds.clone(),
+        );
+        r.register(
+            "oldest_pending_workload_seconds",
+            "Seconds the oldest workload still pending has waited since this accordd first saw it pending (0 when none is; counts afresh after a restart or a takeover)",
+            m.oldest_pending_seconds.clone(),
         );
         r.register(
             "ha_leading",
@@ -318,6 +332,7 @@ impl Metrics {
         for s in &m.pending_to_bound {
             self.pending_to_bound_seconds.observe(*s);
         }
+        self.oldest_pending_seconds.set(m.oldest_pending_seconds);
     }
 }
 
@@ -349,5 +364,34 @@ mod tests {
         assert!(text.contains("accord_ha_step_downs_total 1\n"), "{text}");
         m.stepped_down();
         assert!(m.encode().contains("accord_ha_leading 0\n"));
+    }
+
+    #[test]
+    fn the_oldest_pending_workload_age_is_the_last_rounds() {
+        let m = Metrics::new();
+        assert!(
+            m.encode()
+                .contains("accord_oldest_pending_workload_seconds 0.0\n"),
+            "{}",
+            m.encode()
+        );
+        m.record_round(&RoundMetrics {
+            oldest_pending_seconds: 1200.5,
+            ..RoundMetrics::default()
+        });
+        let text = m.encode();
+        assert!(
+            text.contains("# TYPE accord_oldest_pending_workload_seconds gauge\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("accord_oldest_pending_workload_seconds 1200.5\n"),
+            "{text}"
+        );
+        // A round with nothing pending sets it back to 0.
+        m.record_round(&RoundMetrics::default());
+        assert!(m
+            .encode()
+            .contains("accord_oldest_pending_workload_seconds 0.0\n"));
     }
 }

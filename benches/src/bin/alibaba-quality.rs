@@ -1,168 +1,108 @@
 //! `alibaba-quality`: placement quality on the Alibaba GPU cluster trace
 //! (clusterdata `cluster-trace-gpu-v2023`, openb), following the FGD paper's
-//! protocol: nodes from `openb_node_list_gpu_node.csv`; pods from
-//! `openb_pod_list_default.csv` submitted one by one until the GPUs they
-//! request reach 130 % of the cluster's GPU capacity; no departures;
-//! fractional GPUs as shared (consumable) capacity. Metric: GPU allocation
-//! ratio = GPU capacity allocated to placed pods / total GPU capacity.
+//! protocol: nodes from a node list (default `openb_node_list_gpu_node.csv`);
+//! pods from a pod list (default `openb_pod_list_default.csv`) submitted one
+//! by one until the GPUs they request reach 130 % of the cluster's GPU
+//! capacity; no departures; fractional GPUs as shared (consumable)
+//! capacity; `gpu_spec` honoured (a pod only on GPUs of the models it
+//! lists). Metric: GPU allocation ratio = GPU capacity allocated to placed
+//! pods / total GPU capacity. Files are read and translated by
+//! `accord_sim::openb`.
 //!
 //! Prints the ratio for the trace order (the pod list in order, repeated
-//! until 130 %) and the mean over 10 seeded random draws (with
+//! until 130 %) and the mean over N seeded random draws (with
 //! replacement), for the planner's first-fit and least-fragmentation
-//! placements. Published means on this trace: FGD 95.39 %, best-fit 93.08 %.
+//! placements, and the published FGD and best-fit means for the pod list
+//! when there are some (see [`PUBLISHED`]).
 //!
-//! `cargo run --release -p accord-benches --bin alibaba-quality [DRAWS]`
+//! `cargo run --release -p accord-benches --bin alibaba-quality -- [--pods FILE] [--nodes FILE] [--draws N]`
+//!
+//! Exit status 2, with a message naming file and line, on a file that
+//! cannot be read or is not a valid openb list.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Instant;
 
-use accord::demand::{Claim, Demand, DeviceRequest, ExactRequest, PodSet, PodSpec, Workload};
-use accord::device::Sharing;
-use accord::fleet::{FleetFile, HardwareProfile, NodeConfig, Placement, Policy, PowerState};
+use accord::demand::Demand;
+use accord::fleet::{Fleet, Placement, Policy, PowerState};
 use accord_benches::Rng;
+use accord_sim::openb::{self, OpenbPod};
+use clap::Parser;
 
-struct TracePod {
-    cpu_milli: u64,
-    memory_mib: u64,
-    num_gpu: u64,
-    gpu_milli: u64,
+/// The FGD simulator's results for each pod list on the GPU node list
+/// (1213 nodes, 6212 GPUs): GPU allocation in percent when the arrived
+/// pods' GPU requests reach 130 % of capacity, mean of its 10 seeds, for
+/// FGD and best-fit (file, FGD, best-fit). Source: hkust-adsl/
+/// kubernetes-scheduler-simulator (the paper's artifact), commit 1853fc0e,
+/// `experiments/analysis/expected_results/analysis_allo_discrete.csv`,
+/// column `130`, policies `06-FGD` and `05-BestFit`.
+const PUBLISHED: [(&str, f64, f64); 17] = [
+    ("openb_pod_list_cpu050.csv", 95.21, 93.79),
+    ("openb_pod_list_cpu100.csv", 95.35, 93.44),
+    ("openb_pod_list_cpu200.csv", 95.05, 92.40),
+    ("openb_pod_list_cpu250.csv", 93.41, 91.45),
+    ("openb_pod_list_default.csv", 95.39, 93.08),
+    ("openb_pod_list_gpushare100.csv", 86.90, 85.01),
+    ("openb_pod_list_gpushare40.csv", 94.15, 91.69),
+    ("openb_pod_list_gpushare60.csv", 91.40, 89.36),
+    ("openb_pod_list_gpushare80.csv", 89.31, 87.01),
+    ("openb_pod_list_gpuspec10.csv", 94.95, 93.31),
+    ("openb_pod_list_gpuspec20.csv", 94.84, 93.30),
+    ("openb_pod_list_gpuspec25.csv", 94.74, 93.23),
+    ("openb_pod_list_gpuspec33.csv", 94.55, 93.09),
+    ("openb_pod_list_multigpu20.csv", 95.65, 93.93),
+    ("openb_pod_list_multigpu30.csv", 96.46, 94.72),
+    ("openb_pod_list_multigpu40.csv", 96.99, 95.23),
+    ("openb_pod_list_multigpu50.csv", 97.18, 95.74),
+];
+
+/// The node list the published figures were measured on.
+const PUBLISHED_NODES: &str = "openb_node_list_gpu_node.csv";
+
+fn fixture(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/traces/alibaba-gpu-v2023")
+        .join(file)
 }
 
-fn trace_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/traces/alibaba-gpu-v2023")
+/// Placement quality on an Alibaba openb trace (the FGD paper's protocol).
+#[derive(Debug, Parser)]
+#[command(name = "alibaba-quality")]
+struct Args {
+    /// Pod list (openb CSV: name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]).
+    #[arg(long, value_name = "FILE", default_value_os_t = fixture("openb_pod_list_default.csv"))]
+    pods: PathBuf,
+    /// Node list (openb CSV: sn,cpu_milli,memory_mib,gpu,model).
+    #[arg(long, value_name = "FILE", default_value_os_t = fixture(PUBLISHED_NODES))]
+    nodes: PathBuf,
+    /// Seeded random draws to average.
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    draws: u64,
 }
 
-fn rows(file: &str) -> Vec<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(trace_dir().join(file)).expect("trace file");
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
-    lines
-        .map(|l| {
-            header
-                .iter()
-                .zip(l.split(','))
-                .map(|(h, v)| (h.to_string(), v.to_string()))
-                .collect()
-        })
-        .collect()
+/// Reads and parses one list; the message names the file (and line).
+fn load<T, E: std::fmt::Display>(
+    path: &Path,
+    parse: impl FnOnce(&str, &str) -> Result<T, E>,
+) -> Result<T, String> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
+    parse(&text, &name).map_err(|e| e.to_string())
 }
 
-fn num(r: &BTreeMap<String, String>, k: &str) -> u64 {
-    r[k].parse().unwrap_or(0)
-}
-
-fn fleet() -> (accord::fleet::Fleet, u64) {
-    let mut file = FleetFile::default();
-    let mut capacity = 0;
-    for (i, r) in rows("openb_node_list_gpu_node.csv").iter().enumerate() {
-        let gpus = num(r, "gpu") as u32;
-        let model = r["model"].clone();
-        let profile = format!("{gpus}x{model}");
-        file.profiles
-            .entry(profile.clone())
-            .or_insert_with(|| HardwareProfile {
-                gpus,
-                gpu_model: Some(model.clone()),
-                gpu_memory_gib: 16,
-                pods: 1000,
-                power_kw: 1.0,
-                numa_nodes: Some(1),
-                ..HardwareProfile::new("1", "1Gi")
-            });
-        capacity += u64::from(gpus) * 1000;
-        file.nodes.push(NodeConfig {
-            rack: None,
-            cpu: Some(format!("{}m", num(r, "cpu_milli"))),
-            memory: Some(format!("{}Mi", num(r, "memory_mib"))),
-            power: PowerState::On,
-            gpu_sharing: Some(Sharing::default()),
-            ..NodeConfig::new(&format!("node-{i:04}"), &profile)
-        });
-    }
-    (
-        file.build("trace", &mut |_| Err("no files".into()))
-            .expect("valid fleet"),
-        capacity,
-    )
-}
-
-fn pods() -> Vec<TracePod> {
-    rows("openb_pod_list_default.csv")
-        .iter()
-        .map(|r| TracePod {
-            cpu_milli: num(r, "cpu_milli"),
-            memory_mib: num(r, "memory_mib"),
-            num_gpu: num(r, "num_gpu"),
-            gpu_milli: num(r, "gpu_milli"),
-        })
-        .collect()
-}
-
-fn workload(k: usize, p: &TracePod) -> Workload {
-    let mut claims = Vec::new();
-    if p.num_gpu > 0 {
-        let mut capacity = BTreeMap::new();
-        if p.gpu_milli < 1000 {
-            capacity.insert(
-                "gpu.nvidia.com/compute".to_owned(),
-                format!("{}m", p.gpu_milli),
-            );
-        }
-        claims.push(Claim {
-            name: "gpu".into(),
-            requests: vec![DeviceRequest {
-                name: "gpu".into(),
-                exactly: Some(ExactRequest {
-                    name: None,
-                    device_class: "gpu.nvidia.com".into(),
-                    selectors: vec![],
-                    count: p.num_gpu as u32,
-                    allocation_mode: Default::default(),
-                    capacity,
-                }),
-                first_available: vec![],
-            }],
-            constraints: vec![],
-        });
-    }
-    Workload {
-        name: format!("pod-{k:05}"),
-        namespace: "trace".into(),
-        labels: BTreeMap::new(),
-        min_count: None,
-        priority: 0,
-        created: k as u64,
-        topology: None,
-        reservation: None,
-        sources: Vec::new(),
-        pod_sets: vec![PodSet {
-            name: "p".into(),
-            count: 1,
-            pod: PodSpec {
-                requests: BTreeMap::from([
-                    ("cpu".to_owned(), format!("{}m", p.cpu_milli)),
-                    ("memory".to_owned(), format!("{}Mi", p.memory_mib)),
-                ]),
-                claims,
-                ..PodSpec::default()
-            },
-        }],
-    }
+fn file_name(path: &Path) -> &str {
+    path.file_name().and_then(|n| n.to_str()).unwrap_or("")
 }
 
 /// Allocation ratio for one submission sequence.
-fn run(
-    fleet: &accord::fleet::Fleet,
-    capacity: u64,
-    seq: &[&TracePod],
-    placement: Placement,
-) -> f64 {
+fn run(fleet: &Fleet, capacity: u64, seq: &[&OpenbPod], placement: Placement) -> f64 {
     let demand = Demand {
         workloads: seq
             .iter()
             .enumerate()
-            .map(|(k, p)| workload(k, p))
+            .map(|(k, p)| openb::workload(p, &format!("pod-{k:05}"), "trace", k as u64))
             .collect(),
         ..Demand::default()
     };
@@ -174,42 +114,65 @@ fn run(
     let allocated: u64 = plan
         .placements
         .iter()
-        .map(|w| {
-            let k: usize = w
-                .workload
-                .trim_start_matches("trace/pod-")
-                .parse()
-                .unwrap_or(0);
-            seq[k].num_gpu * seq[k].gpu_milli
+        .filter_map(|w| {
+            let k: usize = w.workload.strip_prefix("trace/pod-")?.parse().ok()?;
+            Some(seq.get(k)?.gpu_milli_total())
         })
         .sum();
     allocated as f64 / capacity as f64
 }
 
-/// Pods until their GPU requests reach 130 % of capacity.
-fn until_130<'a>(capacity: u64, mut next: impl FnMut() -> &'a TracePod) -> Vec<&'a TracePod> {
+/// Pods until their GPU requests reach 130 % of capacity (the caller
+/// makes sure some pod requests GPUs).
+fn until_130<'a>(capacity: u64, mut next: impl FnMut() -> &'a OpenbPod) -> Vec<&'a OpenbPod> {
     let mut seq = Vec::new();
     let mut requested = 0;
     while requested * 10 < capacity * 13 {
         let p = next();
-        requested += p.num_gpu * p.gpu_milli;
+        requested += p.gpu_milli_total();
         seq.push(p);
     }
     seq
 }
 
-fn main() {
-    let draws: u64 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(10);
-    let (fleet, capacity) = fleet();
-    let pods = pods();
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match quality(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("alibaba-quality: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn quality(args: &Args) -> Result<(), String> {
+    let nodes = load(&args.nodes, openb::parse_nodes)?;
+    let pods = load(&args.pods, openb::parse_pods)?;
+    let fleet = openb::fleet_file(&nodes, PowerState::On)
+        .build(&args.nodes.display().to_string(), &mut |_| {
+            Err("no hardware files".into())
+        })
+        .map_err(|e| e.to_string())?;
+    let capacity = openb::gpu_capacity_milli(&nodes);
+    if capacity == 0 {
+        return Err(format!("{}: no node has GPUs", args.nodes.display()));
+    }
+    // Without one, the submission to 130 % would never end.
+    if pods.iter().all(|p| p.gpu_milli_total() == 0) {
+        return Err(format!("{}: no pod requests a GPU", args.pods.display()));
+    }
+    let draws = args.draws;
     println!(
-        "Alibaba openb trace: {} GPU nodes, {} GPUs; {} pods in the list",
-        fleet.nodes.len(),
+        "Alibaba openb trace: {} GPU nodes, {} GPUs ({}); {} pods in the list ({}), {} with gpu_spec",
+        nodes.iter().filter(|n| n.gpus > 0).count(),
         capacity / 1000,
-        pods.len()
+        file_name(&args.nodes),
+        pods.len(),
+        file_name(&args.pods),
+        pods.iter()
+            .filter(|p| p.num_gpu > 0 && !p.gpu_spec.is_empty())
+            .count(),
     );
     for placement in [Placement::FirstFit, Placement::LeastFragmentation] {
         let start = Instant::now();
@@ -233,4 +196,16 @@ fn main() {
             start.elapsed().as_secs_f64()
         );
     }
+    let pods_file = file_name(&args.pods);
+    match PUBLISHED.iter().find(|(f, ..)| *f == pods_file) {
+        Some((_, fgd, best_fit)) if file_name(&args.nodes) == PUBLISHED_NODES => println!(
+            "Published for {pods_file} (FGD artifact, mean of 10 seeds): \
+             FGD {fgd:.2} %, best-fit {best_fit:.2} %"
+        ),
+        _ => println!(
+            "no published figure for {pods_file} on {}",
+            file_name(&args.nodes)
+        ),
+    }
+    Ok(())
 }

@@ -65,6 +65,9 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// `completions SHELL`; hidden `man --out DIR` (section 8).
+    #[command(flatten)]
+    Docs(accord_api::cli_docs::DocsCommand),
 }
 
 fn main() -> ExitCode {
@@ -79,6 +82,10 @@ fn main() -> ExitCode {
             .map_err(Into::into),
         Some(Command::Run { config }) => run(&config),
         Some(Command::Lab { args }) => lab(args),
+        Some(Command::Docs(docs)) => {
+            use clap::CommandFactory;
+            docs.run(Cli::command(), "8").map_err(Into::into)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

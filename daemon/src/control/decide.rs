@@ -1027,6 +1027,12 @@ impl Decider {
         for w in workloads {
             self.pending_since.entry(w.workload.clone()).or_insert(mono);
         }
+        // Now exactly the workloads pending this round.
+        metrics.oldest_pending_seconds = self
+            .pending_since
+            .values()
+            .map(|since| mono.saturating_sub(*since).as_secs_f64())
+            .fold(0.0, f64::max);
         if self.settings.mode == Mode::Act {
             for (node, w) in power_ons_for(plan) {
                 if !self.waiting_ready.contains_key(w) {
@@ -1267,4 +1273,88 @@ fn power_ons_for(plan: &Plan) -> impl Iterator<Item = (&str, &str)> {
             .collect::<Vec<_>>(),
         _ => Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One dark 8-GPU node; a workload of 16 GPUs in one pod never fits.
+    const FLEET: &str = r#"
+[profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "192"
+memory = "2Ti"
+
+[[racks]]
+name = "r1"
+
+[[nodes]]
+name = "n1"
+rack = "r1"
+profile = "h100"
+"#;
+
+    fn round(d: &mut Decider, world: &Snapshot, after_s: u64) -> Decision {
+        let mut snap = world.clone();
+        snap.now = 100_000 + after_s;
+        snap.mono = Duration::from_secs(after_s);
+        d.decide(&snap)
+    }
+
+    #[test]
+    fn the_oldest_pending_workload_age_counts_from_when_it_was_first_seen() {
+        let fleet = Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+        let mut d = Decider::new(
+            fleet,
+            Settings {
+                mode: Mode::Observe,
+                deadlines: Deadlines::default(),
+                booking_s: 600,
+                command_deadline_s: 600,
+            },
+            100_000,
+        );
+        let workload = |name: &str| {
+            serde_json::json!({"name": name, "namespace": "ml", "pod_sets": [{"name": "w",
+                "count": 1, "pod": {"requests": {"nvidia.com/gpu": "16"}}}]})
+        };
+        let demand = |names: &[&str]| {
+            let w: Vec<_> = names.iter().map(|n| workload(n)).collect();
+            Demand::from_json(
+                &serde_json::json!({ "workloads": w }).to_string(),
+                "demand.json",
+            )
+            .unwrap()
+        };
+        let mut world = Snapshot::default();
+        assert_eq!(round(&mut d, &world, 0).metrics.oldest_pending_seconds, 0.0);
+        world.demand = demand(&["big"]);
+        assert_eq!(
+            round(&mut d, &world, 10).metrics.oldest_pending_seconds,
+            0.0
+        );
+        assert_eq!(
+            round(&mut d, &world, 910).metrics.oldest_pending_seconds,
+            900.0
+        );
+        // A newer one does not make the oldest younger.
+        world.demand = demand(&["big", "bigger"]);
+        assert_eq!(
+            round(&mut d, &world, 1210).metrics.oldest_pending_seconds,
+            1200.0
+        );
+        // The oldest gone: the next oldest.
+        world.demand = demand(&["bigger"]);
+        assert_eq!(
+            round(&mut d, &world, 1510).metrics.oldest_pending_seconds,
+            300.0
+        );
+        world.demand = Demand::default();
+        assert_eq!(
+            round(&mut d, &world, 1520).metrics.oldest_pending_seconds,
+            0.0
+        );
+    }
 }
