@@ -307,14 +307,7 @@ pub fn run(
         }
 
         // Effects: what accordd's loop sends.
-        let later: BTreeSet<&str> = plan
-            .actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::PowerOn { node, wave, .. } if *wave > 0 => Some(node.as_str()),
-                _ => None,
-            })
-            .collect();
+        let later = plan.later_waves();
         for a in &plan.actions {
             let Some(&i) = index.get(a.node()) else {
                 continue;

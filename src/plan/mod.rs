@@ -119,6 +119,21 @@ pub struct Unsatisfied {
     pub reason: String,
 }
 
+impl Plan {
+    /// Nodes whose power-on waits for an earlier wave of its rack (a wave
+    /// after the first): the control loop sends only wave 0 and plans the
+    /// rest again once those nodes are up or have failed.
+    pub fn later_waves(&self) -> std::collections::BTreeSet<&str> {
+        self.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::PowerOn { node, wave, .. } if *wave > 0 => Some(node.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// Plans one round. `policy` overrides the fleet file's `[policy]`.
 pub fn plan(fleet: &Fleet, demand: &Demand, policy: &Policy, now: u64) -> Plan {
     Planner::new(fleet, demand, policy, now).run(demand)

@@ -813,14 +813,7 @@ impl Decider {
         // only wave 0 is sent now. The rest is planned again, and sent,
         // once those nodes are up (Ready) or have failed (their lifecycle
         // deadline).
-        let later: BTreeSet<&str> = plan
-            .actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::PowerOn { node, wave, .. } if *wave > 0 => Some(node.as_str()),
-                _ => None,
-            })
-            .collect();
+        let later = plan.later_waves();
         for a in &plan.actions {
             if later.contains(a.node())
                 && matches!(a, Action::PowerOn { .. } | Action::ApplyBiosProfile { .. })
