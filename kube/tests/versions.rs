@@ -16,7 +16,7 @@ use accord::fleet::TopologyConfig;
 use accord_kube::discovery::{self, ServedApis, READS};
 use accord_kube::watch::{DemandWatch, WatchedKind};
 use accord_kube::{Options, Translation};
-use accord_testkit::fake_api::{resources_for, FakeApi, KubeVersion};
+use accord_testkit::fake_api::{resources_for, FakeApi, KubeVersion, GANG_RUNTIME_CONFIG};
 use serde_json::{json, Value};
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -104,16 +104,16 @@ async fn discovery_finds_what_each_version_serves() {
         let api = FakeApi::start_version(v).await;
         let served = discovery::discover(&api.client()).await.unwrap();
         assert_eq!(served.dra_version(), v.dra_api_version(), "{v}");
-        assert_eq!(
-            served.pod_group_v1beta1(),
-            v.serves_pod_group_v1beta1(),
-            "{v}"
-        );
-        assert_eq!(
-            served.workload_v1beta1(),
-            v.serves_pod_group_v1beta1(),
-            "{v}"
-        );
+        // Off by default on every version (upstream's beta rule) ...
+        assert!(!served.pod_group_v1beta1(), "{v}");
+        assert!(!served.workload_v1beta1(), "{v}");
+        // ... and found where an admin turns it on.
+        if v.can_serve_pod_group_v1beta1() {
+            let on = FakeApi::start_version_config(v, &[GANG_RUNTIME_CONFIG]).await;
+            let served = discovery::discover(&on.client()).await.unwrap();
+            assert!(served.pod_group_v1beta1(), "{v}");
+            assert!(served.workload_v1beta1(), "{v}");
+        }
         for (g, ver, plural) in [
             ("", "v1", "pods"),
             ("", "v1", "nodes"),
@@ -213,7 +213,7 @@ async fn kube_rs_discovery_reads_the_fake_server_as_a_real_one() {
         );
         assert!(!d.has_group("foo.example.com"));
     }
-    let api = FakeApi::start_version(KubeVersion::V1_37).await;
+    let api = FakeApi::start_version_config(KubeVersion::V1_37, &[GANG_RUNTIME_CONFIG]).await;
     let d = kube::Discovery::new(api.client()).run().await.unwrap();
     let sched = d.get("scheduling.k8s.io").unwrap();
     assert_eq!(sched.preferred_version_or_latest(), "v1");
@@ -363,8 +363,8 @@ async fn at_1_34_dra_v1_without_pod_groups_the_watch_is_ready_and_plans() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_1_37_everything_is_watched_and_gangs_are_planned() {
-    let api = FakeApi::start_version(KubeVersion::V1_37).await;
+async fn at_1_37_with_gangs_turned_on_everything_is_watched_and_gangs_are_planned() {
+    let api = FakeApi::start_version_config(KubeVersion::V1_37, &[GANG_RUNTIME_CONFIG]).await;
     api.apply(
         json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
         "metadata": {"namespace": "ml", "name": "train"},
@@ -384,7 +384,7 @@ async fn at_1_37_everything_is_watched_and_gangs_are_planned() {
     assert_eq!(t.demand.workloads[0].min(), 2);
     // And the solo pod path as at other versions.
     drop(w);
-    plans_a_pending_pod_at(KubeVersion::V1_37, &[]).await;
+    plans_a_pending_pod_at(KubeVersion::V1_37, &["PodGroup", "Workload"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,6 +56,16 @@ pub struct Cli {
     /// over the scenario's `lab.kube_version`; default: the newest.
     #[arg(long, value_name = "VERSION", value_parser = KubeVersion::parse)]
     pub kube_version: Option<KubeVersion>,
+    /// `--runtime-config` of the lab's Kubernetes, as an admin passes it
+    /// (`scheduling.k8s.io/v1beta1=true`; comma-separated or repeated),
+    /// over the scenario's `lab.runtime_config`.
+    #[arg(long, value_name = "GROUP/VERSION=BOOL", value_delimiter = ',')]
+    pub runtime_config: Option<Vec<String>>,
+    /// `--feature-gates` of the lab's Kubernetes (`GenericWorkload=true`;
+    /// comma-separated or repeated), over the scenario's
+    /// `lab.feature_gates`.
+    #[arg(long, value_name = "NAME=BOOL", value_delimiter = ',')]
+    pub feature_gates: Option<Vec<String>>,
     /// Print what every machine publishes when it is up (its Node and, where
     /// DRA is served, its ResourceSlice: built from its recording) as JSON,
     /// and exit; runs no accordd.
@@ -230,6 +240,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     if let Some(v) = cli.kube_version {
         scenario.lab.kube_version = Some(v.to_string());
+    }
+    if let Some(entries) = &cli.runtime_config {
+        scenario.lab.runtime_config = entries.clone();
+    }
+    if let Some(entries) = &cli.feature_gates {
+        scenario.lab.feature_gates = entries.clone();
+    }
+    for (flag, entries, runtime_config) in [
+        ("--runtime-config", &scenario.lab.runtime_config, true),
+        ("--feature-gates", &scenario.lab.feature_gates, false),
+    ] {
+        for e in entries {
+            crate::scenario::check_flag_entry(e, runtime_config)
+                .map_err(|why| anyhow::anyhow!("{flag} {e:?}: {why}"))?;
+        }
     }
     if let Some(c) = cli.chaos_options(scenario.lab.chaos.as_ref()) {
         let problems = c.problems("--chaos");

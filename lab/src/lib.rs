@@ -286,7 +286,12 @@ impl Lab {
             bios::machines(&scenario, &fleet),
         )
         .await?;
-        let api = Arc::new(FakeApi::start_version(kube).await);
+        let (runtime_config, _) = scenario.runtime_config_for(kube);
+        let resources = accord_testkit::fake_api::resources_with(kube, true, &runtime_config)
+            .map_err(|e| anyhow::anyhow!("lab.runtime_config: {e}"))?;
+        let api = Arc::new(
+            FakeApi::start_version_with(kube, resources, Duration::from_millis(500)).await,
+        );
         let ha_settings = scenario.lab.ha.clone();
         let identities = ha::identities(ha_settings.replicas);
         let several = ha_settings.enabled();

@@ -56,6 +56,15 @@ pub struct LabSettings {
     /// The Kubernetes version the fake API server serves (`"1.37"`);
     /// default: the newest it knows. `--kube-version` overrides it.
     pub kube_version: Option<String>,
+    /// `--runtime-config` entries of the lab's Kubernetes, as an admin
+    /// passes them (`scheduling.k8s.io/v1beta1=true`): APIs beyond the
+    /// version's defaults. An entry the chosen version cannot serve is
+    /// left out and said (as a skipped submission is). `--runtime-config`
+    /// overrides it.
+    pub runtime_config: Vec<String>,
+    /// `--feature-gates` entries (`GenericWorkload=true`) for the real
+    /// control plane's components. `--feature-gates` overrides it.
+    pub feature_gates: Vec<String>,
     /// Per fleet profile: the recording its machines replay. A machine
     /// whose profile has none (and that names none itself) replays
     /// [`crate::recordings::DEFAULT_BUILTIN`].
@@ -164,6 +173,8 @@ impl Default for LabSettings {
             max_s: 600,
             until_off: false,
             kube_version: None,
+            runtime_config: Vec::new(),
+            feature_gates: Vec::new(),
             recordings: BTreeMap::new(),
             machines: BTreeMap::new(),
             bios_profiles: BTreeMap::new(),
@@ -249,6 +260,21 @@ impl Scenario {
         })
     }
 
+    /// The `lab.runtime_config` entries Kubernetes `version` can serve,
+    /// and a line for each it cannot (left out: an admin of that version
+    /// could not turn it on either).
+    pub fn runtime_config_for(&self, version: KubeVersion) -> (Vec<String>, Vec<String>) {
+        let mut kept = Vec::new();
+        let mut left_out = Vec::new();
+        for entry in &self.lab.runtime_config {
+            match accord_testkit::fake_api::resources_with(version, true, &[entry]) {
+                Ok(_) => kept.push(entry.clone()),
+                Err(e) => left_out.push(format!("lab.runtime_config: {e}; left out")),
+            }
+        }
+        (kept, left_out)
+    }
+
     /// The Kubernetes version the lab's API server emulates.
     pub fn kube_version(&self) -> Result<KubeVersion, String> {
         match &self.lab.kube_version {
@@ -287,7 +313,8 @@ impl Scenario {
     /// Removes the submissions that apply anything Kubernetes `version`
     /// does not serve; returns why each was removed.
     pub fn skip_unserved(&mut self, version: KubeVersion) -> Vec<String> {
-        let problems = self.unserved(version);
+        let (_, mut problems) = self.runtime_config_for(version);
+        problems.extend(self.unserved(version));
         let skipped: Vec<String> = self
             .submit
             .iter()
@@ -307,7 +334,10 @@ impl Scenario {
     /// 1.37, resource.k8s.io at a version it does not serve. Each names the
     /// submission, the object and the version. Reads `file` submissions.
     pub fn unserved(&self, version: KubeVersion) -> Vec<String> {
-        let served: Vec<(String, &str)> = accord_testkit::fake_api::resources_for(version, true)
+        let (runtime_config, _) = self.runtime_config_for(version);
+        let served: Vec<(String, &str)> =
+            accord_testkit::fake_api::resources_with(version, true, &runtime_config)
+                .unwrap_or_else(|_| accord_testkit::fake_api::resources_for(version, true))
             .into_iter()
             .map(|r| {
                 let api = r
@@ -341,8 +371,13 @@ impl Scenario {
                 let hint = if api == "scheduling.k8s.io/v1beta1" {
                     KubeVersion::ALL
                         .into_iter()
-                        .find(|v| v.serves_pod_group_v1beta1())
-                        .map(|v| format!(" (served from Kubernetes {v})"))
+                        .find(|v| v.can_serve_pod_group_v1beta1())
+                        .map(|v| {
+                            format!(
+                                " (served from Kubernetes {v} with lab.runtime_config \
+                                 [\"scheduling.k8s.io/v1beta1=true\"])"
+                            )
+                        })
                         .unwrap_or_default()
                 } else if api.starts_with("resource.k8s.io/") {
                     match version.dra_api_version() {
@@ -457,6 +492,16 @@ impl Scenario {
         if let Err(e) = self.kube_version() {
             problems.push(format!("lab.kube_version: {e}"));
         }
+        for (key, entries) in [
+            ("lab.runtime_config", &self.lab.runtime_config),
+            ("lab.feature_gates", &self.lab.feature_gates),
+        ] {
+            for e in entries {
+                if let Err(why) = check_flag_entry(e, key == "lab.runtime_config") {
+                    problems.push(format!("{key}: {e:?}: {why}"));
+                }
+            }
+        }
         if self.control.contains_key("mode") {
             problems.push("control.mode: set lab.mode instead".to_owned());
         }
@@ -476,6 +521,41 @@ impl Scenario {
             problems.push("lab.max_s: must be above 0".to_owned());
         }
         problems
+    }
+}
+
+/// One `--runtime-config` (`group/version=true`, `api/all=false`) or
+/// `--feature-gates` (`Name=true`) entry, checked for shape: what the
+/// apiserver would refuse at start is refused here, by name.
+pub fn check_flag_entry(entry: &str, runtime_config: bool) -> Result<(), String> {
+    let (key, value) = match entry.split_once('=') {
+        Some(kv) => kv,
+        None if runtime_config => (entry, "true"),
+        None => return Err("expected Name=true or Name=false".to_owned()),
+    };
+    if !matches!(value, "true" | "false") {
+        return Err(format!("{value:?} is not true or false"));
+    }
+    let ok = if runtime_config {
+        let mut parts = key.split('/');
+        let (a, b) = (parts.next(), parts.next());
+        parts.next().is_none()
+            && [a, b].iter().all(|p| {
+                p.is_some_and(|p| {
+                    !p.is_empty()
+                        && p.bytes()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b".-".contains(&c))
+                })
+            })
+    } else {
+        !key.is_empty() && key.len() <= 100 && key.bytes().all(|c| c.is_ascii_alphanumeric())
+    };
+    if ok {
+        Ok(())
+    } else if runtime_config {
+        Err("expected group/version=true or group/version=false".to_owned())
+    } else {
+        Err("a feature gate's name is letters and digits".to_owned())
     }
 }
 

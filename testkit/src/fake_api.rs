@@ -84,7 +84,8 @@ impl ResourceSpec {
             ("", "nodes" | "namespaces") => &["status"],
             ("batch", "jobs") | ("resource.k8s.io", "resourceclaims") => &["status"],
             ("apps", "deployments") => &["status", "scale"],
-            (_, "podgroups" | "workloads" | "jobsets" | "provisioningrequests") => &["status"],
+            // Upstream's Workload (scheduling.k8s.io, 1.37) has no status.
+            (_, "podgroups" | "jobsets" | "provisioningrequests") => &["status"],
             _ => &[],
         }
     }
@@ -172,9 +173,13 @@ impl KubeVersion {
         }
     }
 
-    /// Whether `scheduling.k8s.io/v1beta1` (PodGroup and Workload) is
-    /// served: 1.37 and later.
-    pub fn serves_pod_group_v1beta1(self) -> bool {
+    /// Whether `scheduling.k8s.io/v1beta1` (PodGroup and Workload) can be
+    /// served: 1.37 and later, where an admin turns it on
+    /// (`--runtime-config scheduling.k8s.io/v1beta1=true`, with the
+    /// `GenericWorkload` gate): a beta API introduced after 1.24, it is off
+    /// by default, as kube-apiserver v1.37.2 shows
+    /// (testkit/tests/fake_api_discovery.rs).
+    pub fn can_serve_pod_group_v1beta1(self) -> bool {
         self >= KubeVersion::V1_37
     }
 }
@@ -194,10 +199,18 @@ impl std::str::FromStr for KubeVersion {
 }
 
 /// The resources Accord reads and writes: the newest Kubernetes with the
-/// CRDs installed (`resources_for(KubeVersion::NEWEST, true)`).
+/// CRDs installed and gang scheduling's API turned on
+/// (`resources_with(KubeVersion::NEWEST, true, &["scheduling.k8s.io/v1beta1=true"])`),
+/// the cluster most tests want. [`FakeApi::start_version`] serves a
+/// version's defaults instead.
 pub fn default_resources() -> Vec<ResourceSpec> {
-    resources_for(KubeVersion::NEWEST, true)
+    resources_with(KubeVersion::NEWEST, true, &[GANG_RUNTIME_CONFIG])
+        .expect("the newest version serves scheduling.k8s.io/v1beta1 when turned on")
 }
+
+/// The `--runtime-config` entry that turns on scheduling.k8s.io/v1beta1
+/// PodGroups and Workloads (with the `GenericWorkload` gate).
+pub const GANG_RUNTIME_CONFIG: &str = "scheduling.k8s.io/v1beta1=true";
 
 /// The resources a cluster of version `v` serves among those Accord reads
 /// and writes (and PriorityClass, so `scheduling.k8s.io` is a group on
@@ -252,20 +265,6 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
         }
         _ => out.extend(dra("/apis/resource.k8s.io/v1")),
     }
-    if v.serves_pod_group_v1beta1() {
-        out.push(r(
-            "/apis/scheduling.k8s.io/v1beta1",
-            "podgroups",
-            "PodGroup",
-            true,
-        ));
-        out.push(r(
-            "/apis/scheduling.k8s.io/v1beta1",
-            "workloads",
-            "Workload",
-            true,
-        ));
-    }
     if crds {
         out.push(r(
             "/apis/scheduling.x-k8s.io/v1alpha1",
@@ -293,6 +292,71 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
         ));
     }
     out
+}
+
+/// What `--runtime-config` entries the fake can play, per version: the
+/// group version and the resources it brings.
+fn runtime_config_resources(v: KubeVersion, group_version: &str) -> Option<Vec<ResourceSpec>> {
+    let r = |prefix, plural, kind| ResourceSpec {
+        prefix,
+        plural,
+        kind,
+        namespaced: true,
+    };
+    match group_version {
+        "scheduling.k8s.io/v1beta1" if v.can_serve_pod_group_v1beta1() => Some(vec![
+            r("/apis/scheduling.k8s.io/v1beta1", "podgroups", "PodGroup"),
+            r("/apis/scheduling.k8s.io/v1beta1", "workloads", "Workload"),
+        ]),
+        _ => None,
+    }
+}
+
+/// [`resources_for`] with an admin's `--runtime-config` entries applied
+/// (`scheduling.k8s.io/v1beta1=true`, `resource.k8s.io/v1=false`): `=true`
+/// (or no value) adds a group version the fake can play at `v`, `=false`
+/// takes a served one away. An entry it cannot play is an error naming
+/// it, never ignored.
+pub fn resources_with(
+    v: KubeVersion,
+    crds: bool,
+    runtime_config: &[impl AsRef<str>],
+) -> Result<Vec<ResourceSpec>, String> {
+    let mut out = resources_for(v, crds);
+    for entry in runtime_config {
+        let entry = entry.as_ref().trim();
+        let (gv, value) = entry.split_once('=').unwrap_or((entry, "true"));
+        match value {
+            "true" => {
+                if out.iter().any(|r| r.api_version() == gv) {
+                    continue;
+                }
+                let more = runtime_config_resources(v, gv).ok_or_else(|| {
+                    format!(
+                        "--runtime-config {entry:?}: the fake API cannot serve {gv} as Kubernetes \
+                         {v} does (it plays scheduling.k8s.io/v1beta1 from 1.37, and turning \
+                         off what is served)"
+                    )
+                })?;
+                out.extend(more);
+            }
+            "false" => {
+                let before = out.len();
+                out.retain(|r| r.api_version() != gv);
+                if out.len() == before {
+                    return Err(format!(
+                        "--runtime-config {entry:?}: Kubernetes {v} does not serve {gv} by default"
+                    ));
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "--runtime-config {entry:?}: the value must be true or false"
+                ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[derive(Debug, Clone)]
@@ -511,6 +575,13 @@ impl FakeApi {
     /// says `v`.
     pub async fn start_version(v: KubeVersion) -> FakeApi {
         FakeApi::start_version_with(v, resources_for(v, true), Duration::from_millis(500)).await
+    }
+
+    /// [`FakeApi::start_version`] with an admin's `--runtime-config`
+    /// entries ([`resources_with`]); panics on an entry it cannot play.
+    pub async fn start_version_config(v: KubeVersion, runtime_config: &[&str]) -> FakeApi {
+        let resources = resources_with(v, true, runtime_config).unwrap_or_else(|e| panic!("{e}"));
+        FakeApi::start_version_with(v, resources, Duration::from_millis(500)).await
     }
 
     /// Starts serving `resources` (e.g. [`default_resources`] less a CRD).
@@ -880,6 +951,43 @@ const VERBS: [&str; 8] = [
     "watch",
 ];
 
+/// A resource's verbs in discovery: all of them, but Namespaces have no
+/// `deletecollection` (kube-apiserver v1.37.2).
+fn verbs(r: &ResourceSpec) -> &'static [&'static str] {
+    if r.group().is_empty() && r.plural == "namespaces" {
+        &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ]
+    } else {
+        &VERBS
+    }
+}
+
+/// The kind a subresource answers with, when not the resource's own:
+/// (group, version, kind), as kube-apiserver's discovery says it.
+fn subresource_kind(sub: &str) -> Option<(&'static str, &'static str, &'static str)> {
+    match sub {
+        "binding" => Some(("", "", "Binding")),
+        "eviction" => Some(("policy", "v1", "Eviction")),
+        "scale" => Some(("autoscaling", "v1", "Scale")),
+        _ => None,
+    }
+}
+
+/// A legacy discovery entry for subresource `sub` of `r`.
+fn subresource_entry(r: &ResourceSpec, sub: &str) -> Value {
+    let mut entry = json!({"name": format!("{}/{sub}", r.plural), "singularName": "",
+        "namespaced": r.namespaced, "kind": r.kind, "verbs": subresource_verbs(sub)});
+    if let Some((group, version, kind)) = subresource_kind(sub) {
+        entry["kind"] = json!(kind);
+        if !group.is_empty() {
+            entry["group"] = json!(group);
+            entry["version"] = json!(version);
+        }
+    }
+    entry
+}
+
 fn subresource_verbs(sub: &str) -> &'static [&'static str] {
     match sub {
         "binding" | "eviction" => &["create"],
@@ -902,13 +1010,10 @@ fn resource_list(resources: &[ResourceSpec], group: &str, version: &str) -> Valu
     {
         list.push(
             json!({"name": r.plural, "singularName": r.kind.to_lowercase(),
-            "namespaced": r.namespaced, "kind": r.kind, "verbs": VERBS}),
+            "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs(r)}),
         );
         for sub in r.subresources() {
-            list.push(
-                json!({"name": format!("{}/{sub}", r.plural), "singularName": "",
-                "namespaced": r.namespaced, "kind": r.kind, "verbs": subresource_verbs(sub)}),
-            );
+            list.push(subresource_entry(r, sub));
         }
     }
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
@@ -931,18 +1036,24 @@ fn group_discovery(resources: &[ResourceSpec], group: &str, versions: &[&str]) -
                 .iter()
                 .filter(|r| r.group() == group && r.version() == *v)
                 .map(|r| {
-                    let kind = json!({"group": group, "version": v, "kind": r.kind});
+                    // The group and version are empty where they are the
+                    // entry's own, as kube-apiserver writes them.
+                    let kind = json!({"group": "", "version": "", "kind": r.kind});
                     let subs: Vec<Value> = r
                         .subresources()
                         .iter()
                         .map(|s| {
+                            let kind = match subresource_kind(s) {
+                                Some((g, v, k)) => json!({"group": g, "version": v, "kind": k}),
+                                None => kind.clone(),
+                            };
                             json!({"subresource": s, "responseKind": kind,
                                         "verbs": subresource_verbs(s)})
                         })
                         .collect();
                     json!({"resource": r.plural, "responseKind": kind,
                            "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
-                           "singularResource": r.kind.to_lowercase(), "verbs": VERBS,
+                           "singularResource": r.kind.to_lowercase(), "verbs": verbs(r),
                            "subresources": subs})
                 })
                 .collect();
@@ -1586,9 +1697,16 @@ mod tests {
                     dra == Some(&prefix[6..]) || (v == KubeVersion::V1_33 && d == "v1beta1");
                 assert_eq!(served, expect, "{v} {d}");
             }
+            // Off by default on every version (a beta API since 1.24 rules);
+            // served from 1.37 where an admin turns it on.
+            assert!(!has(v, "/apis/scheduling.k8s.io/v1beta1", "podgroups"), "{v}");
+            let turned_on = resources_with(v, false, &["scheduling.k8s.io/v1beta1=true"]);
             assert_eq!(
-                has(v, "/apis/scheduling.k8s.io/v1beta1", "podgroups"),
-                v.serves_pod_group_v1beta1()
+                turned_on.is_ok_and(|rs| rs
+                    .iter()
+                    .any(|r| r.prefix == "/apis/scheduling.k8s.io/v1beta1" && r.plural == "podgroups")),
+                v.can_serve_pod_group_v1beta1(),
+                "{v}"
             );
             assert!(!has(v, "/apis/jobset.x-k8s.io/v1alpha2", "jobsets"));
             assert!(resources_for(v, true).iter().any(|r| r.plural == "jobsets"));
@@ -1609,7 +1727,7 @@ mod tests {
         };
         assert_eq!(
             names(default_resources()),
-            names(resources_for(KubeVersion::NEWEST, true))
+            names(resources_with(KubeVersion::NEWEST, true, &[GANG_RUNTIME_CONFIG]).unwrap())
         );
     }
 
@@ -1621,7 +1739,7 @@ mod tests {
             .find(|(g, _)| *g == "resource.k8s.io")
             .unwrap();
         assert_eq!(dra.1, ["v1beta2", "v1beta1"]);
-        let groups = served_groups(&resources_for(KubeVersion::V1_37, false));
+        let groups = served_groups(&default_resources());
         let sched = groups
             .iter()
             .find(|(g, _)| *g == "scheduling.k8s.io")

@@ -2,6 +2,10 @@
 //! accord-agent, accord-daemon, accord-redfish, accord-kube or accord-api
 //! depends on this crate except as a dev-dependency.
 //!
+//! - [`control_plane`]: the upstream Kubernetes control plane (etcd,
+//!   kube-apiserver, kube-controller-manager, kube-scheduler) built from
+//!   the pinned modules in `lab/controlplane/`, started with TLS, tokens
+//!   and RBAC in a temporary directory and killed on drop;
 //! - [`hostile`]: hostile input, generated and mutated from the recorded
 //!   fixtures, and a harness running a parser on each case (no panic, no
 //!   hang, bounded memory; findings replay from a seed and case index);
@@ -17,6 +21,7 @@
 //!   module does not link accord-daemon): token files, `accordd run`, the
 //!   wait until it serves, the nodes it lists.
 
+pub mod control_plane;
 pub mod daemon;
 pub mod fake_api;
 pub mod hostile;
