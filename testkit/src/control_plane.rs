@@ -468,20 +468,40 @@ impl ControlPlane {
     /// GET `path` as the admin: the JSON answer, or an error naming the
     /// path and status.
     pub async fn get_json(&self, path: &str) -> Result<Value, String> {
-        let r = self
+        self.request_json(reqwest::Method::GET, path, None).await
+    }
+
+    /// `method` `path` as the admin, with `body` as JSON (a merge patch for
+    /// PATCH): the JSON answer, or an error naming the request and status.
+    pub async fn request_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, String> {
+        let what = format!("{method} {path}");
+        let mut request = self
             .http()?
-            .get(format!("{}{path}", self.url))
+            .request(method.clone(), format!("{}{path}", self.url))
             .bearer_auth(ADMIN_TOKEN)
-            .header("accept", "application/json")
-            .send()
-            .await
-            .map_err(|e| format!("GET {path}: {e}"))?;
-        let status = r.status();
-        let body = r.text().await.map_err(|e| format!("GET {path}: {e}"))?;
-        if !status.is_success() {
-            return Err(format!("GET {path}: {status}: {body}"));
+            .header("accept", "application/json");
+        if let Some(b) = body {
+            let content_type = if method == reqwest::Method::PATCH {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
+            };
+            request = request
+                .header("content-type", content_type)
+                .body(b.to_string());
         }
-        serde_json::from_str(&body).map_err(|e| format!("GET {path}: not JSON: {e}"))
+        let r = request.send().await.map_err(|e| format!("{what}: {e}"))?;
+        let status = r.status();
+        let text = r.text().await.map_err(|e| format!("{what}: {e}"))?;
+        if !status.is_success() {
+            return Err(format!("{what}: {status}: {text}"));
+        }
+        serde_json::from_str(&text).map_err(|e| format!("{what}: not JSON: {e}"))
     }
 
     /// A kubeconfig for `user` with `token`, in this control plane's
