@@ -18,7 +18,7 @@ use support::lab::*;
 /// on (one power cycle per node, none while half the fleet is unhealthy).
 fn scenario_text() -> String {
     format!(
-        "[lab]\n{QUICK}\nevict_after_ms = 5000\n\n\
+        "[lab]\n{GANGS_ON}\n{QUICK}\nevict_after_ms = 5000\n\n\
          [control]\ntick_ms = 1000\ntransition_poll_ms = 500\nbmc_poll_ms = 5000\n\
          deadlines = {{ power_on_s = 60, boot_to_agent_s = 60, agent_to_ready_s = 30, unhealthy_after_s = 3 }}\n\n\
          [control.repair]\nenabled = true\nmax_cycles_per_node = 1\nmax_unhealthy_percent = 50\n\n\

@@ -26,10 +26,7 @@ fn repo(path: &str) -> PathBuf {
 /// `kubectl ARGS` as the admin; its stdout, or a panic with what it said.
 #[track_caller]
 fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
-    let out = output_within(
-        cp.kubectl().unwrap().args(args),
-        Duration::from_secs(60),
-    );
+    let out = output_within(cp.kubectl().unwrap().args(args), Duration::from_secs(60));
     assert!(
         out.status.success(),
         "kubectl {}: {}\n{}",
@@ -181,9 +178,26 @@ fn daemon_set() -> Value {
     })
 }
 
+/// One control plane at a time: each runs etcd, three components and two
+/// accordd replicas on CI's two cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accordd_runs_on_the_upstream_control_plane_with_its_own_rbac() {
-    let mut cp = ControlPlane::start(Options::full(DEFAULT_MINOR))
+    let _one = ONE_AT_A_TIME.lock().await;
+    accordd_on(DEFAULT_MINOR).await;
+}
+
+/// The same on the oldest pinned minor, with its own defaults (DRA at
+/// `resource.k8s.io/v1`, no scheduling.k8s.io/v1beta1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accordd_runs_on_upstream_1_34_with_its_own_rbac() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    accordd_on(34).await;
+}
+
+async fn accordd_on(minor: u32) {
+    let mut cp = ControlPlane::start(Options::full(minor))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
@@ -209,7 +223,12 @@ async fn accordd_runs_on_the_upstream_control_plane_with_its_own_rbac() {
     ] {
         kubectl(
             &cp,
-            &["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{crd}")],
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{crd}"),
+            ],
         );
     }
 
@@ -221,7 +240,11 @@ async fn accordd_runs_on_the_upstream_control_plane_with_its_own_rbac() {
         ("list", "resourceslices.resource.k8s.io", "yes"),
         ("update", "leases.coordination.k8s.io", "yes"),
         ("create", "accordnodes.accord.dev", "yes"),
-        ("patch", "provisioningrequests.autoscaling.x-k8s.io --subresource=status", "yes"),
+        (
+            "patch",
+            "provisioningrequests.autoscaling.x-k8s.io --subresource=status",
+            "yes",
+        ),
         ("delete", "pods", "no"),
         ("get", "secrets", "no"),
         ("create", "pods", "no"),
@@ -281,7 +304,8 @@ async fn accordd_runs_on_the_upstream_control_plane_with_its_own_rbac() {
     for identity in ["accordd-a", "accordd-b"] {
         let config = replica_config(dir.path(), identity);
         let mut cmd = accord_testkit::daemon::command(env!("CARGO_BIN_EXE_accordd"), &config);
-        cmd.env("KUBECONFIG", &kubeconfig).env_remove("KUBERNETES_SERVICE_HOST");
+        cmd.env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST");
         let mut p = Process::spawn(
             identity,
             &mut cmd,
@@ -335,8 +359,18 @@ async fn accordd_runs_on_the_upstream_control_plane_with_its_own_rbac() {
         .filter(|w| w["api_version"].is_string())
         .filter_map(|w| w["kind"].as_str())
         .collect();
-    for kind in ["Pod", "Node", "ResourceSlice", "ResourceClaim", "ProvisioningRequest"] {
-        assert!(watched.contains(&kind), "{kind} not watched: {}", status["watches"]);
+    for kind in [
+        "Pod",
+        "Node",
+        "ResourceSlice",
+        "ResourceClaim",
+        "ProvisioningRequest",
+    ] {
+        assert!(
+            watched.contains(&kind),
+            "{kind} not watched: {}",
+            status["watches"]
+        );
     }
 
     // Kill the leader: the other replica takes the Lease.
@@ -357,7 +391,10 @@ async fn accordd_runs_on_the_upstream_control_plane_with_its_own_rbac() {
     )
     .await;
     assert_eq!(holder, other);
-    assert!(after > transitions, "leaseTransitions {transitions} → {after}");
+    assert!(
+        after > transitions,
+        "leaseTransitions {transitions} → {after}"
+    );
     let other_url = replicas[1 - leader_index].2.clone();
     wait_for(
         "the new leader to say it leads",

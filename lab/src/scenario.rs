@@ -338,16 +338,16 @@ impl Scenario {
         let served: Vec<(String, &str)> =
             accord_testkit::fake_api::resources_with(version, true, &runtime_config)
                 .unwrap_or_else(|_| accord_testkit::fake_api::resources_for(version, true))
-            .into_iter()
-            .map(|r| {
-                let api = r
-                    .prefix
-                    .strip_prefix("/apis/")
-                    .or_else(|| r.prefix.strip_prefix("/api/"))
-                    .unwrap_or(r.prefix);
-                (api.to_owned(), r.kind)
-            })
-            .collect();
+                .into_iter()
+                .map(|r| {
+                    let api = r
+                        .prefix
+                        .strip_prefix("/apis/")
+                        .or_else(|| r.prefix.strip_prefix("/api/"))
+                        .unwrap_or(r.prefix);
+                    (api.to_owned(), r.kind)
+                })
+                .collect();
         let mut out = Vec::new();
         for s in &self.submit {
             let objects = match self.objects(s) {
@@ -543,8 +543,9 @@ pub fn check_flag_entry(entry: &str, runtime_config: bool) -> Result<(), String>
             && [a, b].iter().all(|p| {
                 p.is_some_and(|p| {
                     !p.is_empty()
-                        && p.bytes()
-                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b".-".contains(&c))
+                        && p.bytes().all(|c| {
+                            c.is_ascii_lowercase() || c.is_ascii_digit() || b".-".contains(&c)
+                        })
                 })
             })
     } else {

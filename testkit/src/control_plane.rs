@@ -218,8 +218,19 @@ fn run_openssl(args: &[&str], dir: &Path) -> Result<(), String> {
 fn make_pki(dir: &Path) -> Result<(), String> {
     let o = |args: &[&str]| run_openssl(args, dir);
     o(&[
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-        "-days", "7", "-subj", "/CN=accord-lab-ca",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "7",
+        "-subj",
+        "/CN=accord-lab-ca",
     ])?;
     std::fs::write(
         dir.join("serving.ext"),
@@ -228,12 +239,33 @@ fn make_pki(dir: &Path) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     o(&[
-        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out",
-        "apiserver.csr", "-subj", "/CN=kube-apiserver",
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "apiserver.key",
+        "-out",
+        "apiserver.csr",
+        "-subj",
+        "/CN=kube-apiserver",
     ])?;
     o(&[
-        "x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "apiserver.crt", "-days", "7", "-extfile", "serving.ext",
+        "x509",
+        "-req",
+        "-in",
+        "apiserver.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "apiserver.crt",
+        "-days",
+        "7",
+        "-extfile",
+        "serving.ext",
     ])?;
     o(&["genrsa", "-out", "sa.key", "2048"])?;
     o(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"])?;
@@ -267,11 +299,19 @@ impl ControlPlane {
         let etcd_peer = free_port()?;
         let mut etcd = Command::new(binaries.path("etcd")?);
         etcd.arg(format!("--data-dir={}", d.join("etcd").display()))
-            .arg(format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"))
-            .arg(format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"))
+            .arg(format!(
+                "--listen-client-urls=http://127.0.0.1:{etcd_client}"
+            ))
+            .arg(format!(
+                "--advertise-client-urls=http://127.0.0.1:{etcd_client}"
+            ))
             .arg(format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"))
-            .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"))
-            .arg(format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"
+            ))
+            .arg(format!(
+                "--initial-cluster=default=http://127.0.0.1:{etcd_peer}"
+            ))
             // A test cluster: losing it on a crash is fine, fsync is slow.
             .arg("--unsafe-no-fsync")
             .arg("--log-level=warn");
@@ -289,14 +329,26 @@ impl ControlPlane {
             .arg("--endpoint-reconciler-type=none")
             .arg(format!("--secure-port={port}"))
             .arg(format!("--cert-dir={}", d.join("certs").display()))
-            .arg(format!("--tls-cert-file={}", d.join("apiserver.crt").display()))
-            .arg(format!("--tls-private-key-file={}", d.join("apiserver.key").display()))
+            .arg(format!(
+                "--tls-cert-file={}",
+                d.join("apiserver.crt").display()
+            ))
+            .arg(format!(
+                "--tls-private-key-file={}",
+                d.join("apiserver.key").display()
+            ))
             .arg(format!("--client-ca-file={}", d.join("ca.crt").display()))
-            .arg(format!("--token-auth-file={}", d.join("tokens.csv").display()))
+            .arg(format!(
+                "--token-auth-file={}",
+                d.join("tokens.csv").display()
+            ))
             .arg("--authorization-mode=Node,RBAC")
             .arg("--enable-admission-plugins=NodeRestriction")
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
-            .arg(format!("--service-account-key-file={}", d.join("sa.pub").display()))
+            .arg(format!(
+                "--service-account-key-file={}",
+                d.join("sa.pub").display()
+            ))
             .arg(format!(
                 "--service-account-signing-key-file={}",
                 d.join("sa.key").display()
@@ -305,7 +357,10 @@ impl ControlPlane {
             .arg("--allow-privileged=true")
             .arg("--v=1");
         if !options.feature_gates.is_empty() {
-            apiserver.arg(format!("--feature-gates={}", options.feature_gates.join(",")));
+            apiserver.arg(format!(
+                "--feature-gates={}",
+                options.feature_gates.join(",")
+            ));
         }
         if !options.runtime_config.is_empty() {
             apiserver.arg(format!(
@@ -380,7 +435,10 @@ impl ControlPlane {
             .arg("--leader-elect=false")
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={}", free_port()?))
-            .arg(format!("--cert-dir={}", d.join("scheduler-certs").display()))
+            .arg(format!(
+                "--cert-dir={}",
+                d.join("scheduler-certs").display()
+            ))
             .arg("--v=1");
         if !self.options.feature_gates.is_empty() {
             scheduler.arg(format!(
@@ -507,7 +565,11 @@ impl ControlPlane {
     /// A kubeconfig for `user` with `token`, in this control plane's
     /// directory (mode 600): the apiserver's URL, its CA, the token.
     pub fn write_kubeconfig(&self, user: &str, token: &str) -> Result<PathBuf, String> {
-        self.write_kubeconfig_at(&self.dir.path().join(format!("{user}.kubeconfig")), user, token)
+        self.write_kubeconfig_at(
+            &self.dir.path().join(format!("{user}.kubeconfig")),
+            user,
+            token,
+        )
     }
 
     /// [`Self::write_kubeconfig`] at `path`.
@@ -578,8 +640,10 @@ impl ControlPlane {
             .http()?
             .post(format!("{}{path}", self.url))
             .bearer_auth(ADMIN_TOKEN)
-            .json(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                          "spec": {"expirationSeconds": seconds}}))
+            .json(
+                &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                          "spec": {"expirationSeconds": seconds}}),
+            )
             .send()
             .await
             .map_err(|e| format!("POST {path}: {e}"))?;

@@ -1699,12 +1699,16 @@ mod tests {
             }
             // Off by default on every version (a beta API since 1.24 rules);
             // served from 1.37 where an admin turns it on.
-            assert!(!has(v, "/apis/scheduling.k8s.io/v1beta1", "podgroups"), "{v}");
+            assert!(
+                !has(v, "/apis/scheduling.k8s.io/v1beta1", "podgroups"),
+                "{v}"
+            );
             let turned_on = resources_with(v, false, &["scheduling.k8s.io/v1beta1=true"]);
             assert_eq!(
                 turned_on.is_ok_and(|rs| rs
                     .iter()
-                    .any(|r| r.prefix == "/apis/scheduling.k8s.io/v1beta1" && r.plural == "podgroups")),
+                    .any(|r| r.prefix == "/apis/scheduling.k8s.io/v1beta1"
+                        && r.plural == "podgroups")),
                 v.can_serve_pod_group_v1beta1(),
                 "{v}"
             );

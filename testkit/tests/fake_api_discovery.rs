@@ -128,7 +128,11 @@ async fn discover(http: &reqwest::Client, base: &str, token: Option<&str>) -> Di
 fn sorted_strings(v: &Value) -> Vec<String> {
     let mut out: Vec<String> = v
         .as_array()
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default();
     out.sort();
     out
@@ -165,11 +169,16 @@ fn aggregated_fields(r: &Value) -> Value {
 fn differences(real: &Discovery, fake: &Discovery) -> Vec<String> {
     let mut out = Vec::new();
     if real.core != fake.core {
-        out.push(format!("/api versions: real {:?}, fake {:?}", real.core, fake.core));
+        out.push(format!(
+            "/api versions: real {:?}, fake {:?}",
+            real.core, fake.core
+        ));
     }
     for (g, fake_versions) in &fake.groups {
         match real.groups.iter().find(|(name, _)| name == g) {
-            None => out.push(format!("group {g}: the fake serves {fake_versions:?}, the real server not at all")),
+            None => out.push(format!(
+                "group {g}: the fake serves {fake_versions:?}, the real server not at all"
+            )),
             Some((_, real_versions)) if real_versions != fake_versions => out.push(format!(
                 "group {g}: real serves {real_versions:?}, fake {fake_versions:?}"
             )),
@@ -265,11 +274,20 @@ async fn compare(minor: u32, feature_gates: &[&str], runtime_config: &[&str]) ->
     .await;
     let fake_discovery = discover(&reqwest::Client::new(), &fake.url, None).await;
     let real_version = real.get_json("/version").await.unwrap();
-    let fake_version = get(&reqwest::Client::new(), &format!("{}/version", fake.url), None, "application/json").await;
+    let fake_version = get(
+        &reqwest::Client::new(),
+        &format!("{}/version", fake.url),
+        None,
+        "application/json",
+    )
+    .await;
     let mut out = differences(&real_discovery, &fake_discovery);
     for key in ["major", "minor"] {
         if real_version[key] != fake_version[key] {
-            out.push(format!("/version {key}: real {}, fake {}", real_version[key], fake_version[key]));
+            out.push(format!(
+                "/version {key}: real {}, fake {}",
+                real_version[key], fake_version[key]
+            ));
         }
     }
     out.into_iter()
@@ -283,7 +301,11 @@ async fn the_fake_serves_what_each_real_apiserver_serves_by_default() {
     for minor in MINORS {
         all.extend(compare(minor, &[], &[]).await);
     }
-    assert!(all.is_empty(), "the fake differs from upstream:\n{}", all.join("\n"));
+    assert!(
+        all.is_empty(),
+        "the fake differs from upstream:\n{}",
+        all.join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -291,9 +313,18 @@ async fn apis_an_admin_turns_on_are_served_alike() {
     let mut all = Vec::new();
     // Gang scheduling's PodGroup and Workload (beta, off by default).
     all.extend(
-        compare(37, &["GenericWorkload=true"], &["scheduling.k8s.io/v1beta1=true"]).await,
+        compare(
+            37,
+            &["GenericWorkload=true"],
+            &["scheduling.k8s.io/v1beta1=true"],
+        )
+        .await,
     );
-    assert!(all.is_empty(), "the fake differs from upstream:\n{}", all.join("\n"));
+    assert!(
+        all.is_empty(),
+        "the fake differs from upstream:\n{}",
+        all.join("\n")
+    );
 }
 
 #[test]

@@ -23,8 +23,12 @@ bmc_poll_ms = 5000
 deadlines = { power_on_s = 60, boot_to_agent_s = 60, agent_to_ready_s = 30 }
 "#;
 
+/// The gangs are scheduling.k8s.io/v1beta1 PodGroups: the lab's
+/// Kubernetes serves them with this (an admin's `--runtime-config`).
+pub const GANGS_ON: &str = "runtime_config = [\"scheduling.k8s.io/v1beta1=true\"]";
+
 pub fn scenario(lab: &str, fleet: &str, submits: &[(&str, String, u64)]) -> Scenario {
-    let mut text = format!("[lab]\n{lab}\n{CONTROL}\n{fleet}\n");
+    let mut text = format!("[lab]\n{GANGS_ON}\n{lab}\n{CONTROL}\n{fleet}\n");
     for (name, yaml, run_ms) in submits {
         text.push_str(&format!(
             "[[submit]]\nname = \"{name}\"\nrun_ms = {run_ms}\nmanifests = '''\n{yaml}'''\n"
