@@ -332,11 +332,18 @@ pub fn resources_with(
                     continue;
                 }
                 let more = runtime_config_resources(v, gv).ok_or_else(|| {
-                    format!(
-                        "--runtime-config {entry:?}: the fake API cannot serve {gv} as Kubernetes \
-                         {v} does (it plays scheduling.k8s.io/v1beta1 from 1.37, and turning \
-                         off what is served)"
-                    )
+                    if gv == "scheduling.k8s.io/v1beta1" {
+                        format!(
+                            "--runtime-config {entry:?}: Kubernetes {v} has no {gv} (it \
+                             arrived in 1.37)"
+                        )
+                    } else {
+                        format!(
+                            "--runtime-config {entry:?}: the fake API cannot serve {gv} as \
+                             Kubernetes {v} would (it plays scheduling.k8s.io/v1beta1 from \
+                             1.37, and turning off a served version)"
+                        )
+                    }
                 })?;
                 out.extend(more);
             }
