@@ -8,9 +8,9 @@
 //! Every wait has a condition, a deadline and says what it waited for.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use accord_testkit::control_plane::{ControlPlane, Options, DEFAULT_MINOR};
+use accord_testkit::control_plane::{wait_for, ControlPlane, Options, DEFAULT_MINOR};
 use accord_testkit::daemon::{secret, wait_serving};
 use accord_testkit::process::{output_within, Process};
 use serde_json::{json, Value};
@@ -35,27 +35,6 @@ fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// Polls `check` every 100 ms until it gives a value; panics after
-/// `within`, naming `what`, with the last thing it saw.
-async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        let last = match check().await {
-            Ok(v) => return v,
-            Err(e) => e,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what} (last: {last})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 const FLEET: &str = r#"

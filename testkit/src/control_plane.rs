@@ -189,6 +189,27 @@ impl Drop for ControlPlane {
     }
 }
 
+/// Polls `check` every 100 ms until it gives a value; panics after
+/// `within`, naming `what`, with the last thing it said.
+pub async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        let last = match check().await {
+            Ok(v) => return v,
+            Err(e) => e,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what} (last: {last})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A free loopback port (bound, then released for the child to bind).
 fn free_port() -> Result<u16, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
