@@ -211,9 +211,63 @@ where
 }
 
 /// A free loopback port (bound, then released for the child to bind).
+///
+/// Drawn below Linux's ephemeral range (32768–60999): a port from there,
+/// released, could be taken as the source port of any outgoing connection
+/// (the apiserver's own, to etcd) before the child binds it; these are
+/// never handed out that way. Tried until one binds.
 fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+    use std::hash::{BuildHasher, Hasher};
+    const LOW: u16 = 20_000;
+    const HIGH: u16 = 32_000;
+    for _ in 0..1000 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        let port = LOW + (h.finish() % u64::from(HIGH - LOW)) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(format!("no free port in {LOW}..{HIGH} after 1000 tries"))
+}
+
+/// Waits (up to [`READY_WITHIN`]) until `process`, serving on
+/// `port` (its own self-signed certificate) answers `/healthz` with 200;
+/// an error, with its log, if it exits or the deadline passes.
+async fn wait_healthy(process: &mut Process, port: u16) -> Result<(), String> {
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let url = format!("https://127.0.0.1:{port}/healthz");
+    let deadline = Instant::now() + READY_WITHIN;
+    loop {
+        if let Some(status) = process.exited() {
+            return Err(format!(
+                "{} exited ({status}) before {url} answered:\n{}",
+                process.name(),
+                process.tail()
+            ));
+        }
+        let last = match http.get(&url).send().await {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) => r.status().to_string(),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} not healthy at {url} within {READY_WITHIN:?} (last: {last}):\n{}",
+                process.name(),
+                process.tail()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 fn run_openssl(args: &[&str], dir: &Path) -> Result<(), String> {
@@ -407,18 +461,19 @@ impl ControlPlane {
         plane.wait_ready().await?;
 
         if plane.options.controller_manager {
-            plane.start_controller_manager()?;
+            plane.start_controller_manager().await?;
         }
         if plane.options.scheduler {
-            plane.start_scheduler()?;
+            plane.start_scheduler().await?;
         }
         Ok(plane)
     }
 
-    fn start_controller_manager(&mut self) -> Result<(), String> {
+    async fn start_controller_manager(&mut self) -> Result<(), String> {
         let d = self.dir.path().to_owned();
         let kubeconfig =
             self.write_kubeconfig("kube-controller-manager", CONTROLLER_MANAGER_TOKEN)?;
+        let port = free_port()?;
         let mut kcm = Command::new(self.binaries.path("kube-controller-manager")?);
         kcm.arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--controllers={}", CONTROLLERS.join(",")))
@@ -430,7 +485,7 @@ impl ControlPlane {
             .arg("--use-service-account-credentials=true")
             .arg("--leader-elect=false")
             .arg("--bind-address=127.0.0.1")
-            .arg(format!("--secure-port={}", free_port()?))
+            .arg(format!("--secure-port={port}"))
             .arg(format!("--cert-dir={}", d.join("kcm-certs").display()))
             .arg("--v=1");
         if !self.options.feature_gates.is_empty() {
@@ -439,23 +494,26 @@ impl ControlPlane {
                 self.options.feature_gates.join(",")
             ));
         }
-        self.processes.push(Process::spawn(
+        let mut process = Process::spawn(
             "kube-controller-manager",
             &mut kcm,
             &d.join("kube-controller-manager.log"),
-        ));
-        Ok(())
+        );
+        let healthy = wait_healthy(&mut process, port).await;
+        self.processes.push(process);
+        healthy
     }
 
-    fn start_scheduler(&mut self) -> Result<(), String> {
+    async fn start_scheduler(&mut self) -> Result<(), String> {
         let d = self.dir.path().to_owned();
         let kubeconfig = self.write_kubeconfig("kube-scheduler", SCHEDULER_TOKEN)?;
+        let port = free_port()?;
         let mut scheduler = Command::new(self.binaries.path("kube-scheduler")?);
         scheduler
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--leader-elect=false")
             .arg("--bind-address=127.0.0.1")
-            .arg(format!("--secure-port={}", free_port()?))
+            .arg(format!("--secure-port={port}"))
             .arg(format!(
                 "--cert-dir={}",
                 d.join("scheduler-certs").display()
@@ -467,12 +525,14 @@ impl ControlPlane {
                 self.options.feature_gates.join(",")
             ));
         }
-        self.processes.push(Process::spawn(
+        let mut process = Process::spawn(
             "kube-scheduler",
             &mut scheduler,
             &d.join("kube-scheduler.log"),
-        ));
-        Ok(())
+        );
+        let healthy = wait_healthy(&mut process, port).await;
+        self.processes.push(process);
+        healthy
     }
 
     /// The directory everything lives in (logs: `NAME.log`).
