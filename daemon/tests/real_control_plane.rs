@@ -392,7 +392,10 @@ async fn accordd_on(minor: u32) {
     // Nothing accordd asked for was refused: its RBAC covers what it does.
     for (identity, p, _) in &replicas {
         let log = std::fs::read_to_string(p.log()).unwrap();
-        for refused in ["403", "Forbidden", "forbidden"] {
+        // kube-rs renders a refusal as `reason: "Forbidden", code: 403`
+        // ("... is forbidden: User ..."); a bare "403" could be digits of a
+        // timestamp or a port.
+        for refused in ["code: 403", "Forbidden", "forbidden"] {
             assert!(
                 !log.contains(refused),
                 "{identity} was refused ({refused}):\n{}",
