@@ -113,11 +113,13 @@ pub async fn bound(lab: &Lab, name: &str, within: Duration) -> f64 {
     }
 }
 
-/// Waits until accordd's status shows `workload` in `state`.
+/// Waits until accordd's status shows `workload` in `state`. 90 s: on a
+/// loaded two-core CI machine a 30 s deadline was once passed (observe
+/// mode's first PoweringOn, in one of seven runs of daemon/tests/lab.rs).
 pub async fn workload_in(lab: &Lab, workload: &str, state: WorkloadState) -> ControlStatus {
     lab.wait_status(
         &format!("{workload} {state} in accordd's status"),
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         |s| {
             s.workloads
                 .iter()
