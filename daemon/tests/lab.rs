@@ -379,6 +379,8 @@ async fn observe_mode_sends_nothing_to_the_bmcs() {
     // lists, watches).
     let writes: Vec<String> = lab
         .api
+        .fake()
+        .expect("these tests run on the fake API")
         .requests()
         .into_iter()
         .filter(|r| !r.starts_with("GET "))

@@ -36,6 +36,7 @@ const TESTS: &[(&str, fn())] = &[
 /// one pod that binds there and finishes, one that fits nowhere.
 const SCENARIO: &str = r#"
 [lab]
+kubernetes = "fake"
 boot_delay_ms = 200
 kubelet_delay_ms = 200
 heartbeat_ms = 1000

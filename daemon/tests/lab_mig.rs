@@ -224,11 +224,16 @@ async fn with_the_gpu_operator_accordd_sets_the_mig_config_label_and_waits_for_s
     // The label was accordd's write.
     assert!(
         lab.api
+            .fake()
+            .expect("these tests run on the fake API")
             .requests()
             .iter()
             .any(|r| r.starts_with("PATCH /api/v1/nodes/r1-n1")),
         "{:?}",
-        lab.api.requests()
+        lab.api
+            .fake()
+            .expect("these tests run on the fake API")
+            .requests()
     );
     let summary = lab.summary(None);
     assert_eq!(

@@ -203,6 +203,8 @@ async fn a_node_reporting_7_of_8_gpus_is_planned_around_and_accordd_labels_and_t
     );
     let patches: Vec<String> = lab
         .api
+        .fake()
+        .expect("these tests run on the fake API")
         .requests()
         .into_iter()
         .filter(|r| r.starts_with("PATCH /api/v1/nodes/"))

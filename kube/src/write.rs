@@ -228,12 +228,9 @@ pub async fn record_event(
     let now = jiff_now();
     let event = Event {
         metadata: ObjectMeta {
-            generate_name: Some(format!(
-                "{}.",
-                regarding
-                    .name
-                    .clone()
-                    .unwrap_or_else(|| "accord".to_owned())
+            name: Some(event_name(
+                regarding.name.as_deref().unwrap_or("accord"),
+                now.as_nanosecond(),
             )),
             namespace: Some(ns),
             ..Default::default()
@@ -251,8 +248,35 @@ pub async fn record_event(
     api.create(&PostParams::default(), &event).await.map(drop)
 }
 
+/// An event's name as client-go's recorders make it
+/// (`tools/record/util/util.go` `GenerateEventName`): the object's name, a
+/// dot, the time in hex nanoseconds. Not a `generateName`: a prefix ending
+/// in a dot is refused by the apiserver's validation ("metadata.generateName:
+/// Invalid value"). Past a DNS subdomain's 253 characters, upstream falls
+/// back to a UUID; here to `accord.` and the time.
+pub fn event_name(regarding: &str, unix_nanos: i128) -> String {
+    let name = format!("{regarding}.{unix_nanos:x}");
+    if name.len() <= 253 {
+        name
+    } else {
+        format!("accord.{unix_nanos:x}")
+    }
+}
+
 fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
+}
+
+#[cfg(test)]
+mod event_name_tests {
+    use super::event_name;
+
+    #[test]
+    fn event_names_are_client_gos() {
+        assert_eq!(event_name("r1-n1", 0x1f), "r1-n1.1f");
+        let long = "a".repeat(250);
+        assert_eq!(event_name(&long, 0x1f), "accord.1f");
+    }
 }
 
 /// The ProvisioningRequest condition types Accord writes (those

@@ -386,25 +386,29 @@ impl Lab {
     }
 
     fn inject(&self, chaos: &Chaos, fault: &Timed) {
+        // A chaos run is on the fake API (`Scenario::ha_problems`).
+        let Some(api) = self.api.fake() else {
+            return;
+        };
         match fault {
             Timed::Bmc(f) => {
                 info!(target: "lab", fault = ?f, "chaos: BMC fault armed");
                 self.proxy.arm(f.clone());
             }
             Timed::WatchDrop => {
-                let open = self.api.drop_watches();
+                let open = api.drop_watches();
                 info!(target: "lab", open, "chaos: watch streams cut");
                 let mut st = chaos.state.lock().expect("lock");
                 st.injected.watch_drops += 1;
                 st.watches_cut += open as u64;
             }
             Timed::Gone410 => {
-                self.api.compact();
+                api.compact();
                 info!(target: "lab", "chaos: API history compacted (410 Gone on resuming)");
                 chaos.state.lock().expect("lock").injected.gone_410 += 1;
             }
             Timed::SlowWrites { writes, delay } => {
-                self.api.slow_writes(*writes, *delay);
+                api.slow_writes(*writes, *delay);
                 info!(target: "lab", writes, delay_ms = delay.as_millis() as u64, "chaos: writes answered late");
                 chaos.state.lock().expect("lock").injected.slow_writes += 1;
             }
@@ -540,8 +544,8 @@ impl Lab {
                 bmc_503_answers: bmc.answered_503,
                 wrong_power_answers: bmc.wrong_power_answers,
                 watches_cut: st.watches_cut,
-                gone_answers: self.api.gone_answered(),
-                writes_slowed: self.api.writes_slowed(),
+                gone_answers: self.api.fake().map_or(0, |a| a.gone_answered()),
+                writes_slowed: self.api.fake().map_or(0, |a| a.writes_slowed()),
             },
             duplicate_resets,
             busy_nodes_powered_off,

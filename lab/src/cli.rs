@@ -19,9 +19,9 @@ use crate::{Lab, LabOptions, Scenario};
 #[command(
     name = "accord-lab",
     version,
-    about = "The local lab: one machine playing a datacenter (emulated BMCs, a fake \
-             Kubernetes API, agents replaying recorded hardware, a stand-in scheduler) \
-             with accordd running against it unmodified",
+    about = "The local lab: one machine playing a datacenter (emulated BMCs, the upstream \
+             Kubernetes control plane or a fake API, agents replaying recorded hardware, \
+             kubelet stand-ins) with accordd running against it unmodified",
     after_help = "\
 Stopping: SIGTERM (systemctl stop) or SIGINT (Ctrl-C) ends the run; the lab
 stops accordd with SIGTERM (SIGKILL after 30 s), then the emulated BMCs.
@@ -52,8 +52,14 @@ pub struct Cli {
     /// this program, else on PATH.
     #[arg(long, value_name = "PATH")]
     pub accordd: Option<PathBuf>,
-    /// The Kubernetes version the lab's API server emulates (`1.31`),
-    /// over the scenario's `lab.kube_version`; default: the newest.
+    /// The lab's Kubernetes, over the scenario's `lab.kubernetes`:
+    /// `upstream` (etcd, kube-apiserver, kube-controller-manager,
+    /// kube-scheduler built by scripts/controlplane; the default) or
+    /// `fake` (the in-repo fake API and the lab's binder).
+    #[arg(long, value_name = "KIND")]
+    pub kubernetes: Option<crate::scenario::KubernetesKind>,
+    /// The Kubernetes version the lab runs (`1.34`), over the scenario's
+    /// `lab.kube_version`; default: the newest pinned.
     #[arg(long, value_name = "VERSION", value_parser = KubeVersion::parse)]
     pub kube_version: Option<KubeVersion>,
     /// `--runtime-config` of the lab's Kubernetes, as an admin passes it
@@ -238,6 +244,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(f) => Scenario::load(f)?,
         None => Scenario::default_scenario(),
     };
+    if let Some(k) = cli.kubernetes {
+        scenario.lab.kubernetes = Some(k);
+    }
     if let Some(v) = cli.kube_version {
         scenario.lab.kube_version = Some(v.to_string());
     }
@@ -264,6 +273,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         scenario.lab.chaos = Some(c);
     }
     scenario.lab.ha = cli.ha_settings(&scenario.lab.ha);
+    // Chaos and several replicas bring the fake API (`Scenario::kubernetes`):
+    // the admin's manifests are for the upstream control plane.
+    if scenario.kubernetes() == crate::scenario::KubernetesKind::Fake
+        && scenario.lab.kubernetes.is_none()
+        && scenario.lab.cluster_manifests.take().is_some()
+    {
+        tracing::info!(target: "lab", "a chaos or HA run is on the fake API: lab.cluster_manifests left out");
+    }
     let problems = scenario.ha_problems();
     if !problems.is_empty() {
         anyhow::bail!("{}", problems.join("; "));
@@ -324,14 +341,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         } else {
-            let daemon_exit = async {
-                while lab.daemon_exited().is_none() {
+            // Until accordd exits, or the apiserver refuses it.
+            let failed = async {
+                loop {
+                    if lab.daemon_exited().is_some() {
+                        return anyhow::anyhow!("{}", lab.daemon_report());
+                    }
+                    if let Err(e) = lab.refused() {
+                        return e;
+                    }
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             };
             tokio::select! {
                 () = &mut stop => Ok(lab.summary(lab.status().await.as_ref())),
-                () = daemon_exit => Err(anyhow::anyhow!("{}", lab.daemon_report())),
+                e = failed => Err(e),
             }
         };
         let status = lab.status().await;

@@ -45,6 +45,7 @@ impl Lab {
             .arg("--config")
             .arg(&r.config)
             .stdin(Stdio::null());
+        kube_env(&mut cmd, self.accordd_kubeconfig.as_deref());
         if std::env::var_os("ACCORD_LOG").is_none() {
             cmd.env("ACCORD_LOG", "info,accordd::api=warn");
         }
@@ -276,8 +277,14 @@ fn daemon_output(log: Option<&Path>) -> anyhow::Result<(Stdio, Stdio)> {
 
 /// `accordd check-config FILE`: the lab's accordd.toml, checked by the
 /// accordd it will run (its own words on a problem).
-pub(super) fn check_config(options: &LabOptions, config: &Path) -> anyhow::Result<()> {
-    let out = Command::new(&options.accordd)
+pub(super) fn check_config(
+    options: &LabOptions,
+    config: &Path,
+    kubeconfig: Option<&Path>,
+) -> anyhow::Result<()> {
+    let mut cmd = Command::new(&options.accordd);
+    kube_env(&mut cmd, kubeconfig);
+    let out = cmd
         .args(&options.accordd_prefix)
         .arg("check-config")
         .arg(config)
@@ -300,4 +307,15 @@ pub(super) fn check_config(options: &LabOptions, config: &Path) -> anyhow::Resul
         );
     }
     Ok(())
+}
+
+/// On the upstream control plane accordd finds its kubeconfig as kubectl
+/// does (`$KUBECONFIG`): its ServiceAccount's token; never this process's
+/// in-cluster environment.
+fn kube_env(cmd: &mut Command, kubeconfig: Option<&Path>) {
+    if let Some(k) = kubeconfig {
+        cmd.env("KUBECONFIG", k)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT");
+    }
 }

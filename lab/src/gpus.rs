@@ -97,7 +97,7 @@ pub(super) async fn republish(ctx: &Ctx, name: &str, gpus: &ReplayedGpus) {
     let updated = ctx.api.update("v1", "Node", "", name, |n| {
         crate::kubelet::republish_node(n, &fresh)
     });
-    if updated.is_none() {
+    if !updated {
         // Not registered yet: registering publishes the GPUs as they are.
         return;
     }
@@ -118,7 +118,7 @@ pub(super) async fn republish(ctx: &Ctx, name: &str, gpus: &ReplayedGpus) {
             let updated = ctx.api.update(api, "ResourceSlice", "", &slice_name, |s| {
                 crate::kubelet::republish_slice(s, &slice)
             });
-            if updated.is_none() {
+            if !updated {
                 ctx.api.apply(slice);
             }
             said.push(format!("ResourceSlice with {devices} devices"));

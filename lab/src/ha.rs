@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::cluster::Cluster;
 use accord_api::control::ControlStatus;
-use accord_testkit::fake_api::FakeApi;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -246,7 +246,7 @@ pub(crate) struct Replica {
 #[derive(Debug)]
 pub(crate) struct Replicas {
     pub list: Vec<Replica>,
-    pub api: Arc<FakeApi>,
+    pub api: Cluster,
     /// Several replicas, electing a leader on the Lease.
     pub ha: bool,
 }
@@ -298,7 +298,7 @@ impl Replicas {
 }
 
 /// The Lease's `spec.holderIdentity` in the fake API, if set and not empty.
-pub fn lease_holder(api: &FakeApi) -> Option<String> {
+pub fn lease_holder(api: &Cluster) -> Option<String> {
     let lease = api.get("coordination.k8s.io/v1", "Lease", NAMESPACE, LEASE_NAME)?;
     lease["spec"]["holderIdentity"]
         .as_str()
@@ -339,7 +339,7 @@ pub(crate) struct HaRecord {
 }
 
 /// Follows the Lease's holder (every 100 ms), noting each change.
-pub(crate) async fn watch_lease(api: Arc<FakeApi>, record: Arc<Mutex<HaRecord>>, narrate: bool) {
+pub(crate) async fn watch_lease(api: Cluster, record: Arc<Mutex<HaRecord>>, narrate: bool) {
     let mut last: Option<String> = None;
     loop {
         let now = lease_holder(&api);
@@ -602,11 +602,10 @@ impl Lab {
     /// GETs through its API listener, as `METHOD path?query`). Without
     /// HA: empty (its requests are not told apart from the lab's own).
     pub fn api_writes_from(&self, identity: &str) -> Vec<String> {
-        if !self.replicas.ha {
+        let Some(fake) = self.api.fake().filter(|_| self.replicas.ha) else {
             return Vec::new();
-        }
-        self.api
-            .requests_from(identity)
+        };
+        fake.requests_from(identity)
             .into_iter()
             .filter(|r| !r.starts_with("GET "))
             .collect()

@@ -40,16 +40,19 @@ pub mod binder;
 pub mod bios;
 pub mod chaos;
 pub mod cli;
+pub mod cluster;
 mod daemon;
 pub mod fixtures;
 mod gpus;
 pub mod ha;
 pub mod kubelet;
+mod kubelets;
 mod mig_manager;
 pub mod proxy;
 pub mod recordings;
 pub mod scenario;
 mod summary;
+pub mod upstream;
 mod wait;
 mod world;
 
@@ -61,6 +64,7 @@ use std::time::Duration;
 use accord::fleet::Fleet;
 use accord_testkit::fake_api::{FakeApi, KubeVersion};
 use anyhow::Context;
+pub use cluster::Cluster;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -141,6 +145,12 @@ struct NodeSim {
     /// Its software hangs ([`Lab::hang`]): agent and kubelet stopped while
     /// the BMC shows On, until the machine is powered off.
     hung: bool,
+    /// Upstream: the DaemonSet pods the real controller made and the
+    /// scheduler bound to it (`ns/name`), over the whole run.
+    daemonset_pods: BTreeSet<String>,
+    /// When it was last seen up with none of the scenario's pods (for
+    /// what the lab says of a node accordd leaves on).
+    idle_since: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -171,7 +181,14 @@ pub struct Lab {
     pub kube_version: KubeVersion,
     /// What each machine replays.
     pub recordings: Arc<BTreeMap<String, MachineRecording>>,
-    pub api: Arc<FakeApi>,
+    /// The lab's Kubernetes: the upstream control plane, or the fake API.
+    pub api: Cluster,
+    /// Upstream: the admin's kubeconfig (`kubectl --kubeconfig`).
+    pub kubeconfig: Option<PathBuf>,
+    /// Upstream: accordd's kubeconfig (its ServiceAccount's token).
+    accordd_kubeconfig: Option<PathBuf>,
+    /// Upstream: its components and versions (`kube-apiserver v1.37.2`).
+    pub control_plane: Vec<String>,
     /// Submissions skipped because the emulated version does not serve
     /// what they are made of, with why.
     pub skipped: Vec<String>,
@@ -224,7 +241,7 @@ fn private(path: &Path, text: &str) -> anyhow::Result<()> {
 /// What the background tasks share.
 #[derive(Clone)]
 struct Ctx {
-    api: Arc<FakeApi>,
+    api: Cluster,
     record: Arc<Mutex<Record>>,
     fleet: Arc<Fleet>,
     scenario: Arc<Scenario>,
@@ -257,7 +274,7 @@ impl Lab {
         // refused by its API server (`kubectl apply` fails): it is skipped,
         // said now and in the summary, and the rest runs.
         let mut scenario = scenario;
-        let skipped = scenario.skip_unserved(kube);
+        let mut skipped = scenario.skip_unserved(kube);
         for why in &skipped {
             tracing::warn!(target: "lab", kube_version = %kube, "skipped: {why}");
         }
@@ -287,11 +304,29 @@ impl Lab {
         )
         .await?;
         let (runtime_config, _) = scenario.runtime_config_for(kube);
-        let resources = accord_testkit::fake_api::resources_with(kube, true, &runtime_config)
-            .map_err(|e| anyhow::anyhow!("lab.runtime_config: {e}"))?;
-        let api = Arc::new(
-            FakeApi::start_version_with(kube, resources, Duration::from_millis(500)).await,
-        );
+        let (api, kubeconfig, accordd_kubeconfig, control_plane) = match scenario.kubernetes() {
+            scenario::KubernetesKind::Fake => {
+                let resources =
+                    accord_testkit::fake_api::resources_with(kube, true, &runtime_config)
+                        .map_err(|e| anyhow::anyhow!("lab.runtime_config: {e}"))?;
+                let api =
+                    FakeApi::start_version_with(kube, resources, Duration::from_millis(500)).await;
+                (Cluster::Fake(Arc::new(api)), None, None, Vec::new())
+            }
+            scenario::KubernetesKind::Upstream => {
+                let started = upstream::start(&scenario, kube, &runtime_config, dir.path()).await?;
+                for why in &started.left_out {
+                    tracing::warn!(target: "lab", kube_version = %kube, "{why}");
+                }
+                skipped.extend(started.left_out.iter().cloned());
+                (
+                    Cluster::Upstream(Arc::new(started.upstream)),
+                    Some(started.admin_kubeconfig),
+                    Some(started.accordd_kubeconfig),
+                    started.components,
+                )
+            }
+        };
         let ha_settings = scenario.lab.ha.clone();
         let identities = ha::identities(ha_settings.replicas);
         let several = ha_settings.enabled();
@@ -341,18 +376,26 @@ impl Lab {
             // One accordd: its files in the lab's directory, the proxy's
             // and the API server's main listeners. Several: each its own
             // directory and listeners (what it sends told apart).
-            let (files, bmc_url, kube_url, ha_section) = if several {
-                let files = d.join(identity);
-                std::fs::create_dir_all(&files)
-                    .with_context(|| format!("{}: cannot make", files.display()))?;
-                (
-                    files,
-                    proxy.listen_for(identity).await?,
-                    api.listen_tagged(identity).await,
-                    Some(ha_settings.section(identity)),
-                )
-            } else {
-                (d.to_owned(), proxy.url.clone(), api.url.clone(), None)
+            // Upstream: no URL, accordd finds its kubeconfig ($KUBECONFIG).
+            let (files, bmc_url, kube_url, ha_section) = match (several, api.fake()) {
+                (true, Some(fake)) => {
+                    let files = d.join(identity);
+                    std::fs::create_dir_all(&files)
+                        .with_context(|| format!("{}: cannot make", files.display()))?;
+                    (
+                        files,
+                        proxy.listen_for(identity).await?,
+                        Some(fake.listen_tagged(identity).await),
+                        Some(ha_settings.section(identity)),
+                    )
+                }
+                (true, None) => anyhow::bail!("lab.ha: several replicas run on the fake API"),
+                (false, fake) => (
+                    d.to_owned(),
+                    proxy.url.clone(),
+                    fake.map(|f| f.url.clone()),
+                    None,
+                ),
             };
             let files = Files {
                 lab: d,
@@ -363,13 +406,13 @@ impl Lab {
                 &names,
                 *port,
                 &bmc_url,
-                &kube_url,
+                kube_url.as_deref(),
                 &control,
                 ha_section,
                 chaos.is_some(),
             )?;
             // Fail here, with accordd's own words, rather than in the child.
-            daemon::check_config(&options, &config)?;
+            daemon::check_config(&options, &config, accordd_kubeconfig.as_deref())?;
             let admin = accord_api::Client::new(
                 url,
                 ADMIN_TOKEN,
@@ -440,12 +483,21 @@ impl Lab {
         let ha_record = Arc::new(Mutex::new(ha::HaRecord::default()));
         let mut tasks = vec![
             tokio::spawn(world::machines(ctx.clone())),
-            tokio::spawn(world::scheduler(ctx.clone())),
             tokio::spawn(world::submitter(ctx.clone())),
             tokio::spawn(mig_manager::run(ctx.clone())),
-            tokio::spawn(world::evictor(ctx.clone())),
-            tokio::spawn(world::watch_status(ctx)),
         ];
+        if api.fake().is_some() {
+            // The fake API has no scheduler and no controllers: the lab
+            // plays kube-scheduler and the taint-based eviction.
+            tasks.push(tokio::spawn(world::scheduler(ctx.clone())));
+            tasks.push(tokio::spawn(world::evictor(ctx.clone())));
+        } else {
+            // Upstream's scheduler binds and its controllers evict; the
+            // machines' kubelets keep their Leases and run what is bound.
+            tasks.push(tokio::spawn(kubelets::leases(ctx.clone())));
+            tasks.push(tokio::spawn(kubelets::pods(ctx.clone())));
+        }
+        tasks.push(tokio::spawn(world::watch_status(ctx)));
         if several {
             tasks.push(tokio::spawn(ha::watch_lease(
                 api.clone(),
@@ -454,7 +506,15 @@ impl Lab {
             )));
             say!(options, replicas = %replicas.list.iter().map(|r| format!("{} {}", r.identity, r.url)).collect::<Vec<_>>().join(", "), "{} accordd replicas electing a leader on the Lease {}/{}", replicas.list.len(), ha::NAMESPACE, ha::LEASE_NAME);
         }
-        say!(options, dir = %d.display(), nodes = fleet.nodes.len(), bmcs = %emulator.url(), kube = %api.url, "lab up: {} emulated BMCs, fake Kubernetes API (Kubernetes {kube}{}), accordd config {}", fleet.nodes.len(), kube.dra_api_version().map_or(", no DRA".to_owned(), |v| format!(", DRA {v}")), config_path.display());
+        let kubernetes = if control_plane.is_empty() {
+            format!("fake Kubernetes API (Kubernetes {kube})")
+        } else {
+            format!("upstream control plane ({})", control_plane.join(", "))
+        };
+        say!(options, dir = %d.display(), nodes = fleet.nodes.len(), bmcs = %emulator.url(), kube = %api.url(), "lab up: {} emulated BMCs, {kubernetes}{}, accordd config {}", fleet.nodes.len(), kube.dra_api_version().map_or(", no DRA".to_owned(), |v| format!(", DRA {v}")), config_path.display());
+        if let Some(k) = &kubeconfig {
+            say!(options, kubeconfig = %k.display(), "kubectl --kubeconfig {} get nodes,pods,resourceclaims -A", k.display());
+        }
         for (name, m) in recordings.iter() {
             say!(options, node = %name, "replays {} ({}; {})", m.recording.name, m.describe, m.from);
         }
@@ -465,6 +525,9 @@ impl Lab {
             skipped,
             recordings,
             api,
+            kubeconfig,
+            accordd_kubeconfig,
+            control_plane,
             emulator,
             proxy,
             dir,
@@ -669,7 +732,7 @@ impl Files<'_> {
         names: &[String],
         port: u16,
         bmc_url: &str,
-        kube_url: &str,
+        kube_url: Option<&str>,
         control: &toml::Table,
         ha_section: Option<toml::Table>,
         chaos: bool,
@@ -728,10 +791,12 @@ impl Files<'_> {
             "redfish".into(),
             table(vec![("inventory", path(own.join("bmcs.toml")))]),
         );
-        config.insert(
-            "kubernetes".into(),
-            table(vec![("url", toml::Value::from(kube_url))]),
-        );
+        if let Some(url) = kube_url {
+            config.insert(
+                "kubernetes".into(),
+                table(vec![("url", toml::Value::from(url))]),
+            );
+        }
         config.insert("control".into(), toml::Value::Table(control.clone()));
         if let Some(ha) = ha_section {
             config.insert("ha".into(), toml::Value::Table(ha));

@@ -53,9 +53,21 @@ pub struct LabSettings {
     /// With `--until-idle`, also wait until every node is off again (the
     /// idle ones powered off), not only idle.
     pub until_off: bool,
-    /// The Kubernetes version the fake API server serves (`"1.37"`);
-    /// default: the newest it knows. `--kube-version` overrides it.
+    /// The lab's Kubernetes: `upstream` (etcd, kube-apiserver,
+    /// kube-controller-manager and kube-scheduler built from upstream,
+    /// `scripts/controlplane`) or `fake` (the in-repo fake API and the
+    /// lab's binder: fast tests, and the runs that break or count what
+    /// accordd sends it). Unset: `fake` for a chaos run or several
+    /// replicas, else `upstream` ([`Scenario::kubernetes`]).
+    /// `--kubernetes` overrides it.
+    pub kubernetes: Option<KubernetesKind>,
+    /// The Kubernetes version the lab runs (`"1.37"`); default: the
+    /// newest pinned. `--kube-version` overrides it.
     pub kube_version: Option<String>,
+    /// What the cluster's admin installed before the scenario starts
+    /// (upstream only): DaemonSets, DeviceClasses, queues, as YAML
+    /// manifests applied with kubectl; their namespaces are made.
+    pub cluster_manifests: Option<String>,
     /// `--runtime-config` entries of the lab's Kubernetes, as an admin
     /// passes them (`scheduling.k8s.io/v1beta1=true`): APIs beyond the
     /// version's defaults. An entry the chosen version cannot serve is
@@ -159,6 +171,29 @@ pub struct MachineSettings {
     /// from each boot: its agent refuses to repartition them.
     #[serde(default)]
     pub busy_gpus: Vec<u32>,
+    /// An admin cordons its Node (`kubectl cordon`) when it first
+    /// registers: maintenance, not a fault.
+    #[serde(default)]
+    pub cordoned: bool,
+}
+
+/// Which Kubernetes the lab runs (`lab.kubernetes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KubernetesKind {
+    Upstream,
+    Fake,
+}
+
+impl std::str::FromStr for KubernetesKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "upstream" => Ok(KubernetesKind::Upstream),
+            "fake" => Ok(KubernetesKind::Fake),
+            other => Err(format!("{other:?}: expected upstream or fake")),
+        }
+    }
 }
 
 impl Default for LabSettings {
@@ -172,7 +207,9 @@ impl Default for LabSettings {
             power_on_timeout_s: 30,
             max_s: 600,
             until_off: false,
+            kubernetes: None,
             kube_version: None,
+            cluster_manifests: None,
             runtime_config: Vec::new(),
             feature_gates: Vec::new(),
             recordings: BTreeMap::new(),
@@ -275,7 +312,18 @@ impl Scenario {
         (kept, left_out)
     }
 
-    /// The Kubernetes version the lab's API server emulates.
+    /// The Kubernetes the lab runs: `lab.kubernetes`, else the fake API
+    /// for a chaos run or several replicas (their faults and counts are
+    /// the fake's), else the upstream control plane.
+    pub fn kubernetes(&self) -> KubernetesKind {
+        match self.lab.kubernetes {
+            Some(k) => k,
+            None if self.lab.chaos.is_some() || self.lab.ha.replicas > 1 => KubernetesKind::Fake,
+            None => KubernetesKind::Upstream,
+        }
+    }
+
+    /// The Kubernetes version the lab runs.
     pub fn kube_version(&self) -> Result<KubeVersion, String> {
         match &self.lab.kube_version {
             Some(v) => KubeVersion::parse(v),
@@ -399,7 +447,6 @@ impl Scenario {
     /// A submission's manifests as JSON objects.
     pub fn objects(&self, s: &Submission) -> anyhow::Result<Vec<serde_json::Value>> {
         use anyhow::Context;
-        use serde::Deserialize as _;
         let (text, at) = match (&s.manifests, &s.file) {
             (Some(t), _) => (t.clone(), format!("submit {}", s.name)),
             (None, Some(f)) => {
@@ -412,20 +459,35 @@ impl Scenario {
             }
             (None, None) => anyhow::bail!("submit {}: no manifests", s.name),
         };
-        let mut out = Vec::new();
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-            let v = serde_json::Value::deserialize(doc).with_context(|| format!("{at}: YAML"))?;
-            if !v.is_null() {
-                out.push(v);
-            }
-        }
-        Ok(out)
+        parse_manifests(&text, &at)
     }
 
     /// `[lab.ha]`'s problems (checked again after the command line's
     /// `--replicas`, `--kill-leader-at`, `--pause-leader-at` are applied).
     pub fn ha_problems(&self) -> Vec<String> {
         let mut problems = self.lab.ha.problems("lab.ha");
+        if self.kubernetes() == KubernetesKind::Upstream {
+            // Both count and break what accordd sends the fake API.
+            if self.lab.ha.replicas > 1 {
+                problems.push(
+                    "lab.ha: several replicas run on the fake API (lab.kubernetes = \"fake\"), \
+                     which tells their writes apart"
+                        .to_owned(),
+                );
+            }
+            if self.lab.chaos.is_some() {
+                problems.push(
+                    "lab.chaos: its API faults are the fake API's (lab.kubernetes = \"fake\")"
+                        .to_owned(),
+                );
+            }
+        } else if self.lab.cluster_manifests.is_some() && self.lab.kubernetes.is_some() {
+            problems.push(
+                "lab.cluster_manifests: applied to the upstream control plane only \
+                 (lab.kubernetes = \"upstream\")"
+                    .to_owned(),
+            );
+        }
         if self.lab.ha.replicas > 1 && self.lab.chaos.is_some() {
             problems
                 .push("lab.chaos: a chaos run has one accordd (lab.ha.replicas = 1)".to_owned());
@@ -502,6 +564,24 @@ impl Scenario {
                 }
             }
         }
+        if let Some(text) = &self.lab.cluster_manifests {
+            match parse_manifests(text, "lab.cluster_manifests") {
+                Ok(objects) => {
+                    for (i, o) in objects.iter().enumerate() {
+                        if !o["apiVersion"].is_string()
+                            || !o["kind"].is_string()
+                            || !o["metadata"]["name"].is_string()
+                        {
+                            problems.push(format!(
+                                "lab.cluster_manifests: document {}: needs apiVersion, kind and metadata.name",
+                                i + 1
+                            ));
+                        }
+                    }
+                }
+                Err(e) => problems.push(format!("{e:#}")),
+            }
+        }
         if self.control.contains_key("mode") {
             problems.push("control.mode: set lab.mode instead".to_owned());
         }
@@ -522,6 +602,21 @@ impl Scenario {
         }
         problems
     }
+}
+
+/// YAML manifests (documents split by `---`) as JSON objects; `at` names
+/// where they came from in errors.
+pub fn parse_manifests(text: &str, at: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    use anyhow::Context;
+    use serde::Deserialize as _;
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v = serde_json::Value::deserialize(doc).with_context(|| format!("{at}: YAML"))?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
 }
 
 /// One `--runtime-config` (`group/version=true`, `api/all=false`) or

@@ -44,12 +44,27 @@ pub struct NodeSummary {
     /// declared 8, reported 7"); at the end, or the last it said.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<String>,
+    /// Upstream: DaemonSet pods the real controller made and the
+    /// scheduler bound to it over the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemonset_pods: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    /// The Kubernetes version the lab's API server emulated.
+    /// The Kubernetes version the lab ran.
     pub kube_version: String,
+    /// `upstream` (the real control plane) or `fake`.
+    pub kubernetes: String,
+    /// Upstream: its components and versions (`kube-apiserver v1.37.2`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub control_plane: Vec<String>,
+    /// Nodes on at the end.
+    pub nodes_left_on: usize,
+    /// What the lab says plainly about how the run ended where accordd
+    /// did not do what the summary expects (nodes it left on, and why).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
     /// Submissions not made: the emulated version does not serve what
     /// they are made of.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -171,11 +186,23 @@ impl Summary {
         if !self.skipped.is_empty() {
             out.push('\n');
         }
+        for f in &self.findings {
+            out.push_str(&format!("\nfinding: {f}\n"));
+        }
+        let kubernetes = if self.control_plane.is_empty() {
+            format!("Kubernetes {} (the fake API)", self.kube_version)
+        } else {
+            format!(
+                "Kubernetes {} (upstream: {})",
+                self.kube_version,
+                self.control_plane.join(", ")
+            )
+        };
         out.push_str(&format!(
-            "\nKubernetes {} (emulated); nodes powered on: {}; powered on but never used: {}; GPU-hours powered {:.2}, used {:.2}; Resets sent: {}; BMC requests: {}; {:.0} s\n",
-            self.kube_version,
+            "\n{kubernetes}; nodes powered on: {}; powered on but never used: {}; left on: {}; GPU-hours powered {:.2}, used {:.2}; Resets sent: {}; BMC requests: {}; {:.0} s\n",
             self.nodes_powered_on,
             self.nodes_powered_on_never_used,
+            self.nodes_left_on,
             self.gpu_hours_powered,
             self.gpu_hours_used,
             self.resets_sent,
@@ -269,6 +296,7 @@ impl Lab {
                         .unwrap_or_default(),
                     model: st.map(|x| x.model).or(n.model).map(model_label),
                     drift,
+                    daemonset_pods: self.api.upstream().map(|_| n.daemonset_pods.len()),
                 }
             })
             .collect();
@@ -304,6 +332,15 @@ impl Lab {
             ha,
             mig_repartitions,
             kube_version: self.kube_version.to_string(),
+            kubernetes: if self.api.fake().is_some() {
+                "fake"
+            } else {
+                "upstream"
+            }
+            .to_owned(),
+            control_plane: self.control_plane.clone(),
+            nodes_left_on: nodes.iter().filter(|n| n.on_now).count(),
+            findings: self.findings(&r),
             skipped: self.skipped.clone(),
             elapsed_s: now.duration_since(self.started).as_secs_f64(),
             nodes_powered_on: nodes.iter().filter(|n| n.power_cycles > 0).count(),
@@ -319,6 +356,34 @@ impl Lab {
             workloads,
             nodes,
         }
+    }
+}
+
+impl Lab {
+    /// What the lab says of nodes accordd left on with none of the
+    /// scenario's work: those that hold only DaemonSet pods.
+    fn findings(&self, r: &crate::Record) -> Vec<String> {
+        let busy: BTreeSet<&str> = r.bound.values().map(|(_, _, n)| n.as_str()).collect();
+        let left: Vec<String> = r
+            .nodes
+            .iter()
+            .filter(|(name, n)| {
+                n.on && n.registered
+                    && !busy.contains(name.as_str())
+                    && !n.daemonset_pods.is_empty()
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        if left.is_empty() {
+            return Vec::new();
+        }
+        vec![format!(
+            "accordd left {} on with none of the scenario's work: each runs only DaemonSet pods \
+             (made by the real DaemonSet controller, as on every real node), and accordd counts \
+             every bound pod as work, so it never powers such a node off \
+             (lab.until_off cannot be met; the scenario is not at fault)",
+            left.join(", ")
+        )]
     }
 }
 

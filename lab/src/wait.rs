@@ -11,6 +11,10 @@ use tokio::time::Instant;
 
 use crate::{workload_keys, Lab, Summary};
 
+/// How long past the idle power-off time a node holding only DaemonSet
+/// pods stays on before the lab calls it left on.
+const LEFT_ON_GRACE: Duration = Duration::from_secs(20);
+
 impl Lab {
     /// Whether every submission is done: finished, or pending while
     /// accordd says it cannot be placed.
@@ -35,13 +39,49 @@ impl Lab {
         })
     }
 
-    /// Every node off, or on with no pods and nothing coming up.
+    /// Every node off, or on with none of the scenario's pods and nothing
+    /// coming up. With `dark`, every node off, but for one accordd leaves
+    /// on while it holds only DaemonSet pods: idle that long past the
+    /// idle power-off time, it is left on for good (the summary says
+    /// why: [`Lab::findings`]).
     fn fleet_settled(&self, dark: bool) -> bool {
-        let r = self.record.lock().expect("lock");
-        let busy: BTreeSet<&str> = r.bound.values().map(|(_, _, n)| n.as_str()).collect();
-        r.nodes
-            .iter()
-            .all(|(name, n)| !n.on || (!dark && n.registered && !busy.contains(name.as_str())))
+        let mut r = self.record.lock().expect("lock");
+        let now = Instant::now();
+        let busy: BTreeSet<String> = r.bound.values().map(|(_, _, n)| n.clone()).collect();
+        let left_on_after =
+            Duration::from_secs(self.fleet.policy.idle_power_off_after_s) + LEFT_ON_GRACE;
+        let mut settled = true;
+        for (name, n) in r.nodes.iter_mut() {
+            let idle = n.on && n.registered && !busy.contains(name);
+            if !idle {
+                n.idle_since = None;
+            } else if n.idle_since.is_none() {
+                n.idle_since = Some(now);
+            }
+            let left_on = idle
+                && !n.daemonset_pods.is_empty()
+                && n.idle_since
+                    .is_some_and(|t| now.duration_since(t) >= left_on_after);
+            settled &= !n.on || (idle && (!dark || left_on));
+        }
+        settled
+    }
+
+    /// accordd's requests the upstream apiserver refused (403): the lab
+    /// fails on the first, as the admin's cluster would fail accordd.
+    pub fn refused(&self) -> anyhow::Result<()> {
+        let Some(u) = self.api.upstream() else {
+            return Ok(());
+        };
+        let refused = crate::upstream::refusals(u);
+        if refused.is_empty() {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "the apiserver refused accordd (403, as {}): {}; deploy/rbac.yaml lacks what accordd uses",
+            crate::upstream::accordd_user(),
+            refused.join("; ")
+        )
     }
 
     /// What keeps the scenario from settling: submissions not done, nodes
@@ -119,6 +159,7 @@ impl Lab {
             if self.daemon_exited().is_some() {
                 anyhow::bail!("the scenario did not settle: {}", self.daemon_report());
             }
+            self.refused()?;
             let status = self.status().await;
             let quiet = status.as_ref().is_some_and(|s| s.open_intents.is_empty());
             let chaos_done = self.chaos.as_ref().is_none_or(|c| c.done());
@@ -173,6 +214,7 @@ impl Lab {
             if self.daemon_exited().is_some() {
                 anyhow::bail!("waiting for {what}: {}", self.daemon_report());
             }
+            self.refused()?;
             if Instant::now() > end {
                 anyhow::bail!(
                     "waited {timeout:?} for {what}; accordd's last status:\n{}\n{}",
@@ -205,6 +247,7 @@ impl Lab {
             if self.daemon_exited().is_some() {
                 anyhow::bail!("waiting for {what}: {}", self.daemon_report());
             }
+            self.refused()?;
             if Instant::now() > end {
                 anyhow::bail!("waited {timeout:?} for {what}; {}", self.daemon_report());
             }

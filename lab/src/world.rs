@@ -196,7 +196,13 @@ const READINESS_TAINTS: [&str; 2] = [
 /// lifecycle controller taints it unreachable (here at once, not after
 /// the node-monitor grace period). Its ResourceSlice stays too, as it
 /// does while the Node exists.
-pub(crate) fn node_lost(api: &accord_testkit::fake_api::FakeApi, name: &str) {
+pub(crate) fn node_lost(api: &crate::Cluster, name: &str) {
+    // Upstream: its kubelet stops renewing the Node's Lease
+    // (`kubelets::leases`), and the real node lifecycle controller does
+    // the rest.
+    let Some(api) = api.fake() else {
+        return;
+    };
     api.update("v1", "Node", "", name, |node| {
         node["status"]["conditions"] = json!([{
             "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
@@ -279,6 +285,21 @@ async fn register_node(ctx: &Ctx, name: &str) {
         .unwrap_or("0")
         .to_owned();
     ctx.api.apply(node);
+    if first
+        && ctx
+            .scenario
+            .lab
+            .machines
+            .get(name)
+            .is_some_and(|m| m.cordoned)
+    {
+        // `kubectl cordon`: the admin takes it out of scheduling for
+        // maintenance as soon as it is up.
+        ctx.api.update("v1", "Node", "", name, |n| {
+            n["spec"]["unschedulable"] = json!(true);
+        });
+        say!(ctx, node = %name, "an admin cordons the Node (maintenance)");
+    }
     let slice = ctx
         .kube
         .dra_api_version()
@@ -303,7 +324,37 @@ async fn register_node(ctx: &Ctx, name: &str) {
     }
 }
 
-fn key_of(p: &Value) -> (String, String) {
+/// A pod of the scenario's bound to `node` now: from now it counts as
+/// the node's work (used, GPU-seconds, the busy-node spans).
+pub(crate) fn note_bound(r: &mut super::Record, key: (String, String), node: &str, gpus: f64) {
+    let now = Instant::now();
+    r.bound.insert(key.clone(), (now, gpus, node.to_owned()));
+    r.bindings.push(crate::chaos::safety::BindingSpan {
+        pod: format!("{}/{}", key.0, key.1),
+        node: node.to_owned(),
+        from: now,
+        until: None,
+    });
+    if let Some(n) = r.nodes.get_mut(node) {
+        n.used = true;
+    }
+    for s in r.subs.iter_mut() {
+        if s.pods.contains(&key) {
+            s.nodes.insert(node.to_owned());
+        }
+    }
+}
+
+/// A scenario's pod no longer bound (deleted by someone else, evicted):
+/// its GPU-seconds counted, its span ended.
+pub(crate) fn note_gone(r: &mut super::Record, key: &(String, String), now: Instant) {
+    if let Some((t, g, _)) = r.bound.remove(key) {
+        r.used_gpu_s += now.duration_since(t).as_secs_f64() * g;
+    }
+    unbound(r, key, now);
+}
+
+pub(crate) fn key_of(p: &Value) -> (String, String) {
     (
         p["metadata"]["namespace"]
             .as_str()
@@ -313,7 +364,7 @@ fn key_of(p: &Value) -> (String, String) {
     )
 }
 
-fn pod_gpus(p: &Value) -> f64 {
+pub(crate) fn pod_gpus(p: &Value) -> f64 {
     let count = |v: &Value| {
         v.as_str()
             .and_then(|q| accord::quantity::parse(q).ok())
@@ -343,23 +394,26 @@ fn pod_gpus(p: &Value) -> f64 {
     g
 }
 
-/// The stand-in scheduler: on each change, one [`binder::decide`] pass;
-/// binds what fits, marks the rest Unschedulable (only when the message
-/// changed, so it does not churn the watch).
+/// The stand-in scheduler (on the fake API): on each change, one
+/// [`binder::decide`] pass; binds what fits, marks the rest Unschedulable
+/// (only when the message changed, so it does not churn the watch).
 pub(super) async fn scheduler(ctx: Ctx) {
+    let Some(api) = ctx.api.fake().cloned() else {
+        return;
+    };
     let mut seen_rv = 0;
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let rv = ctx.api.resource_version();
+        let rv = api.resource_version();
         if rv == seen_rv {
             continue;
         }
-        let nodes = ctx.api.list("v1", "Node");
-        let pods = ctx.api.list("v1", "Pod");
-        let groups = ctx.api.list("scheduling.k8s.io/v1beta1", "PodGroup");
+        let nodes = api.list("v1", "Node");
+        let pods = api.list("v1", "Pod");
+        let groups = api.list("scheduling.k8s.io/v1beta1", "PodGroup");
         let d = binder::decide(&nodes, &pods, &groups);
         for b in &d.bind {
-            let Some(mut pod) = ctx.api.get("v1", "Pod", &b.namespace, &b.pod) else {
+            let Some(mut pod) = api.get("v1", "Pod", &b.namespace, &b.pod) else {
                 continue;
             };
             pod["spec"]["nodeName"] = json!(b.node);
@@ -372,27 +426,8 @@ pub(super) async fn scheduler(ctx: Ctx) {
             // bound: whoever sees the pod bound (the submitter, then the
             // summary) finds its node recorded.
             let mut r = ctx.record.lock().expect("lock");
-            ctx.api.apply(pod);
-            let now = Instant::now();
-            r.bound.insert(
-                (b.namespace.clone(), b.pod.clone()),
-                (now, gpus, b.node.clone()),
-            );
-            r.bindings.push(crate::chaos::safety::BindingSpan {
-                pod: format!("{}/{}", b.namespace, b.pod),
-                node: b.node.clone(),
-                from: now,
-                until: None,
-            });
-            if let Some(n) = r.nodes.get_mut(&b.node) {
-                n.used = true;
-            }
-            let key = (b.namespace.clone(), b.pod.clone());
-            for s in r.subs.iter_mut() {
-                if s.pods.contains(&key) {
-                    s.nodes.insert(b.node.clone());
-                }
-            }
+            api.apply(pod);
+            note_bound(&mut r, (b.namespace.clone(), b.pod.clone()), &b.node, gpus);
         }
         if !d.bind.is_empty() {
             let names: Vec<String> = d
@@ -403,7 +438,7 @@ pub(super) async fn scheduler(ctx: Ctx) {
             say!(ctx, "scheduler bound {}", names.join(", "));
         }
         for u in &d.unschedulable {
-            let Some(mut pod) = ctx.api.get("v1", "Pod", &u.namespace, &u.pod) else {
+            let Some(mut pod) = api.get("v1", "Pod", &u.namespace, &u.pod) else {
                 continue;
             };
             let cond = &pod["status"]["conditions"][0];
@@ -415,9 +450,9 @@ pub(super) async fn scheduler(ctx: Ctx) {
                 "conditions": [{"type": "PodScheduled", "status": "False",
                                 "reason": "Unschedulable", "message": u.message}],
             });
-            ctx.api.apply(pod);
+            api.apply(pod);
         }
-        seen_rv = ctx.api.resource_version();
+        seen_rv = api.resource_version();
     }
 }
 
@@ -629,12 +664,14 @@ pub(super) async fn evictor(ctx: Ctx) {
     let Some(after) = ctx.scenario.lab.evict_after_ms.map(Duration::from_millis) else {
         return;
     };
+    let Some(api) = ctx.api.fake().cloned() else {
+        return;
+    };
     let mut tainted_since: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let now = Instant::now();
-        let unreachable: BTreeSet<String> = ctx
-            .api
+        let unreachable: BTreeSet<String> = api
             .list("v1", "Node")
             .iter()
             .filter(|n| {
@@ -657,7 +694,7 @@ pub(super) async fn evictor(ctx: Ctx) {
         if due.is_empty() {
             continue;
         }
-        for pod in ctx.api.list("v1", "Pod") {
+        for pod in api.list("v1", "Pod") {
             let Some(node) = pod["spec"]["nodeName"].as_str() else {
                 continue;
             };
@@ -675,8 +712,8 @@ pub(super) async fn evictor(ctx: Ctx) {
                 meta.remove("uid");
             }
             let mut r = ctx.record.lock().expect("lock");
-            ctx.api.delete("v1", "Pod", &ns, &name);
-            ctx.api.apply(fresh);
+            api.delete("v1", "Pod", &ns, &name);
+            api.apply(fresh);
             if let Some((t, g, _)) = r.bound.remove(&(ns.clone(), name.clone())) {
                 r.used_gpu_s += now.duration_since(t).as_secs_f64() * g;
             }

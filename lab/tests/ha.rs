@@ -111,7 +111,7 @@ async fn each_replica_has_its_own_config_and_listeners_and_what_it_sends_is_its(
         );
         let kube = c["kubernetes"]["url"].as_str().unwrap().to_owned();
         let bmc = bmc_endpoint(&c);
-        assert_ne!(kube, lab.api.url);
+        assert_ne!(kube, lab.api.url());
         assert_ne!(bmc, lab.proxy.url);
         seen_urls.extend([listen.to_owned(), kube, bmc]);
     }
@@ -366,7 +366,7 @@ async fn restarting_a_replica_can_wipe_its_store() {
 /// summary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_is_the_lab_without_ha() {
-    let s = lab("").await;
+    let s = lab("[lab]\nkubernetes = \"fake\"").await;
     let lab = &s.lab;
     assert_eq!(lab.replica_count(), 1);
     assert_eq!(lab.replica_identities(), ["accordd"]);
@@ -389,7 +389,7 @@ async fn one_replica_is_the_lab_without_ha() {
             "store"
         ]
     );
-    assert_eq!(c["kubernetes"]["url"].as_str(), Some(lab.api.url.as_str()));
+    assert_eq!(c["kubernetes"]["url"].as_str(), Some(lab.api.url()));
     assert_eq!(
         c["redfish"]["inventory"].as_str(),
         Some(d.join("bmcs.toml").to_str().unwrap())

@@ -64,6 +64,15 @@ fn pinned_go_mod(minor: u32) -> Option<&'static str> {
     })
 }
 
+/// The etcd server version every minor runs (`v3.7.0`): the one the
+/// newest pinned module requires (`scripts/controlplane` builds it there).
+pub fn etcd_version() -> Option<&'static str> {
+    pinned_go_mod(DEFAULT_MINOR)?
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("go.etcd.io/etcd/server/v3 "))
+        .map(str::trim)
+}
+
 /// The exact `k8s.io/kubernetes` version pinned for `minor` (`v1.37.2`).
 pub fn pinned_version(minor: u32) -> Option<&'static str> {
     pinned_go_mod(minor)?
@@ -112,6 +121,37 @@ impl Binaries {
         })
     }
 
+    /// The feature gates this version's kube-apiserver knows, as its
+    /// `--help` lists them (`kube:Name=true|false (BETA - default=...)`): a
+    /// gate it does not know stops it at start.
+    pub fn feature_gates(&self) -> Result<std::collections::BTreeSet<String>, String> {
+        let apiserver = self.path("kube-apiserver")?;
+        let out = Command::new(&apiserver)
+            .arg("--help")
+            .output()
+            .map_err(|e| format!("{}: {e}", apiserver.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let gates: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim();
+                let l = l.strip_prefix("kube:").unwrap_or(l);
+                let (name, rest) = l.split_once("=true|false")?;
+                (rest.trim_start().starts_with('(')
+                    && !name.is_empty()
+                    && name.bytes().all(|c| c.is_ascii_alphanumeric()))
+                .then(|| name.to_owned())
+            })
+            .collect();
+        if gates.is_empty() {
+            return Err(format!(
+                "{} --help lists no feature gates",
+                apiserver.display()
+            ));
+        }
+        Ok(gates)
+    }
+
     /// The path of `component`, or an error naming the command that builds
     /// it.
     pub fn path(&self, component: &str) -> Result<PathBuf, String> {
@@ -143,6 +183,13 @@ pub struct Options {
     pub controller_manager: bool,
     /// Run kube-scheduler.
     pub scheduler: bool,
+    /// More kube-controller-manager flags, as an admin sets them
+    /// (`--node-monitor-grace-period=10s`).
+    pub controller_manager_args: Vec<String>,
+    /// Users whose requests the apiserver's audit log records (at the
+    /// Metadata level: who, what, the answer's code), in
+    /// [`ControlPlane::audit_log`]; none: no audit log.
+    pub audited_users: Vec<String>,
 }
 
 impl Options {
@@ -154,6 +201,8 @@ impl Options {
             runtime_config: Vec::new(),
             controller_manager: false,
             scheduler: false,
+            controller_manager_args: Vec::new(),
+            audited_users: Vec::new(),
         }
     }
 
@@ -437,6 +486,25 @@ impl ControlPlane {
                 options.feature_gates.join(",")
             ));
         }
+        if !options.audited_users.is_empty() {
+            let policy = json!({
+                "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+                "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata", "users": options.audited_users},
+                          {"level": "None"}],
+            });
+            std::fs::write(d.join("audit-policy.yaml"), policy.to_string())
+                .map_err(|e| e.to_string())?;
+            apiserver
+                .arg(format!(
+                    "--audit-policy-file={}",
+                    d.join("audit-policy.yaml").display()
+                ))
+                .arg(format!(
+                    "--audit-log-path={}",
+                    d.join("audit.log").display()
+                ));
+        }
         if !options.runtime_config.is_empty() {
             apiserver.arg(format!(
                 "--runtime-config={}",
@@ -487,7 +555,8 @@ impl ControlPlane {
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={port}"))
             .arg(format!("--cert-dir={}", d.join("kcm-certs").display()))
-            .arg("--v=1");
+            .arg("--v=1")
+            .args(&self.options.controller_manager_args);
         if !self.options.feature_gates.is_empty() {
             kcm.arg(format!(
                 "--feature-gates={}",
@@ -676,6 +745,12 @@ impl ControlPlane {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(path.to_owned())
+    }
+
+    /// The apiserver's audit log (JSON lines, one event per request of
+    /// [`Options::audited_users`]); it exists once one was recorded.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.path().join("audit.log")
     }
 
     /// The admin's kubeconfig (what `kubectl` gets).

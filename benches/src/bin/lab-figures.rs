@@ -24,6 +24,7 @@ use accord_lab::{Lab, LabOptions, Scenario};
 /// are the end-to-end tests' (three racks; the gang fits only r2).
 const SETTINGS: &str = r#"
 [lab]
+kubernetes = "fake"
 boot_delay_ms = 1000
 kubelet_delay_ms = 500
 heartbeat_ms = 1000

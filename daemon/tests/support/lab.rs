@@ -24,8 +24,12 @@ deadlines = { power_on_s = 60, boot_to_agent_s = 60, agent_to_ready_s = 30 }
 "#;
 
 /// The gangs are scheduling.k8s.io/v1beta1 PodGroups: the lab's
-/// Kubernetes serves them with this (an admin's `--runtime-config`).
-pub const GANGS_ON: &str = "runtime_config = [\"scheduling.k8s.io/v1beta1=true\"]";
+/// Kubernetes serves them with this (an admin's `--runtime-config`). These
+/// tests run on the fake API (fast, and what they assert is accordd's own
+/// behaviour); the lab on the upstream control plane is
+/// real_control_plane.rs's.
+pub const GANGS_ON: &str =
+    "kubernetes = \"fake\"\nruntime_config = [\"scheduling.k8s.io/v1beta1=true\"]";
 
 pub fn scenario(lab: &str, fleet: &str, submits: &[(&str, String, u64)]) -> Scenario {
     let mut text = format!("[lab]\n{GANGS_ON}\n{lab}\n{CONTROL}\n{fleet}\n");
