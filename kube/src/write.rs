@@ -274,7 +274,7 @@ mod event_name_tests {
     #[test]
     fn event_names_are_client_gos() {
         assert_eq!(event_name("r1-n1", 0x1f), "r1-n1.1f");
-        let long = "a".repeat(250);
+        let long = "a".repeat(251);
         assert_eq!(event_name(&long, 0x1f), "accord.1f");
     }
 }

@@ -6,17 +6,24 @@
 //! - BMCs: `sushy-emulator --fake`, one system per fleet node, reached
 //!   through [`proxy::BmcProxy`] (which logs what accordd sends and plays
 //!   broken machines);
-//! - Kubernetes: the in-repo fake API server (real list/watch over HTTP);
+//! - Kubernetes ([`cluster`]): by default the upstream control plane
+//!   ([`upstream`]: etcd, kube-apiserver, kube-controller-manager,
+//!   kube-scheduler; Accord installed with kubectl as an admin would,
+//!   accordd with its own ServiceAccount's token, a 403 fails the lab);
+//!   or the in-repo fake API server (real list/watch over HTTP; chaos and
+//!   HA runs, fast tests);
 //! - machines: when a node's BMC shows On, after `boot_delay_ms` its agent
 //!   starts (accord-agent's own `run`, replaying the machine's recording:
 //!   [`recordings`]) and after `kubelet_delay_ms` its Kubernetes Node
 //!   registers Ready, with the NVIDIA device plugin's resources, GPU
-//!   Feature Discovery's labels and (where the emulated Kubernetes serves
-//!   DRA) the NVIDIA DRA driver's ResourceSlice, all from that recording
-//!   ([`kubelet`]), not from the fleet file; when the BMC shows Off all
-//!   go away;
-//! - a scheduler: [`binder`], written independently of the planner, binds
-//!   pending pods to Ready nodes that fit, or marks them Unschedulable;
+//!   Feature Discovery's labels and (where Kubernetes serves DRA) the
+//!   NVIDIA DRA driver's ResourceSlice, all from that recording
+//!   ([`kubelet`]), not from the fleet file; upstream, its kubelet keeps
+//!   the Node's Lease and runs what is bound to it ([`kubelets`]); when
+//!   the BMC shows Off all stop;
+//! - a scheduler: upstream's kube-scheduler; on the fake API, [`binder`],
+//!   written independently of the planner, binds pending pods to Ready
+//!   nodes that fit, or marks them Unschedulable;
 //! - a scenario ([`scenario`]): workloads submitted over time, finished
 //!   after a run time;
 //! - with `[lab.ha] replicas` ≥ 2 ([`ha`]): several accordd replicas
