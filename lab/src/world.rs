@@ -509,15 +509,19 @@ pub(super) async fn submitter(ctx: Ctx) {
                     }
                     match bound {
                         None => {
-                            let all = pods.iter().all(|(ns, n)| {
-                                ctx.api
-                                    .get("v1", "Pod", ns, n)
-                                    .is_some_and(|p| p["spec"]["nodeName"].is_string())
-                            });
-                            if all {
+                            // Each pod's node, while all are bound.
+                            let nodes: Option<BTreeSet<String>> = pods
+                                .iter()
+                                .map(|(ns, n)| {
+                                    ctx.api.get("v1", "Pod", ns, n).and_then(|p| {
+                                        p["spec"]["nodeName"].as_str().map(str::to_owned)
+                                    })
+                                })
+                                .collect();
+                            if let Some(nodes) = nodes {
                                 let mut r = ctx.record.lock().expect("lock");
                                 r.subs[i].bound = Some(now);
-                                let nodes: Vec<String> = r.subs[i].nodes.iter().cloned().collect();
+                                let nodes: Vec<String> = nodes.into_iter().collect();
                                 say!(ctx, submission = %sub.name, seconds = format!("{:.1}", now.duration_since(t0).as_secs_f64()), nodes = %nodes.join(","), "all pods bound: Pending → Running");
                             }
                         }
