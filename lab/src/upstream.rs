@@ -62,6 +62,17 @@ const CONTROLLER_MANAGER_ARGS: [&str; 2] = [
     "--node-monitor-period=2s",
 ];
 
+/// Feature gates that need their API group served: on with none of the
+/// group's versions turned on, v1.36.3's apiserver never passes /readyz
+/// (its informers list v1alpha2 PodGroups and Workloads that are not
+/// served: "informer-sync failed"). When the scenario turns on an API of
+/// the group that the version cannot serve, its gates are left out with
+/// it.
+const GATES_OF_AN_API: [(&str, &str); 2] = [
+    ("GenericWorkload", "scheduling.k8s.io"),
+    ("TopologyAwareWorkloadScheduling", "scheduling.k8s.io"),
+];
+
 /// The running control plane and what the lab wrote for it.
 #[derive(Debug)]
 pub struct Started {
@@ -99,12 +110,28 @@ pub async fn start(
     let mut left_out = Vec::new();
     for entry in &scenario.lab.feature_gates {
         let name = entry.split('=').next().unwrap_or("");
-        if known.contains(name) {
-            options.feature_gates.push(entry.clone());
-        } else {
+        let group = GATES_OF_AN_API
+            .iter()
+            .find(|(gate, _)| *gate == name)
+            .map(|(_, group)| *group);
+        let api_left_out = group.is_some_and(|g| {
+            let in_group = |e: &&String| e.starts_with(&format!("{g}/"));
+            scenario.lab.runtime_config.iter().any(|e| in_group(&e))
+                && !runtime_config.iter().any(|e| in_group(&e))
+        });
+        if !known.contains(name) {
             left_out.push(format!(
                 "lab.feature_gates: Kubernetes {version} has no feature gate {name}; left out"
             ));
+        } else if api_left_out {
+            left_out.push(format!(
+                "lab.feature_gates: {name} left out with the {} API it is for, which \
+                 Kubernetes {version} cannot serve as lab.runtime_config asks (the gate \
+                 alone keeps its apiserver from ever being ready)",
+                group.unwrap_or("")
+            ));
+        } else {
+            options.feature_gates.push(entry.clone());
         }
     }
     options.runtime_config = runtime_config.to_vec();
