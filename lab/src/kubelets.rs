@@ -30,6 +30,13 @@ fn micro_time_now() -> String {
         .to_string()
 }
 
+/// Kubernetes `Time` (whole seconds), UTC.
+fn time_now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
 /// The machines up now (on, Node registered, not hung).
 fn nodes_up(ctx: &Ctx) -> BTreeSet<String> {
     let r = ctx.record.lock().expect("lock");
@@ -146,8 +153,7 @@ pub(crate) async fn pods(ctx: Ctx) {
             }
             let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
             if !terminating && up.contains(node) && phase == "Pending" {
-                let since = micro_time_now();
-                let since = since.split('.').next().unwrap_or("").to_owned() + "Z";
+                let since = time_now();
                 ctx.api.update("v1", "Pod", &key.0, &key.1, |p| {
                     p["status"] = running(p, &since);
                 });

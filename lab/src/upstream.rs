@@ -100,40 +100,8 @@ pub async fn start(
     dir: &Path,
 ) -> anyhow::Result<Started> {
     let mut options = Options::full(version.minor());
-    // A gate this version does not know stops its apiserver: left out and
-    // said, as an unservable runtime-config entry is.
-    let binaries = accord_testkit::control_plane::Binaries::for_minor(version.minor())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let known = binaries
-        .feature_gates()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut left_out = Vec::new();
-    for entry in &scenario.lab.feature_gates {
-        let name = entry.split('=').next().unwrap_or("");
-        let group = GATES_OF_AN_API
-            .iter()
-            .find(|(gate, _)| *gate == name)
-            .map(|(_, group)| *group);
-        let api_left_out = group.is_some_and(|g| {
-            let in_group = |e: &&String| e.starts_with(&format!("{g}/"));
-            scenario.lab.runtime_config.iter().any(|e| in_group(&e))
-                && !runtime_config.iter().any(|e| in_group(&e))
-        });
-        if !known.contains(name) {
-            left_out.push(format!(
-                "lab.feature_gates: Kubernetes {version} has no feature gate {name}; left out"
-            ));
-        } else if api_left_out {
-            left_out.push(format!(
-                "lab.feature_gates: {name} left out with the {} API it is for, which \
-                 Kubernetes {version} cannot serve as lab.runtime_config asks (the gate \
-                 alone keeps its apiserver from ever being ready)",
-                group.unwrap_or("")
-            ));
-        } else {
-            options.feature_gates.push(entry.clone());
-        }
-    }
+    let (gates, left_out) = feature_gates_for(scenario, version, runtime_config)?;
+    options.feature_gates = gates;
     options.runtime_config = runtime_config.to_vec();
     options.controller_manager_args = CONTROLLER_MANAGER_ARGS.map(String::from).to_vec();
     options.audited_users = vec![accordd_user()];
@@ -197,6 +165,14 @@ pub async fn start(
             &format!("crd/{crd}"),
         ])?;
     }
+    // accordd's own identity: a token for its ServiceAccount.
+    let token = plane
+        .service_account_token(NAMESPACE, SERVICE_ACCOUNT, 86400)
+        .await
+        .map_err(|e| anyhow::anyhow!("accordd's token: {e}"))?;
+    let accordd_kubeconfig = plane
+        .write_kubeconfig_at(&dir.join("accordd.kubeconfig"), SERVICE_ACCOUNT, &token)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let upstream = Upstream::new(plane).map_err(|e| anyhow::anyhow!("{e}"))?;
 
     // The namespaces the admin's and the scenario's objects go in, each
@@ -219,7 +195,74 @@ pub async fn start(
             );
         }
     }
-    for ns in &namespaces {
+    make_namespaces(&upstream, &namespaces).await?;
+    if scenario.lab.cluster_manifests.is_some() {
+        let path = install.join("cluster-manifests.yaml");
+        let docs: Vec<String> = admin_objects
+            .iter()
+            .map(|o| serde_json::to_string(o).expect("JSON"))
+            .collect();
+        std::fs::write(&path, docs.join("\n---\n"))?;
+        run(&["apply", "-f", &path.display().to_string()])?;
+    }
+
+    Ok(Started {
+        upstream,
+        accordd_kubeconfig,
+        admin_kubeconfig,
+        components,
+        left_out,
+    })
+}
+
+/// The scenario's feature gates this version takes, and a line for each
+/// left out: a gate it does not know (its apiserver's `--help` says) stops
+/// it at start; a gate whose API it cannot serve ([`GATES_OF_AN_API`])
+/// keeps it from ever being ready.
+fn feature_gates_for(
+    scenario: &Scenario,
+    version: KubeVersion,
+    runtime_config: &[String],
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let known = accord_testkit::control_plane::Binaries::for_minor(version.minor())
+        .and_then(|b| b.feature_gates())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut kept = Vec::new();
+    let mut left_out = Vec::new();
+    for entry in &scenario.lab.feature_gates {
+        let name = entry.split('=').next().unwrap_or("");
+        let group = GATES_OF_AN_API
+            .iter()
+            .find(|(gate, _)| *gate == name)
+            .map(|(_, group)| *group);
+        let api_left_out = group.is_some_and(|g| {
+            let in_group = |e: &&String| e.starts_with(&format!("{g}/"));
+            scenario.lab.runtime_config.iter().any(|e| in_group(&e))
+                && !runtime_config.iter().any(|e| in_group(&e))
+        });
+        if !known.contains(name) {
+            left_out.push(format!(
+                "lab.feature_gates: Kubernetes {version} has no feature gate {name}; left out"
+            ));
+        } else if api_left_out {
+            left_out.push(format!(
+                "lab.feature_gates: {name} left out with the {} API it is for, which \
+                 Kubernetes {version} cannot serve as lab.runtime_config asks (the gate \
+                 alone keeps its apiserver from ever being ready)",
+                group.unwrap_or("")
+            ));
+        } else {
+            kept.push(entry.clone());
+        }
+    }
+    Ok((kept, left_out))
+}
+
+/// Makes each namespace (one there already is fine) and waits for the
+/// serviceaccount controller's `default` ServiceAccount in it, which a pod
+/// needs to be admitted.
+async fn make_namespaces(upstream: &Upstream, namespaces: &BTreeSet<String>) -> anyhow::Result<()> {
+    for ns in namespaces {
         let (code, v) = upstream
             .call(
                 reqwest::Method::POST,
@@ -232,7 +275,7 @@ pub async fn start(
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         anyhow::ensure!(matches!(code, 201 | 409), "namespace {ns}: {code}: {v}");
     }
-    for ns in &namespaces {
+    for ns in namespaces {
         let path = format!("/api/v1/namespaces/{ns}/serviceaccounts/default");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
@@ -248,48 +291,7 @@ pub async fn start(
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    if scenario.lab.cluster_manifests.is_some() {
-        let path = install.join("cluster-manifests.yaml");
-        let docs: Vec<String> = admin_objects
-            .iter()
-            .map(|o| serde_json::to_string(o).expect("JSON"))
-            .collect();
-        std::fs::write(&path, docs.join("\n---\n"))?;
-        run(&["apply", "-f", &path.display().to_string()])?;
-    }
-
-    // accordd's own identity: a token for its ServiceAccount.
-    let token = {
-        let (code, v) = upstream
-            .call(
-                reqwest::Method::POST,
-                &format!("/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE_ACCOUNT}/token"),
-                Some((
-                    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                           "spec": {"expirationSeconds": 86400}}),
-                    "application/json",
-                )),
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        anyhow::ensure!(code == 201 || code == 200, "accordd's token: {code}: {v}");
-        v["status"]["token"]
-            .as_str()
-            .context("accordd's token: no status.token")?
-            .to_owned()
-    };
-    let accordd_kubeconfig = upstream
-        .plane
-        .lock()
-        .expect("lock")
-        .write_kubeconfig_at(&dir.join("accordd.kubeconfig"), SERVICE_ACCOUNT, &token)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(Started {
-        upstream,
-        accordd_kubeconfig,
-        admin_kubeconfig,
-        components,
-        left_out,
-    })
+    Ok(())
 }
 
 /// accordd's requests the apiserver refused as forbidden (403), from its
