@@ -396,7 +396,13 @@ fn the_embedded_default_scenario_is_valid() {
     assert!(fleet.reservations.len() == 1);
     for sub in &s.submit {
         let objects = s.objects(sub).unwrap();
-        assert!(objects.iter().any(|o| o["kind"] == "Pod"), "{}", sub.name);
+        assert!(
+            objects
+                .iter()
+                .any(|o| o["kind"] == "Pod" || o["kind"] == "Job"),
+            "{}",
+            sub.name
+        );
     }
 }
 

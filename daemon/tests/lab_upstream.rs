@@ -67,8 +67,21 @@ async fn the_default_scenario_runs_on_upstream_1_37() {
         .await
         .expect("the scenario settles");
     // The lab still runs: what the cluster holds, as an admin lists it.
-    let listed = kubectl(&lab, &["get", "nodes,pods,resourceclaims", "-A"]);
-    for seen in ["node/r1-n1", "node/r2-n4", "pod/nvidia-dcgm-exporter-"] {
+    let listed = kubectl(
+        &lab,
+        &[
+            "get",
+            "nodes,pods,resourceclaims,clusterqueues,localqueues",
+            "-A",
+        ],
+    );
+    for seen in [
+        "node/r1-n1",
+        "node/r2-n4",
+        "pod/nvidia-dcgm-exporter-",
+        "clusterqueue.kueue.x-k8s.io/batch",
+        "localqueue.kueue.x-k8s.io/gpu",
+    ] {
         assert!(listed.contains(seen), "{seen}: {listed}");
     }
     assert_eq!(s.kubernetes, "upstream");
@@ -92,10 +105,31 @@ async fn the_default_scenario_runs_on_upstream_1_37() {
         .collect();
     assert_eq!(
         bound,
-        BTreeSet::from(["train-a", "notebooks", "sweep"]),
+        BTreeSet::from(["train-a", "notebooks", "sweep", "batch"]),
         "{}",
         s.render()
     );
+    // Real Kueue admitted the batch job through a ProvisioningRequest of
+    // a class Accord serves, which Accord said Provisioned only once the
+    // nodes its pods then went to were Ready.
+    assert!(
+        s.control_plane.iter().any(|x| x == "kueue v0.17.0"),
+        "{:?}",
+        s.control_plane
+    );
+    let batch = s.workloads.iter().find(|w| w.name == "batch").unwrap();
+    let pr = batch
+        .provisioning_request
+        .as_ref()
+        .unwrap_or_else(|| panic!("no Provisioned=True seen: {}", s.render()));
+    assert_eq!(
+        pr.class, "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+        "{pr:?}"
+    );
+    assert_eq!(batch.nodes.len(), 2, "{}", s.render());
+    for n in &batch.nodes {
+        assert!(pr.ready_nodes_then.contains(n), "{n}: {pr:?}");
+    }
     // The real scheduler kept the gang in one rack (the topology gate on).
     let train = s.workloads.iter().find(|w| w.name == "train-a").unwrap();
     let racks: BTreeSet<&str> = train.nodes.iter().map(|n| &n[..2]).collect();
@@ -145,8 +179,12 @@ async fn the_default_scenario_runs_to_the_end_on_upstream_1_34() {
             s.skipped
         );
     }
-    let notebooks = s.workloads.iter().find(|w| w.name == "notebooks").unwrap();
-    assert!(notebooks.bound, "{}", s.render());
+    // The rest runs, the Kueue job (submitted at the start, the gang it
+    // waits for being skipped) among it.
+    for name in ["notebooks", "batch"] {
+        let w = s.workloads.iter().find(|w| w.name == name).unwrap();
+        assert!(w.bound, "{name}: {}", s.render());
+    }
 }
 
 /// A small fleet: one node off, a gang of one released by the test.

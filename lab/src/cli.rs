@@ -277,9 +277,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // the admin's manifests are for the upstream control plane.
     if scenario.kubernetes() == crate::scenario::KubernetesKind::Fake
         && scenario.lab.kubernetes.is_none()
-        && scenario.lab.cluster_manifests.take().is_some()
     {
-        tracing::info!(target: "lab", "a chaos or HA run is on the fake API: lab.cluster_manifests left out");
+        if scenario.lab.cluster_manifests.take().is_some() {
+            tracing::info!(target: "lab", "a chaos or HA run is on the fake API: lab.cluster_manifests left out");
+        }
+        if std::mem::take(&mut scenario.lab.kueue) {
+            tracing::info!(target: "lab", "a chaos or HA run is on the fake API: lab.kueue left out (its jobs are skipped)");
+        }
     }
     let problems = scenario.ha_problems();
     if !problems.is_empty() {

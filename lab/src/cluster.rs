@@ -138,6 +138,8 @@ pub struct Upstream {
     pub url: String,
     /// The processes (killed when the lab is dropped).
     pub plane: Mutex<ControlPlane>,
+    /// Kueue's manager, where the scenario runs it (killed with the lab).
+    pub kueue: Mutex<Option<crate::kueue::Kueue>>,
     calls: Mutex<mpsc::Sender<Call>>,
 }
 
@@ -164,6 +166,7 @@ impl Upstream {
         Ok(Upstream {
             url,
             plane: Mutex::new(plane),
+            kueue: Mutex::new(None),
             calls: Mutex::new(tx),
         })
     }
@@ -378,7 +381,15 @@ impl Upstream {
 
     fn delete(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> bool {
         let path = object_path(api_version, kind, namespace, name);
-        let body = (kind == "Pod").then(|| (json!({"gracePeriodSeconds": 0}), "application/json"));
+        // As `kubectl delete` does: dependents (a Job's pods, Kueue's
+        // Workload) go in the background; batch/v1's own default orphans
+        // them. A pod goes at once (its kubelet is the lab's).
+        let body = if kind == "Pod" {
+            json!({"gracePeriodSeconds": 0})
+        } else {
+            json!({"propagationPolicy": "Background"})
+        };
+        let body = Some((body, "application/json"));
         match self.call(reqwest::Method::DELETE, &path, body) {
             Ok((200 | 202, _)) => true,
             Ok((404, _)) => false,

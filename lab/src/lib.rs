@@ -54,6 +54,7 @@ mod gpus;
 pub mod ha;
 pub mod kubelet;
 mod kubelets;
+pub mod kueue;
 mod mig_manager;
 pub mod proxy;
 pub mod recordings;
@@ -79,7 +80,7 @@ use accord_api::control::{ControlStatus, Mode, ModelSource};
 pub use ha::HaSummary;
 pub use recordings::{published_objects, resolve_recordings, MachineRecording, Recording};
 pub use scenario::Scenario;
-pub use summary::{NodeSummary, Summary, WorkloadSummary};
+pub use summary::{NodeSummary, ProvisioningSummary, Summary, WorkloadSummary};
 
 const ADMIN_TOKEN: &str = "lab-admin-token";
 const AGENT_TOKEN: &str = "lab-agent-token";
@@ -121,12 +122,28 @@ struct SubState {
     released: bool,
     submitted: Option<Instant>,
     pods: Vec<(String, String)>,
+    /// Its Jobs (namespace, name, pods it runs at once): their pods, made
+    /// by the job controller once Kueue admits the job, join `pods` as
+    /// they appear.
+    jobs: Vec<(String, String, usize)>,
+    /// The ProvisioningRequest Kueue made for its job, once Provisioned.
+    provisioned: Option<ProvisionedSeen>,
     others: Vec<Value>,
     bound: Option<Instant>,
     finished: Option<Instant>,
     nodes: BTreeSet<String>,
     /// Accord's last word when it cannot place it.
     cannot_place: Option<String>,
+}
+
+/// A ProvisioningRequest the lab saw turn Provisioned=True.
+#[derive(Debug, Clone)]
+struct ProvisionedSeen {
+    name: String,
+    class: String,
+    at: Instant,
+    /// The Nodes registered Ready then.
+    ready_nodes: Vec<String>,
 }
 
 #[derive(Debug, Default)]

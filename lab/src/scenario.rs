@@ -68,6 +68,11 @@ pub struct LabSettings {
     /// (upstream only): DaemonSets, DeviceClasses, queues, as YAML
     /// manifests applied with kubectl; their namespaces are made.
     pub cluster_manifests: Option<String>,
+    /// Run Kueue's manager (upstream only; built by `scripts/kueue`):
+    /// its CRDs are installed before `cluster_manifests`, which hold the
+    /// admin's queues, flavors and admission checks. Jobs are
+    /// submissions (submitted suspended: [`crate::kueue`] says why).
+    pub kueue: bool,
     /// `--runtime-config` entries of the lab's Kubernetes, as an admin
     /// passes them (`scheduling.k8s.io/v1beta1=true`): APIs beyond the
     /// version's defaults. An entry the chosen version cannot serve is
@@ -210,6 +215,7 @@ impl Default for LabSettings {
             kubernetes: None,
             kube_version: None,
             cluster_manifests: None,
+            kueue: false,
             runtime_config: Vec::new(),
             feature_gates: Vec::new(),
             recordings: BTreeMap::new(),
@@ -229,10 +235,17 @@ impl Default for LabSettings {
 pub struct Submission {
     /// Shown in the summary.
     pub name: String,
-    /// Milliseconds after the lab starts; unset: when a test releases it
-    /// ([`crate::Lab::release`]).
+    /// Milliseconds after the lab starts (or, with `after`, after that
+    /// submission's pods are all bound); unset: when a test releases it
+    /// ([`crate::Lab::release`]), or at once with `after`.
     #[serde(default)]
     pub at_ms: Option<u64>,
+    /// Another submission's name: this one waits until all of that one's
+    /// pods are bound (a team that submits once the cluster is busy). When
+    /// that one is skipped (its API not served), `at_ms` counts from the
+    /// start.
+    #[serde(default)]
+    pub after: Option<String>,
     /// The pods finish (and are deleted) this long after the last binds.
     #[serde(default = "default_run_ms")]
     pub run_ms: u64,
@@ -363,6 +376,7 @@ impl Scenario {
     pub fn skip_unserved(&mut self, version: KubeVersion) -> Vec<String> {
         let (_, mut problems) = self.runtime_config_for(version);
         problems.extend(self.unserved(version));
+        problems.extend(self.without_controllers());
         let skipped: Vec<String> = self
             .submit
             .iter()
@@ -444,6 +458,30 @@ impl Scenario {
         out
     }
 
+    /// On the fake API nothing runs a Job (no job controller, no Kueue):
+    /// a submission with one is skipped, said.
+    fn without_controllers(&self) -> Vec<String> {
+        if self.kubernetes() != KubernetesKind::Fake {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for s in &self.submit {
+            let Ok(objects) = self.objects(s) else {
+                continue;
+            };
+            if let Some(job) = objects.iter().find(|o| o["kind"] == "Job") {
+                out.push(format!(
+                    "submission {}: Job {}/{} needs a job controller (and Kueue), which the \
+                     fake API does not run (lab.kubernetes = \"upstream\")",
+                    s.name,
+                    job["metadata"]["namespace"].as_str().unwrap_or("default"),
+                    job["metadata"]["name"].as_str().unwrap_or("")
+                ));
+            }
+        }
+        out
+    }
+
     /// A submission's manifests as JSON objects.
     pub fn objects(&self, s: &Submission) -> anyhow::Result<Vec<serde_json::Value>> {
         use anyhow::Context;
@@ -481,12 +519,21 @@ impl Scenario {
                         .to_owned(),
                 );
             }
-        } else if self.lab.cluster_manifests.is_some() && self.lab.kubernetes.is_some() {
-            problems.push(
-                "lab.cluster_manifests: applied to the upstream control plane only \
-                 (lab.kubernetes = \"upstream\")"
-                    .to_owned(),
-            );
+        } else if self.lab.kubernetes.is_some() {
+            if self.lab.cluster_manifests.is_some() {
+                problems.push(
+                    "lab.cluster_manifests: applied to the upstream control plane only \
+                     (lab.kubernetes = \"upstream\")"
+                        .to_owned(),
+                );
+            }
+            if self.lab.kueue {
+                problems.push(
+                    "lab.kueue: Kueue runs on the upstream control plane only \
+                     (lab.kubernetes = \"upstream\")"
+                        .to_owned(),
+                );
+            }
         }
         if self.lab.ha.replicas > 1 && self.lab.chaos.is_some() {
             problems
@@ -591,6 +638,14 @@ impl Scenario {
                     "submit[{i}] ({}): set exactly one of manifests or file",
                     s.name
                 ));
+            }
+            if let Some(after) = &s.after {
+                if *after == s.name || !self.submit.iter().any(|o| o.name == *after) {
+                    problems.push(format!(
+                        "submit[{i}] ({}).after: {after:?} is not another submission's name",
+                        s.name
+                    ));
+                }
             }
         }
         if let Some(c) = &self.lab.chaos {
@@ -927,7 +982,39 @@ mod tests {
         );
         assert_eq!(why[1..], problems);
         let left: Vec<&str> = on_old.submit.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(left, ["notebooks"]);
+        assert_eq!(left, ["notebooks", "batch"]);
+        // On the fake API nothing runs the Kueue job: skipped, said.
+        let mut on_fake = s.clone();
+        on_fake.lab.kubernetes = Some(KubernetesKind::Fake);
+        let why = on_fake.skip_unserved(KubeVersion::NEWEST);
+        assert!(
+            why.iter()
+                .any(|w| w.starts_with("submission batch: Job batch/render needs a job controller")),
+            "{why:?}"
+        );
+        assert!(!on_fake.submit.iter().any(|s| s.name == "batch"));
+    }
+
+    #[test]
+    fn after_names_another_submission() {
+        let text = |after: &str| {
+            format!(
+                "{TWO_NODES}\n[[submit]]\nname = \"a\"\nmanifests = \"{{}}\"\n\
+                 [[submit]]\nname = \"b\"\nafter = \"{after}\"\nmanifests = \"{{}}\"\n"
+            )
+        };
+        assert!(Scenario::parse(&text("a"), Path::new("s.toml")).is_ok());
+        for bad in ["b", "nope"] {
+            let e = Scenario::parse(&text(bad), Path::new("s.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!(
+                    "submit[1] (b).after: \"{bad}\" is not another submission's name"
+                )),
+                "{e}"
+            );
+        }
     }
 
     /// DRA objects at a version the emulated Kubernetes does not serve.

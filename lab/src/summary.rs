@@ -23,6 +23,22 @@ pub struct WorkloadSummary {
     pub nodes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cannot_place: Option<String>,
+    /// A job Kueue admitted through a ProvisioningRequest: when it said
+    /// Provisioned=True, and which Nodes were Ready then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provisioning_request: Option<ProvisioningSummary>,
+}
+
+/// A ProvisioningRequest as the lab saw it turn Provisioned=True.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProvisioningSummary {
+    pub name: String,
+    pub class: String,
+    /// From the submission to Provisioned=True (seen by the lab, which
+    /// looks every 100 ms).
+    pub provisioned_s: f64,
+    /// The Nodes registered Ready when the lab saw Provisioned=True.
+    pub ready_nodes_then: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -122,6 +138,16 @@ impl Summary {
                     w.nodes.join(",")
                 }
             ));
+            if let Some(p) = &w.provisioning_request {
+                out.push_str(&format!(
+                    "{:<12} ProvisioningRequest {} ({}): Provisioned after {:.1} s, Nodes Ready then: {}\n",
+                    "",
+                    p.name,
+                    p.class,
+                    p.provisioned_s,
+                    p.ready_nodes_then.join(",")
+                ));
+            }
         }
         out.push('\n');
         out.push_str(&format!(
@@ -258,6 +284,14 @@ impl Lab {
                     } else {
                         None
                     },
+                    provisioning_request: s.provisioned.as_ref().map(|p| ProvisioningSummary {
+                        name: p.name.clone(),
+                        class: p.class.clone(),
+                        provisioned_s: s
+                            .submitted
+                            .map_or(0.0, |t| p.at.duration_since(t).as_secs_f64()),
+                        ready_nodes_then: p.ready_nodes.clone(),
+                    }),
                 }
             })
             .collect();

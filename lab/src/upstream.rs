@@ -174,6 +174,11 @@ pub async fn start(
         .write_kubeconfig_at(&dir.join("accordd.kubeconfig"), SERVICE_ACCOUNT, &token)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let upstream = Upstream::new(plane).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if scenario.lab.kueue {
+        let kueue = crate::kueue::start(&run, &upstream, &admin_kubeconfig, dir).await?;
+        components.push(format!("kueue {}", kueue.version));
+        *upstream.kueue.lock().expect("lock") = Some(kueue);
+    }
 
     // The namespaces the admin's and the scenario's objects go in, each
     // with the `default` ServiceAccount a pod needs to be admitted.

@@ -466,10 +466,20 @@ pub(super) async fn submitter(ctx: Ctx) {
                 let r = ctx.record.lock().expect("lock");
                 (r.subs[i].submitted, r.subs[i].released)
             };
-            let clock = ctx.record.lock().expect("lock").clock;
-            let due = match sub.at_ms {
-                Some(at) => clock.is_some_and(|c| now >= c + Duration::from_millis(at)),
-                None => released,
+            let (clock, after_bound) = {
+                let r = ctx.record.lock().expect("lock");
+                let after = sub
+                    .after
+                    .as_ref()
+                    .and_then(|a| ctx.scenario.submit.iter().position(|o| o.name == *a));
+                (r.clock, after.map(|j| r.subs[j].bound))
+            };
+            let at = Duration::from_millis(sub.at_ms.unwrap_or(0));
+            let due = match (after_bound, sub.at_ms) {
+                (Some(bound), _) => bound.is_some_and(|b| now >= b + at),
+                (None, Some(_)) => clock.is_some_and(|c| now >= c + at),
+                (None, None) if sub.after.is_some() => clock.is_some(),
+                (None, None) => released,
             };
             match submitted {
                 None if due => {
@@ -482,29 +492,45 @@ pub(super) async fn submitter(ctx: Ctx) {
                         }
                     };
                     let mut pods = Vec::new();
+                    let mut jobs = Vec::new();
                     let mut others = Vec::new();
                     for o in objects {
                         if o["kind"] == "Pod" {
                             pods.push(key_of(&o));
                         } else {
+                            if o["kind"] == "Job" {
+                                let (ns, name) = key_of(&o);
+                                let parallelism =
+                                    o["spec"]["parallelism"].as_u64().unwrap_or(1) as usize;
+                                jobs.push((ns, name, parallelism));
+                            }
                             others.push(o.clone());
                         }
                         ctx.api.apply(o);
                     }
-                    say!(ctx, submission = %sub.name, pods = pods.len(), "submitted");
+                    say!(ctx, submission = %sub.name, pods = pods.len(), jobs = jobs.len(), "submitted");
                     let mut r = ctx.record.lock().expect("lock");
                     let s = &mut r.subs[i];
                     s.submitted = Some(now);
                     s.pods = pods;
+                    s.jobs = jobs;
                     s.others = others;
                 }
                 Some(t0) => {
-                    let (bound, finished, pods) = {
+                    let (bound, finished, jobs) = {
                         let r = ctx.record.lock().expect("lock");
                         let s = &r.subs[i];
-                        (s.bound, s.finished, s.pods.clone())
+                        (s.bound, s.finished, s.jobs.clone())
                     };
-                    if finished.is_some() || pods.is_empty() {
+                    if finished.is_some() {
+                        continue;
+                    }
+                    if bound.is_none() && !jobs.is_empty() {
+                        note_job_pods(&ctx, i, &jobs);
+                    }
+                    let pods = ctx.record.lock().expect("lock").subs[i].pods.clone();
+                    let expected = pods.len().max(jobs.iter().map(|j| j.2).sum());
+                    if pods.is_empty() {
                         continue;
                     }
                     match bound {
@@ -518,7 +544,7 @@ pub(super) async fn submitter(ctx: Ctx) {
                                     })
                                 })
                                 .collect();
-                            if let Some(nodes) = nodes {
+                            if let Some(nodes) = nodes.filter(|_| pods.len() >= expected) {
                                 let mut r = ctx.record.lock().expect("lock");
                                 r.subs[i].bound = Some(now);
                                 let nodes: Vec<String> = nodes.into_iter().collect();
@@ -538,15 +564,85 @@ pub(super) async fn submitter(ctx: Ctx) {
     }
 }
 
+/// The pods of submission `i`'s Jobs that the job controller has made
+/// (its `batch.kubernetes.io/job-name` label) join the submission's pods;
+/// one bound already (the kubelet saw it first) counts its node.
+fn note_job_pods(ctx: &Ctx, i: usize, jobs: &[(String, String, usize)]) {
+    let made: Vec<(String, String)> = ctx
+        .api
+        .list("v1", "Pod")
+        .iter()
+        .filter(|p| {
+            let (ns, _) = key_of(p);
+            let job = p["metadata"]["labels"]["batch.kubernetes.io/job-name"].as_str();
+            jobs.iter()
+                .any(|(jns, jname, _)| *jns == ns && job == Some(jname))
+        })
+        .map(key_of)
+        .collect();
+    // Kueue's ProvisioningRequest for a job is named after its Workload
+    // (`job-NAME-HASH-CHECK-ATTEMPT`, pkg/controller/admissionchecks/
+    // provisioning: ProvisioningRequestName).
+    let provisioned = ctx
+        .api
+        .list("autoscaling.x-k8s.io/v1", "ProvisioningRequest")
+        .into_iter()
+        .find(|pr| {
+            let (ns, name) = key_of(pr);
+            let provisioned = pr["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Provisioned" && c["status"] == "True")
+            });
+            provisioned
+                && jobs
+                    .iter()
+                    .any(|(jns, jname, _)| *jns == ns && name.starts_with(&format!("job-{jname}-")))
+        });
+    let mut r = ctx.record.lock().expect("lock");
+    if let Some(pr) = provisioned.filter(|_| r.subs[i].provisioned.is_none()) {
+        let ready_nodes: Vec<String> = r
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.on && n.registered)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let (_, name) = key_of(&pr);
+        say!(ctx, request = %name, ready = %ready_nodes.join(","), "ProvisioningRequest Provisioned=True");
+        r.subs[i].provisioned = Some(crate::ProvisionedSeen {
+            name,
+            class: pr["spec"]["provisioningClassName"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+            at: Instant::now(),
+            ready_nodes,
+        });
+    }
+    for key in made {
+        if r.subs[i].pods.contains(&key) {
+            continue;
+        }
+        let node = r.bound.get(&key).map(|(_, _, n)| n.clone());
+        let s = &mut r.subs[i];
+        s.pods.push(key);
+        s.nodes.extend(node);
+    }
+}
+
 fn finish(ctx: &Ctx, i: usize, name: &str) {
     let (pods, others) = {
         let r = ctx.record.lock().expect("lock");
         (r.subs[i].pods.clone(), r.subs[i].others.clone())
     };
+    // A Job first, so that its controller makes no pod again.
+    for o in others.iter().filter(|o| o["kind"] == "Job") {
+        let (ns, n) = key_of(o);
+        ctx.api.delete("batch/v1", "Job", &ns, &n);
+    }
     for (ns, n) in &pods {
         ctx.api.delete("v1", "Pod", ns, n);
     }
-    for o in &others {
+    for o in others.iter().filter(|o| o["kind"] != "Job") {
         let (ns, n) = key_of(o);
         let api = o["apiVersion"].as_str().unwrap_or("");
         let kind = o["kind"].as_str().unwrap_or("");
