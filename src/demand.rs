@@ -347,6 +347,26 @@ pub struct BoundPod {
     pub requests: BTreeMap<String, String>,
     #[serde(default)]
     pub devices: Vec<BoundDevice>,
+    /// It runs because the node does (a DaemonSet's pod, a mirror pod):
+    /// it takes the node's resources but is no work of the node's, so it
+    /// neither keeps the node on nor blocks its repair (as
+    /// cluster-autoscaler's drain rules treat such pods).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_agent: bool,
+    /// Its owner asked that its node not be disrupted
+    /// (`karpenter.sh/do-not-disrupt: "true"`,
+    /// `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`): it
+    /// keeps the node busy even as a node agent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub do_not_disrupt: bool,
+}
+
+impl BoundPod {
+    /// Whether it makes its node busy: work, or a pod that must not be
+    /// disrupted.
+    pub fn keeps_node_busy(&self) -> bool {
+        !self.node_agent || self.do_not_disrupt
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

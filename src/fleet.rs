@@ -86,6 +86,10 @@ pub struct Policy {
     /// Who repartitions MIG GPUs (a profile's `mig_via` overrides it).
     #[serde(default)]
     pub mig_via: MigVia,
+    /// A node an admin cordoned is powered off when idle, as any other
+    /// (default: it is left as the admin left it, on).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub power_off_cordoned: bool,
 }
 
 /// Who carries out a MIG repartition on a node.
@@ -145,6 +149,7 @@ impl Default for Policy {
             placement: Placement::FirstFit,
             on_drift: OnDrift::PlanWithReport,
             mig_via: MigVia::Agent,
+            power_off_cordoned: false,
         }
     }
 }

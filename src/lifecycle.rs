@@ -71,6 +71,9 @@ pub struct Observation {
     pub pods: u32,
     /// The agent was heard from recently (its heartbeats are not stale).
     pub agent_alive: bool,
+    /// An admin cordoned the node: maintenance, not a fault. It does not
+    /// turn Unhealthy, nor fail for want of a Ready Node.
+    pub cordoned: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,7 +171,8 @@ impl NodeLife {
     pub fn observe(&mut self, obs: &Observation, now: u64, d: &Deadlines) -> Vec<Transition> {
         let mut out = Vec::new();
         // A node that is up: how long has it looked unwell?
-        let well = obs.kube_ready && obs.agent_alive;
+        // A cordoned node's state is the admin's business: never unwell.
+        let well = (obs.kube_ready && obs.agent_alive) || obs.cordoned;
         if matches!(self.stage, Stage::Ready | Stage::InUse | Stage::Idle) {
             if well {
                 self.unwell_since = None;
@@ -211,7 +215,7 @@ impl NodeLife {
                 Stage::AgentUp if obs.kube_ready => {
                     self.go(Stage::Ready, now, "Kubernetes node Ready".into(), &mut out)
                 }
-                Stage::AgentUp if waited > d.agent_to_ready_s => self.go(
+                Stage::AgentUp if waited > d.agent_to_ready_s && !obs.cordoned => self.go(
                     Stage::Failed,
                     now,
                     format!(
@@ -325,7 +329,39 @@ mod tests {
             kube_ready,
             pods,
             agent_alive: agent_up,
+            cordoned: false,
         }
+    }
+
+    #[test]
+    fn a_cordoned_node_is_never_unhealthy_nor_failed_for_want_of_a_ready_node() {
+        let d = Deadlines {
+            unhealthy_after_s: 60,
+            agent_to_ready_s: 60,
+            ..Deadlines::default()
+        };
+        let cordoned_notready = Observation {
+            bmc_on: Some(true),
+            agent_up: true,
+            agent_alive: true,
+            kube_ready: false,
+            pods: 0,
+            cordoned: true,
+        };
+        let mut up = NodeLife::new(Stage::Idle, 0);
+        for t in [100, 200, 1000] {
+            assert!(up.observe(&cordoned_notready, t, &d).is_empty(), "{t}");
+        }
+        assert_eq!(up.stage, Stage::Idle);
+        let mut coming = NodeLife::new(Stage::AgentUp, 0);
+        assert!(coming.observe(&cordoned_notready, 1000, &d).is_empty());
+        assert_eq!(coming.stage, Stage::AgentUp);
+        // Uncordoned and still NotReady: the deadlines count again.
+        let plain = Observation {
+            cordoned: false,
+            ..cordoned_notready
+        };
+        assert_eq!(coming.observe(&plain, 1001, &d)[0].to, Stage::Failed);
     }
 
     #[test]
@@ -342,6 +378,7 @@ mod tests {
             agent_alive: true,
             kube_ready: false,
             pods: 2,
+            cordoned: false,
         };
         assert!(n.observe(&notready, 100, &d).is_empty());
         assert!(n.observe(&notready, 160, &d).is_empty(), "at the limit");

@@ -541,6 +541,10 @@ pub const READINESS_TAINTS: [&str; 2] = [
     "node.kubernetes.io/unreachable",
 ];
 
+/// The Node annotation (`"true"`) by which an admin keeps Accord from
+/// powering the node off or repairing it.
+pub const DO_NOT_DISRUPT: &str = "accord.dev/do-not-disrupt";
+
 fn is_readiness_taint(key: &str) -> bool {
     READINESS_TAINTS.contains(&key)
 }

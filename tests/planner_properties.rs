@@ -214,6 +214,8 @@ fn build(
                     capacity: BTreeMap::new(),
                 })
                 .collect(),
+            node_agent: false,
+            do_not_disrupt: false,
         });
     }
     // Two bound pods may claim the same GPU; keep the first.

@@ -5,7 +5,7 @@
 //! then on once Off), at most `max_cycles_per_node` times and never while
 //! too much of the fleet is unhealthy; a node with pods never is.
 
-use accord::demand::Demand;
+use accord::demand::{BoundPod, Demand};
 use accord::lifecycle::{Deadlines, Stage};
 use accordd::control::decide::{Decider, Decision, Repair, Snapshot};
 
@@ -57,8 +57,13 @@ struct Twin {
 impl Twin {
     /// Every node on, its agent heard and its Kubernetes node Ready.
     fn new(repair: Repair) -> Twin {
+        Twin::on(FLEET, repair)
+    }
+
+    /// As [`Twin::new`], on the fleet `text`.
+    fn on(text: &str, repair: Repair) -> Twin {
         let mut decider = decider(
-            FLEET,
+            text,
             Deadlines {
                 unhealthy_after_s: UNHEALTHY_AFTER_S,
                 ..Deadlines::default()
@@ -229,4 +234,104 @@ fn no_repair_while_too_much_of_the_fleet_is_unhealthy() {
         let d = t.round(5);
         assert!(offs(&d).is_empty(), "{:?}", d.power);
     }
+}
+
+/// `count` pods bound to `node`, as the translation gives them:
+/// `node_agent` for a DaemonSet's, `do_not_disrupt` for one that opts out.
+fn bound(node: &str, count: u32, node_agent: bool, do_not_disrupt: bool) -> Vec<BoundPod> {
+    (0..count)
+        .map(|i| {
+            serde_json::from_value(serde_json::json!({
+                "node": node, "namespace": "kube-system", "name": format!("{node}-agent-{i}"),
+                "requests": {"cpu": "10m", "memory": "32Mi"},
+                "node_agent": node_agent, "do_not_disrupt": do_not_disrupt
+            }))
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Each node runs four DaemonSet pods, as every real node does.
+fn daemonset_pods_everywhere(t: &mut Twin) {
+    for n in ["n1", "n2", "n3"] {
+        t.world.demand.bound.extend(bound(n, 4, true, false));
+        t.world.pods_per_node.insert(n.into(), 4);
+    }
+}
+
+const IDLE_S: u64 = 600;
+
+#[test]
+fn nodes_that_run_only_daemonset_pods_are_idle_go_dark_and_are_repaired() {
+    let mut t = Twin::new(Repair {
+        enabled: true,
+        max_cycles_per_node: 1,
+        max_unhealthy_percent: 50,
+    });
+    daemonset_pods_everywhere(&mut t);
+    // n2's node agent asks not to be disrupted (karpenter.sh/do-not-disrupt).
+    t.world.demand.bound.extend(bound("n2", 1, true, true));
+    *t.world.pods_per_node.get_mut("n2").unwrap() += 1;
+    t.round(1);
+    assert_eq!(t.stage("n1"), Stage::Idle, "node agents are no work");
+    assert_eq!(t.stage("n2"), Stage::InUse);
+    // n3 hangs: Unhealthy, and repaired though its node agents are bound.
+    t.hangs("n3");
+    t.round(1);
+    let d = t.round(UNHEALTHY_AFTER_S + 1);
+    assert_eq!(offs(&d), ["n3"], "{:?}", d.power);
+    assert_eq!(t.stage("n3"), Stage::PoweringOff);
+    // Past the idle time n1 goes dark; n2 stays on.
+    let d = t.round(IDLE_S);
+    assert_eq!(offs(&d), ["n1"], "{:?}", d.power);
+    for _ in 0..3 {
+        let d = t.round(IDLE_S);
+        assert!(!offs(&d).contains(&"n2".to_owned()), "{:?}", d.power);
+    }
+}
+
+#[test]
+fn a_cordoned_node_is_never_unhealthy_repaired_or_powered_off_when_idle() {
+    let repair = Repair {
+        enabled: true,
+        max_cycles_per_node: 1,
+        max_unhealthy_percent: 50,
+    };
+    let mut t = Twin::new(repair);
+    daemonset_pods_everywhere(&mut t);
+    // The admin cordons n1 for maintenance and takes it down: its Node
+    // goes NotReady and its agent silent.
+    t.world.cordoned.insert("n1".into());
+    t.hangs("n1");
+    // n2 is annotated accord.dev/do-not-disrupt and hangs too.
+    t.world.do_not_disrupt.insert("n2".into());
+    t.hangs("n2");
+    t.round(1);
+    for _ in 0..3 {
+        let d = t.round(UNHEALTHY_AFTER_S + 1);
+        assert!(offs(&d).is_empty(), "{:?}", d.power);
+    }
+    assert_eq!(t.stage("n1"), Stage::Idle, "a cordon is not a fault");
+    assert_eq!(t.stage("n2"), Stage::Unhealthy, "but is not repaired");
+    // Past the idle time only n3 goes dark.
+    let d = t.round(IDLE_S);
+    assert_eq!(offs(&d), ["n3"], "{:?}", d.power);
+    for _ in 0..3 {
+        let d = t.round(IDLE_S);
+        assert!(offs(&d).is_empty(), "{:?}", d.power);
+    }
+    // With policy.power_off_cordoned, an idle cordoned node goes dark too.
+    let mut t = Twin::on(
+        &format!("{FLEET}\n[policy]\npower_off_cordoned = true\n"),
+        repair,
+    );
+    daemonset_pods_everywhere(&mut t);
+    t.world.cordoned.insert("n1".into());
+    t.round(1);
+    let mut d = t.round(IDLE_S);
+    let mut off = offs(&d);
+    off.sort();
+    assert_eq!(off, ["n1", "n2", "n3"], "{:?}", d.power);
+    d = t.round(1);
+    assert!(offs(&d).is_empty());
 }

@@ -24,14 +24,31 @@ pub struct ClusterNode {
     pub ready: bool,
     /// Cordoned (`spec.unschedulable`).
     pub unschedulable: bool,
+    /// Annotated `accord.dev/do-not-disrupt: "true"` by an admin.
+    pub do_not_disrupt: bool,
 }
+
+/// The taint kube-scheduler's NodeUnschedulable filter treats a cordon as
+/// (`pkg/scheduler/framework/plugins/nodeunschedulable`): the node
+/// lifecycle controller puts it on a cordoned Node, but a moment later.
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 /// The node as kube-scheduler sees it, with the devices DRA drivers
 /// publish for it (`None`: none published, or the cluster serves no DRA).
 pub fn scheduler_view(node: &ClusterNode, devices: Option<Vec<Device>>) -> SchedulerView {
+    let mut taints = node.taints.clone();
+    // A cordon is a NoSchedule taint to the scheduler from the moment it
+    // is set: only pods that tolerate it (node agents) go there.
+    if node.unschedulable && !taints.iter().any(|t| t.key == UNSCHEDULABLE_TAINT) {
+        taints.push(Taint {
+            key: UNSCHEDULABLE_TAINT.to_owned(),
+            value: None,
+            effect: TaintEffect::NoSchedule,
+        });
+    }
     SchedulerView {
         labels: node.labels.clone(),
-        taints: node.taints.clone(),
+        taints,
         allocatable: node.allocatable.clone(),
         devices,
     }
@@ -71,8 +88,16 @@ pub fn cluster_node(n: &Node) -> ClusterNode {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True"),
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        do_not_disrupt: n
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(DO_NOT_DISRUPT))
+            .is_some_and(|v| v == "true"),
     }
 }
+
+pub use accord::truth::DO_NOT_DISRUPT;
 
 /// The node a slice's devices are on and the devices, in Accord's model.
 /// Unqualified attribute and capacity names belong to the driver's domain

@@ -495,6 +495,44 @@ fn marked_group(
     None
 }
 
+/// A pod that runs because its node does, as cluster-autoscaler tells
+/// them (utils/pod/pod.go `IsDaemonSetPod`, `IsMirrorPod`): its controller
+/// is a DaemonSet, or it says it is one
+/// (`cluster-autoscaler.kubernetes.io/daemonset-pod: "true"`), or it is
+/// the kubelet's mirror of a static pod (`kubernetes.io/config.mirror`;
+/// its owner is the Node).
+fn is_node_agent(meta: &ObjectMeta) -> bool {
+    let annotations = meta.annotations.as_ref();
+    let annotation = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    let controller_kind = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.kind.as_str());
+    matches!(controller_kind, Some("DaemonSet" | "Node"))
+        || annotation(DAEMONSET_POD) == Some("true")
+        || annotation(MIRROR_POD).is_some()
+}
+
+/// The opt-outs Karpenter and cluster-autoscaler honour on a pod: its
+/// node is not to be disrupted while it runs.
+fn asks_not_to_be_disrupted(meta: &ObjectMeta) -> bool {
+    let annotation = |k: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(String::as_str)
+    };
+    annotation(KARPENTER_DO_NOT_DISRUPT) == Some("true")
+        || annotation(SAFE_TO_EVICT) == Some("false")
+}
+
+const DAEMONSET_POD: &str = "cluster-autoscaler.kubernetes.io/daemonset-pod";
+const MIRROR_POD: &str = "kubernetes.io/config.mirror";
+const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+
 fn pod_unit<'a>(
     p: &'a core::Pod,
     options: &Options,
@@ -521,6 +559,8 @@ fn pod_unit<'a>(
                 labels: p.metadata.labels.clone().unwrap_or_default(),
                 requests,
                 devices: Vec::new(),
+                node_agent: is_node_agent(&p.metadata),
+                do_not_disrupt: asks_not_to_be_disrupted(&p.metadata),
             }),
             Err(reason) => out.invalid.push(format!("bound pod {ns}/{name}: {reason}")),
         }

@@ -436,3 +436,85 @@ fn dra_beta_conversion_never_panics_on_odd_shapes() {
         "kind": "ResourceSlice", "spec": {"devices": [{"name": "d", "basic": {"name": "other"}}]}}));
     assert_eq!(s["spec"]["devices"][0], json!({"name": "d"}));
 }
+
+/// Pods that run because their node does (cluster-autoscaler's
+/// `IsDaemonSetPod`, `IsMirrorPod`) are node agents; the do-not-disrupt
+/// opt-outs of Karpenter and cluster-autoscaler are read.
+#[test]
+fn bound_daemonset_and_mirror_pods_are_node_agents_and_opt_outs_are_read() {
+    let pod = |name: &str, meta: &str| {
+        format!(
+            "---\n{{apiVersion: v1, kind: Pod, metadata: {{namespace: kube-system, name: {name}{meta}}}, \
+             spec: {{nodeName: n1, containers: [{{name: c, image: c}}]}}, status: {{phase: Running}}}}\n"
+        )
+    };
+    let owned = |kind: &str| {
+        format!(", ownerReferences: [{{apiVersion: v1, kind: {kind}, name: x, uid: u, controller: true}}]")
+    };
+    let text = [
+        pod("work", ""),
+        pod("ds", &owned("DaemonSet")),
+        pod(
+            "not-controller",
+            ", ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: x, uid: u}]",
+        ),
+        pod(
+            "mirror",
+            ", annotations: {kubernetes.io/config.mirror: abc}",
+        ),
+        pod("static", &owned("Node")),
+        pod(
+            "says-ds",
+            ", annotations: {cluster-autoscaler.kubernetes.io/daemonset-pod: \"true\"}",
+        ),
+        pod(
+            "ds-keep",
+            &format!(
+                "{}, annotations: {{karpenter.sh/do-not-disrupt: \"true\"}}",
+                owned("DaemonSet")
+            ),
+        ),
+        pod(
+            "ds-unsafe",
+            &format!(
+                "{}, annotations: {{cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\"}}",
+                owned("DaemonSet")
+            ),
+        ),
+        pod("rs", &owned("ReplicaSet")),
+    ]
+    .concat();
+    let t = translate(
+        &Manifests::parse(&text, "live").unwrap(),
+        &Options::for_topology(&TopologyConfig::default()),
+    );
+    let flags: Vec<(&str, bool, bool)> = t
+        .demand
+        .bound
+        .iter()
+        .map(|b| (b.name.as_str(), b.node_agent, b.do_not_disrupt))
+        .collect();
+    let mut want = vec![
+        ("work", false, false),
+        ("ds", true, false),
+        ("not-controller", false, false),
+        ("mirror", true, false),
+        ("static", true, false),
+        ("says-ds", true, false),
+        ("ds-keep", true, true),
+        ("ds-unsafe", true, true),
+        ("rs", false, false),
+    ];
+    let mut got = flags.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    let busy: Vec<&str> = t
+        .demand
+        .bound
+        .iter()
+        .filter(|b| b.keeps_node_busy())
+        .map(|b| b.name.as_str())
+        .collect();
+    assert_eq!(busy.len(), 5, "{busy:?}");
+}

@@ -395,16 +395,32 @@ impl Lab {
 
 impl Lab {
     /// What the lab says of nodes accordd left on with none of the
-    /// scenario's work: those that hold only DaemonSet pods.
+    /// scenario's work, but those an admin cordoned (Accord leaves them
+    /// as the admin left them unless `policy.power_off_cordoned`).
     fn findings(&self, r: &crate::Record) -> Vec<String> {
         let busy: BTreeSet<&str> = r.bound.values().map(|(_, _, n)| n.as_str()).collect();
+        let cordoned = |name: &str| {
+            !self.fleet.policy.power_off_cordoned
+                && self
+                    .scenario
+                    .lab
+                    .machines
+                    .get(name)
+                    .is_some_and(|m| m.cordoned)
+        };
+        let left_on_after =
+            std::time::Duration::from_secs(self.fleet.policy.idle_power_off_after_s)
+                + crate::wait::LEFT_ON_GRACE;
+        let now = tokio::time::Instant::now();
         let left: Vec<String> = r
             .nodes
             .iter()
             .filter(|(name, n)| {
                 n.on && n.registered
                     && !busy.contains(name.as_str())
-                    && !n.daemonset_pods.is_empty()
+                    && !cordoned(name)
+                    && n.idle_since
+                        .is_some_and(|t| now.duration_since(t) >= left_on_after)
             })
             .map(|(name, _)| name.clone())
             .collect();
@@ -412,10 +428,8 @@ impl Lab {
             return Vec::new();
         }
         vec![format!(
-            "accordd left {} on with none of the scenario's work: each runs only DaemonSet pods \
-             (made by the real DaemonSet controller, as on every real node), and accordd counts \
-             every bound pod as work, so it never powers such a node off \
-             (lab.until_off cannot be met; the scenario is not at fault)",
+            "accordd left {} on with none of the scenario's work (node agents, such as \
+             DaemonSet pods, are none) past the idle power-off time",
             left.join(", ")
         )]
     }

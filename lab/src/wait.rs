@@ -11,9 +11,9 @@ use tokio::time::Instant;
 
 use crate::{workload_keys, Lab, Summary};
 
-/// How long past the idle power-off time a node holding only DaemonSet
-/// pods stays on before the lab calls it left on.
-const LEFT_ON_GRACE: Duration = Duration::from_secs(20);
+/// How long past the idle power-off time an idle node stays on before the
+/// lab calls it left on.
+pub(crate) const LEFT_ON_GRACE: Duration = Duration::from_secs(20);
 
 impl Lab {
     /// Whether every submission is done: finished, or pending while
@@ -41,9 +41,9 @@ impl Lab {
 
     /// Every node off, or on with none of the scenario's pods and nothing
     /// coming up. With `dark`, every node off, but for one accordd leaves
-    /// on while it holds only DaemonSet pods: idle that long past the
-    /// idle power-off time, it is left on for good (the summary says
-    /// why: [`Lab::findings`]).
+    /// on: idle [`LEFT_ON_GRACE`] past the idle power-off time, it is left
+    /// on for good (an admin's cordon keeps it so; any other the summary
+    /// calls a finding: [`Lab::findings`]).
     fn fleet_settled(&self, dark: bool) -> bool {
         let mut r = self.record.lock().expect("lock");
         let now = Instant::now();
@@ -59,7 +59,6 @@ impl Lab {
                 n.idle_since = Some(now);
             }
             let left_on = idle
-                && !n.daemonset_pods.is_empty()
                 && n.idle_since
                     .is_some_and(|t| now.duration_since(t) >= left_on_after);
             settled &= !n.on || (idle && (!dark || left_on));

@@ -257,6 +257,7 @@ pub fn run(
                 kube_ready: m.bmc_on && t >= m.ready_at,
                 pods: m.pods,
                 agent_alive: m.bmc_on && t >= m.agent_up_at,
+                cordoned: false,
             };
             lives[i].observe(&obs, t, &deadlines);
         }
@@ -513,6 +514,8 @@ fn bind(p: &WorkloadPlacement, w: &Workload, bound: &mut Vec<BoundPod>) {
                         .collect(),
                 })
                 .collect(),
+            node_agent: false,
+            do_not_disrupt: false,
         };
         let at = bound
             .binary_search_by(|x| {

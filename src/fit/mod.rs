@@ -105,6 +105,9 @@ pub struct NodeUse {
     pub cpu: Milli,
     pub memory: Milli,
     pub pods: i64,
+    /// Of `pods`, those that run because the node does (DaemonSet and
+    /// mirror pods): they take resources, but make no work.
+    pub node_agents: i64,
     pub extended: BTreeMap<String, Milli>,
     pub devices: Vec<DeviceUse>,
 }
@@ -117,8 +120,9 @@ impl NodeUse {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.pods == 0
+    /// No pod but node agents: nothing keeps the node busy.
+    pub fn runs_no_work(&self) -> bool {
+        self.pods <= self.node_agents
     }
 
     /// Saturating: requests come from outside, and a full node is the

@@ -703,7 +703,11 @@ impl<'f> Planner<'f> {
                     unnamed.extend(req.mig.iter().map(|(p, n)| (Some(p.clone()), *n)));
                     req.gpus = 0;
                     req.mig.clear();
-                    Rc::make_mut(&mut self.uses[i]).add(&req);
+                    let use_ = Rc::make_mut(&mut self.uses[i]);
+                    use_.add(&req);
+                    if !pod.keeps_node_busy() {
+                        use_.node_agents = use_.node_agents.saturating_add(1);
+                    }
                 }
                 Err(e) => self
                     .notes
@@ -1637,6 +1641,7 @@ impl<'f> Planner<'f> {
             cpu: used.cpu,
             memory: used.memory,
             pods: used.pods,
+            node_agents: used.node_agents,
             extended: used.extended.clone(),
             devices,
         };
@@ -1843,10 +1848,11 @@ impl<'f> Planner<'f> {
     }
 
     /// Idle nodes past the idle time, not held by a reservation minimum or a
-    /// warm-spare setting, and never one with workloads.
+    /// warm-spare setting, and never one with workloads (node agents,
+    /// DaemonSet and mirror pods, are none).
     fn scale_down(&mut self) {
         let idle = |p: &Self, i: usize| {
-            p.nodes[i].power == PowerState::On && !p.planned_on[i] && p.uses[i].is_empty()
+            p.nodes[i].power == PowerState::On && !p.planned_on[i] && p.uses[i].runs_no_work()
         };
         let mut spares: BTreeMap<String, u32> = BTreeMap::new();
         let mut profile_spares: BTreeMap<String, u32> = BTreeMap::new();

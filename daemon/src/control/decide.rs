@@ -52,8 +52,16 @@ pub struct Snapshot {
     pub cannot_plan: Vec<CannotPlanSeen>,
     /// Kubernetes Node → Ready and schedulable.
     pub kube_ready: BTreeMap<String, bool>,
-    /// Pods bound per node.
+    /// Pods bound per node, all of them (`demand.bound` says which are
+    /// node agents: DaemonSet and mirror pods, which keep no node busy).
     pub pods_per_node: BTreeMap<String, u32>,
+    /// Nodes an admin cordoned (`spec.unschedulable`): never Unhealthy,
+    /// never repaired, powered off when idle only with
+    /// `policy.power_off_cordoned`.
+    pub cordoned: BTreeSet<String>,
+    /// Nodes annotated `accord.dev/do-not-disrupt: "true"`: never powered
+    /// off nor repaired by Accord.
+    pub do_not_disrupt: BTreeSet<String>,
     /// Pending pod (`ns/name`) → its workload.
     pub pod_workload: BTreeMap<String, String>,
     /// Pending pod → the scheduler's PodScheduled message.
@@ -195,6 +203,8 @@ pub struct Decider {
     waiting_ready: BTreeMap<String, BTreeSet<String>>,
     /// Provisioned request (`ns/name`) → its nodes and when the booking ends.
     booked: BTreeMap<String, (BTreeSet<String>, u64)>,
+    /// This round's pods per node that keep it busy ([`busy_pods`]).
+    busy: BTreeMap<String, u32>,
     round: u64,
     recent: Vec<String>,
     /// Things said that still hold (events and warnings are not repeated
@@ -247,6 +257,7 @@ impl Decider {
             pending_since: BTreeMap::new(),
             waiting_ready: BTreeMap::new(),
             booked: BTreeMap::new(),
+            busy: BTreeMap::new(),
             round: 0,
             recent: Vec::new(),
             said: said::Said::default(),
@@ -349,6 +360,7 @@ impl Decider {
         let now = snap.now;
         self.clock = now;
         self.round += 1;
+        self.busy = busy_pods(snap);
         let mut events = Vec::new();
         let mut metrics = RoundMetrics::default();
         self.absorb(&snap.executed, now, &mut metrics);
@@ -705,8 +717,9 @@ impl Decider {
                 bmc_on,
                 agent_up,
                 kube_ready,
-                pods: snap.pods_per_node.get(name).copied().unwrap_or(0),
+                pods: self.busy_on(name),
                 agent_alive: heard.is_some(),
+                cordoned: snap.cordoned.contains(name),
             };
             let t = self.lives.get_mut(name).expect("listed").observe(
                 &o,
@@ -826,11 +839,16 @@ impl Decider {
             match a {
                 Action::PowerOn { .. } => ons.push(a.clone()),
                 Action::PowerOff { node, reason } => {
-                    let pods = snap.pods_per_node.get(node).copied().unwrap_or(0);
+                    let pods = self.busy_on(node);
                     let idle = self.lives.get(node).is_some_and(|l| l.stage == Stage::Idle);
                     // Debug: a booked node is skipped every round it is booked.
                     if self.is_booked(node, snap.now) {
                         debug!(node = %node, "planned power-off skipped: node booked for a ProvisioningRequest");
+                    } else if let Some(why) = self.kept_on_by_admin(snap, node) {
+                        self.say_once(
+                            SaidKey::new(said::POWER_OFF_KEPT, node, why.clone()),
+                            format!("node {node}: planned power-off skipped: {why}"),
+                        );
                     } else if pods > 0 || !idle {
                         info!(node = %node, reason = %reason, pods, "planned power-off skipped: node not idle");
                     } else {
@@ -897,10 +915,14 @@ impl Decider {
             if self.repairing.contains(&node) {
                 continue;
             }
-            let pods = snap.pods_per_node.get(&node).copied().unwrap_or(0);
+            let pods = self.busy_on(&node);
             let cycles = self.repair_cycles.get(&node).copied().unwrap_or(0);
             let skip = if pods > 0 {
                 Some(format!("{pods} pod(s) bound"))
+            } else if snap.cordoned.contains(&node) {
+                Some("cordoned by an admin".to_owned())
+            } else if snap.do_not_disrupt.contains(&node) {
+                Some(format!("annotated {DO_NOT_DISRUPT}"))
             } else if cycles >= self.repair.max_cycles_per_node {
                 Some(format!(
                     "power-cycled {cycles} time(s) already (control.repair.max_cycles_per_node)"
@@ -1241,6 +1263,46 @@ impl Decider {
             info!("{line}");
         }
         first
+    }
+}
+
+use accord::truth::DO_NOT_DISRUPT;
+
+/// Per node, the bound pods that keep it busy: all of them
+/// (`pods_per_node`) but its node agents (DaemonSet and mirror pods that
+/// do not ask not to be disrupted), which run on every node and so would
+/// keep every node on for good.
+fn busy_pods(snap: &Snapshot) -> BTreeMap<String, u32> {
+    let mut agents: BTreeMap<&str, u32> = BTreeMap::new();
+    for b in snap.demand.bound.iter().filter(|b| !b.keeps_node_busy()) {
+        *agents.entry(b.node.as_str()).or_default() += 1;
+    }
+    snap.pods_per_node
+        .iter()
+        .map(|(node, all)| {
+            let agents = agents.get(node.as_str()).copied().unwrap_or(0);
+            (node.clone(), all.saturating_sub(agents))
+        })
+        .collect()
+}
+
+impl Decider {
+    /// This round's pods that keep `node` busy.
+    fn busy_on(&self, node: &str) -> u32 {
+        self.busy.get(node).copied().unwrap_or(0)
+    }
+
+    /// Why an admin's word keeps `node` on though it is idle: its
+    /// `accord.dev/do-not-disrupt` annotation, or a cordon (unless
+    /// `policy.power_off_cordoned`).
+    fn kept_on_by_admin(&self, snap: &Snapshot, node: &str) -> Option<String> {
+        if snap.do_not_disrupt.contains(node) {
+            Some(format!("annotated {DO_NOT_DISRUPT}"))
+        } else if snap.cordoned.contains(node) && !self.fleet.policy.power_off_cordoned {
+            Some("cordoned by an admin (policy.power_off_cordoned = false)".to_owned())
+        } else {
+            None
+        }
     }
 }
 

@@ -176,9 +176,17 @@ fn kube_snapshot(
     for b in &translation.demand.bound {
         *pods_per_node.entry(b.node.clone()).or_default() += 1;
     }
-    let kube_ready = nodes
+    // A cordon is not a fault (decide keeps cordoned nodes as they are).
+    let kube_ready = nodes.iter().map(|n| (n.name.clone(), n.ready)).collect();
+    let cordoned = nodes
         .iter()
-        .map(|n| (n.name.clone(), n.ready && !n.unschedulable))
+        .filter(|n| n.unschedulable)
+        .map(|n| n.name.clone())
+        .collect();
+    let do_not_disrupt = nodes
+        .iter()
+        .filter(|n| n.do_not_disrupt)
+        .map(|n| n.name.clone())
         .collect();
     // Pending pod → its workload, from the sources the translation names
     // for each workload: the grouping is the translation's.
@@ -237,6 +245,8 @@ fn kube_snapshot(
             .collect(),
         demand: translation.demand,
         kube_ready,
+        cordoned,
+        do_not_disrupt,
         pods_per_node,
         pod_workload,
         scheduler,

@@ -19,6 +19,7 @@ const STICKY: &[&str] = &[UNKNOWN_NODE];
 pub(super) const CANNOT_PLACE: &str = "cannot_place";
 pub(super) const OBSERVE: &str = "observe";
 pub(super) const REPAIR_SKIPPED: &str = "repair_skipped";
+pub(super) const POWER_OFF_KEPT: &str = "power_off_kept";
 pub(super) const UNKNOWN_NODE: &str = "unknown_node";
 pub(super) const SCHEDULER_DRIFT: &str = "scheduler_drift";
 
