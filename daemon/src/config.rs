@@ -224,9 +224,17 @@ fn default_mig_parted_config() -> std::path::PathBuf {
 #[serde(deny_unknown_fields)]
 pub struct KubernetesConfig {
     /// API server URL reached without credentials (the local lab's fake
-    /// API, or `kubectl proxy`). Unset: the in-cluster service account,
-    /// else `$KUBECONFIG` / `~/.kube/config`, as kubectl finds them.
+    /// API, or `kubectl proxy`). Unset: `kubeconfig`, else the in-cluster
+    /// service account, else `$KUBECONFIG` / `~/.kube/config`, as kubectl
+    /// finds them.
     pub url: Option<String>,
+    /// A kubeconfig file: what the packaged unit uses (its `$HOME` is the
+    /// store, so kubectl's `~/.kube/config` is not the admin's). It holds
+    /// credentials: readable by accordd's user only, as its other secret
+    /// files.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig's context (default: its `current-context`).
+    pub context: Option<String>,
 }
 
 fn default_batch_idle_ms() -> u64 {
@@ -369,6 +377,19 @@ impl DaemonConfig {
         }
         if self.store.dir.as_os_str().is_empty() {
             problems.push("store.dir: empty".to_owned());
+        }
+        let k = &self.kubernetes;
+        if k.url.is_some() && (k.kubeconfig.is_some() || k.context.is_some()) {
+            problems.push(
+                "kubernetes: set url (no credentials) or kubeconfig and context, not both"
+                    .to_owned(),
+            );
+        }
+        if let Some(path) = &k.kubeconfig {
+            problems.extend(check_secret("kubernetes.kubeconfig", path));
+        }
+        if k.context.as_deref().is_some_and(|c| c.trim().is_empty()) {
+            problems.push("kubernetes.context: empty".to_owned());
         }
         match (&self.agents.token_file, &self.agents.token_dir) {
             (None, None) => problems

@@ -121,3 +121,74 @@ fn control_section_is_checked_against_fleet_and_redfish() {
         .to_string();
     assert!(e.contains("acting"), "{e}");
 }
+
+/// `[kubernetes] kubeconfig` and `context`: the file must be a secret
+/// file, `url` excludes them, and the client reaches the context's
+/// cluster, not the current one.
+#[tokio::test]
+async fn a_kubeconfig_and_its_context_name_the_cluster() {
+    use std::os::unix::fs::PermissionsExt;
+    let api = accord_testkit::fake_api::FakeApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: elsewhere\n\
+             clusters:\n- name: lab\n  cluster: {{server: \"{}\"}}\n\
+             - name: gone\n  cluster: {{server: \"http://127.0.0.1:9\"}}\n\
+             users:\n- name: accordd\n  user: {{token: t}}\n\
+             contexts:\n- name: lab\n  context: {{cluster: lab, user: accordd}}\n\
+             - name: elsewhere\n  context: {{cluster: gone, user: accordd}}\n",
+            api.url
+        ),
+    )
+    .unwrap();
+    let base = format!(
+        "[server]\nlisten = \"127.0.0.1:7480\"\n[store]\ndir = \"/tmp/x\"\n\
+         [agents]\ntoken_file = \"/nonexistent/t\"\n[admin]\ntoken_file = \"/nonexistent/t\"\n\
+         [kubernetes]\nkubeconfig = \"{}\"\n",
+        kubeconfig.display()
+    );
+    let file = Path::new("accordd.toml");
+    let problem = |text: &str| {
+        DaemonConfig::parse(text, file)
+            .unwrap()
+            .validate()
+            .into_iter()
+            .filter(|p| p.starts_with("kubernetes"))
+            .collect::<Vec<_>>()
+    };
+    // World-readable credentials are refused, by key.
+    std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let p = problem(&base);
+    assert!(
+        p.iter().any(|p| p.starts_with("kubernetes.kubeconfig")),
+        "{p:?}"
+    );
+    std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(problem(&base).is_empty(), "{:?}", problem(&base));
+    let both = format!("{base}url = \"http://127.0.0.1:8001\"\n");
+    assert!(
+        problem(&both)
+            .iter()
+            .any(|p| p.contains("set url (no credentials) or kubeconfig")),
+        "{:?}",
+        problem(&both)
+    );
+    // The named context's cluster answers; the current one would not.
+    let config = DaemonConfig::parse(&format!("{base}context = \"lab\"\n"), file).unwrap();
+    let client = accordd::control::run::kube_client(&config).await.unwrap();
+    let version = client.apiserver_version().await.unwrap();
+    assert!(!version.git_version.is_empty());
+    // A context the file lacks is an error naming the key.
+    let config = DaemonConfig::parse(&format!("{base}context = \"nope\"\n"), file).unwrap();
+    let Err(e) = accordd::control::run::kube_client(&config).await else {
+        panic!("a context the kubeconfig lacks was accepted");
+    };
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("kubernetes.kubeconfig") && e.contains("nope"),
+        "{e}"
+    );
+}

@@ -118,9 +118,24 @@ impl std::fmt::Debug for Controller {
 /// The Kubernetes client the configuration names.
 pub async fn kube_client(config: &DaemonConfig) -> anyhow::Result<kube::Client> {
     use anyhow::Context;
-    let cfg = match &config.kubernetes.url {
-        Some(url) => kube::Config::new(url.parse().context("kubernetes.url")?),
-        None => kube::Config::infer()
+    let k = &config.kubernetes;
+    let options = kube::config::KubeConfigOptions {
+        context: k.context.clone(),
+        ..Default::default()
+    };
+    let cfg = match (&k.url, &k.kubeconfig) {
+        (Some(url), _) => kube::Config::new(url.parse().context("kubernetes.url")?),
+        (None, Some(path)) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("kubernetes.kubeconfig: {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .with_context(|| format!("kubernetes.kubeconfig: {}", path.display()))?
+        }
+        (None, None) if options.context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("kubernetes.context: $KUBECONFIG / ~/.kube/config")?,
+        (None, None) => kube::Config::infer()
             .await
             .context("kubernetes: no in-cluster service account and no kubeconfig")?,
     };
