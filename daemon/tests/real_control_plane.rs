@@ -304,9 +304,9 @@ async fn accordd_on(minor: u32) {
     let leader_url = replicas[leader_index].2.clone();
 
     // The leader sees the cluster as the scheduler left it: every kind it
-    // reads watched (or said why not), and the DaemonSet's pod on r1-n1.
-    // Today accordd counts that pod as work, so on a real cluster r1-n1
-    // would never go idle (issue 27 changes this; update this check then).
+    // reads watched (or said why not), and the DaemonSet's pod on r1-n1
+    // (among its pods; as a node agent it is no work: the lab's default
+    // scenario and control_health's twins show that).
     let status = wait_for(
         &format!("the leader's round counting kube-system/{ds_pod} on r1-n1"),
         Duration::from_secs(60),
