@@ -1321,9 +1321,12 @@ async fn handle(
                 },
             };
             let ns = ns_key(&t);
-            if shared.inner.lock().expect("lock").objects[t.resource]
-                .contains_key(&(ns.clone(), name.clone()))
-            {
+            // Checked and stored under one lock, as the API server's
+            // create is one transaction on etcd: of two replicas creating
+            // the same Lease at once, one gets 409 (checked apart, both
+            // "created" it, and both led).
+            let mut inner = shared.inner.lock().expect("lock");
+            if inner.objects[t.resource].contains_key(&(ns.clone(), name.clone())) {
                 return reply(
                     StatusCode::CONFLICT,
                     status(
@@ -1333,8 +1336,7 @@ async fn handle(
                     ),
                 );
             }
-            shared.put(t.resource, ns.clone(), name.clone(), object);
-            let inner = shared.inner.lock().expect("lock");
+            shared.put_locked(&mut inner, t.resource, ns.clone(), name.clone(), object);
             reply(
                 StatusCode::CREATED,
                 inner.objects[t.resource][&(ns, name)].clone(),
