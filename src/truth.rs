@@ -125,6 +125,11 @@ pub const RESERVATION_KEY: &str = "accord.dev/reservation";
 /// back (a kubelet of such a node registers with it), `failed` when it
 /// did not take. Accord removes it once the profile is verified.
 pub const BIOS_TAINT_KEY: &str = "accord.dev/bios";
+/// The taint key (effect NoSchedule, no value) of a node Accord is about
+/// to power off: set before the power-off and seen on the Node before it
+/// is sent, so that kube-scheduler binds nothing there in between; lifted
+/// when the power-off is cancelled and on the next power-on.
+pub const POWERING_OFF_TAINT_KEY: &str = "accord.dev/powering-off";
 
 /// What Accord publishes on one Node: the keys it owns, with the values
 /// they should have. Keys Accord owns that are absent here are removed.
@@ -549,10 +554,10 @@ fn is_readiness_taint(key: &str) -> bool {
     READINESS_TAINTS.contains(&key)
 }
 
-/// Whether Accord owns Node taints with `key`: [`RESERVATION_KEY`] and
-/// [`BIOS_TAINT_KEY`].
+/// Whether Accord owns Node taints with `key`: [`RESERVATION_KEY`],
+/// [`BIOS_TAINT_KEY`] and [`POWERING_OFF_TAINT_KEY`].
 pub fn owns_taint(key: &str) -> bool {
-    key == RESERVATION_KEY || key == BIOS_TAINT_KEY
+    key == RESERVATION_KEY || key == BIOS_TAINT_KEY || key == POWERING_OFF_TAINT_KEY
 }
 
 /// `s` as a valid label value: spaces become `-`, other characters than

@@ -174,6 +174,15 @@ pub struct ControlConfig {
     /// Power-cycling Unhealthy nodes (off by default).
     #[serde(default)]
     pub repair: RepairConfig,
+    /// A power-off is sent only once the Node shows the
+    /// `accord.dev/powering-off` taint, this long after it first does, and
+    /// the node is still idle (a pod that came meanwhile cancels it).
+    #[serde(default = "default_power_off_settle_s")]
+    pub power_off_settle_s: u64,
+}
+
+fn default_power_off_settle_s() -> u64 {
+    crate::control::decide::DEFAULT_POWER_OFF_SETTLE_S
 }
 
 /// `[control.repair]`: an Unhealthy node with no pods is power-cycled, at
@@ -458,6 +467,9 @@ impl DaemonConfig {
             }
             if c.mig_deadline_s == 0 || c.mig_deadline_s > 86_400 {
                 problems.push("control.mig_deadline_s: must be 1 to 86400".to_owned());
+            }
+            if c.power_off_settle_s > 3600 {
+                problems.push("control.power_off_settle_s: above 3600".to_owned());
             }
             if c.mig_parted_config.as_os_str().is_empty() {
                 problems.push("control.mig_parted_config: empty".to_owned());

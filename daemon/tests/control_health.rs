@@ -5,8 +5,9 @@
 //! then on once Off), at most `max_cycles_per_node` times and never while
 //! too much of the fleet is unhealthy; a node with pods never is.
 
-use accord::demand::{BoundPod, Demand};
+use accord::demand::{BoundPod, Demand, TaintEffect};
 use accord::lifecycle::{Deadlines, Stage};
+use accord::truth::{SchedulerView, POWERING_OFF_TAINT_KEY};
 use accordd::control::decide::{Decider, Decision, Repair, Snapshot};
 
 mod support;
@@ -334,4 +335,182 @@ fn a_cordoned_node_is_never_unhealthy_repaired_or_powered_off_when_idle() {
     assert_eq!(off, ["n1", "n2", "n3"], "{:?}", d.power);
     d = t.round(1);
     assert!(offs(&d).is_empty());
+}
+
+/// Every node registered in Kubernetes, as the scheduler sees it.
+fn registered(t: &mut Twin) {
+    for n in ["n1", "n2", "n3"] {
+        t.world.views.insert(n.into(), SchedulerView::default());
+    }
+}
+
+/// The API server takes what the decision publishes: the Nodes show it.
+fn published(t: &mut Twin, d: &Decision) {
+    for (node, p) in &d.publish {
+        let view = t.world.views.get_mut(node).expect("a registered node");
+        view.labels = p.labels.clone();
+        view.taints = p.taints.clone();
+    }
+}
+
+fn shows_powering_off(t: &Twin, node: &str) -> bool {
+    t.world.views[node]
+        .taints
+        .iter()
+        .any(|x| x.key == POWERING_OFF_TAINT_KEY && x.effect == TaintEffect::NoSchedule)
+}
+
+const SETTLE_S: u64 = 5;
+
+#[test]
+fn a_power_off_waits_for_its_taint_on_the_node_then_the_settle_time() {
+    let mut t = Twin::new(Repair::default());
+    t.decider.set_power_off_settle_s(SETTLE_S);
+    registered(&mut t);
+    daemonset_pods_everywhere(&mut t);
+    t.world.pods_per_node.insert("n2".into(), 5);
+    t.world.demand.bound.extend(bound("n2", 1, false, false));
+    t.round(1);
+    // Past the idle time: n1 and n3 are tainted, not powered off.
+    let first = t.round(IDLE_S);
+    let d = &first;
+    assert!(offs(d).is_empty(), "{:?}", d.power);
+    let tainted: Vec<&str> = d
+        .publish
+        .iter()
+        .filter(|(_, p)| p.taints.iter().any(|x| x.key == POWERING_OFF_TAINT_KEY))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(tainted, ["n1", "n3"], "{:?}", d.publish);
+    let st = d.status.nodes.iter().find(|n| n.name == "n1").unwrap();
+    assert!(
+        st.reason.as_deref().unwrap_or("").contains("powering off"),
+        "{st:?}"
+    );
+    // Not while the Nodes do not show it (the write has not landed).
+    for _ in 0..3 {
+        let d = t.round(SETTLE_S);
+        assert!(offs(&d).is_empty(), "{:?}", d.power);
+    }
+    // Shown on n1 only: n1 goes once the settle time has passed.
+    let n1: Vec<_> = first
+        .publish
+        .iter()
+        .filter(|(n, _)| n == "n1")
+        .cloned()
+        .collect();
+    published(
+        &mut t,
+        &Decision {
+            publish: n1,
+            ..first
+        },
+    );
+    assert!(shows_powering_off(&t, "n1") && !shows_powering_off(&t, "n3"));
+    let d = t.round(1);
+    assert!(offs(&d).is_empty(), "the taint just seen: {:?}", d.power);
+    let d = t.round(SETTLE_S - 1);
+    assert!(offs(&d).is_empty(), "{:?}", d.power);
+    let d = t.round(1);
+    assert_eq!(offs(&d), ["n1"], "{:?}", d.power);
+    assert_eq!(t.stage("n1"), Stage::PoweringOff);
+    // The taint stays while it powers off and while it is off...
+    t.world.bmc.insert("n1".into(), false);
+    t.world.kube_ready.insert("n1".into(), false);
+    t.world.agents.remove("n1");
+    for _ in 0..3 {
+        let d = t.round(1);
+        published(&mut t, &d);
+    }
+    assert_eq!(t.stage("n1"), Stage::Off);
+    assert!(shows_powering_off(&t, "n1"));
+    // ...and is lifted by the next power-on: n2 and n3 are full now, a
+    // pending pod needs n1.
+    for n in ["n2", "n3"] {
+        t.world.demand.bound.push(
+            serde_json::from_value(serde_json::json!({
+                "node": n, "namespace": "ml", "name": format!("full-{n}"),
+                "requests": {"nvidia.com/gpu": "8"}
+            }))
+            .unwrap(),
+        );
+        *t.world.pods_per_node.get_mut(n).unwrap() += 1;
+    }
+    t.world.demand.workloads = one_gpu_pod().workloads;
+    let d = t.round(1);
+    assert_eq!(ons(&d), ["n1"], "{:?}", d.power);
+    published(&mut t, &d);
+    assert_eq!(t.stage("n1"), Stage::PoweringOn);
+    assert!(!shows_powering_off(&t, "n1"), "{:?}", t.world.views["n1"]);
+}
+
+#[test]
+fn a_work_pod_that_slips_in_cancels_the_power_off_and_lifts_the_taint() {
+    let mut t = Twin::new(Repair::default());
+    t.decider.set_power_off_settle_s(SETTLE_S);
+    registered(&mut t);
+    daemonset_pods_everywhere(&mut t);
+    t.round(1);
+    let d = t.round(IDLE_S);
+    published(&mut t, &d);
+    assert!(shows_powering_off(&t, "n1"));
+    let d = t.round(1);
+    assert!(offs(&d).is_empty(), "{:?}", d.power);
+    // A pod bound straight to n1 (spec.nodeName: no scheduler, no taint
+    // check) while it waits.
+    t.world.demand.bound.extend(bound("n1", 1, false, false));
+    *t.world.pods_per_node.get_mut("n1").unwrap() += 1;
+    let mut cancelled = false;
+    for _ in 0..4 {
+        let d = t.round(SETTLE_S);
+        assert!(!offs(&d).contains(&"n1".to_owned()), "{:?}", d.power);
+        cancelled |= d.events.iter().any(|e| {
+            e.reason == "PowerOffCancelled"
+                && e.regarding.name == "n1"
+                && e.note.contains("1 work pod(s)")
+        });
+        published(&mut t, &d);
+    }
+    assert!(cancelled, "a PowerOffCancelled event for n1");
+    assert!(!shows_powering_off(&t, "n1"), "{:?}", t.world.views["n1"]);
+    assert_eq!(t.stage("n1"), Stage::InUse);
+    // The others, idle, went dark.
+    assert_eq!(t.stage("n2"), Stage::PoweringOff);
+    assert_eq!(t.stage("n3"), Stage::PoweringOff);
+}
+
+#[test]
+fn pending_work_placed_on_a_node_being_drained_cancels_its_power_off() {
+    let mut t = Twin::new(Repair::default());
+    t.decider.set_power_off_settle_s(SETTLE_S);
+    registered(&mut t);
+    daemonset_pods_everywhere(&mut t);
+    t.round(1);
+    let d = t.round(IDLE_S);
+    published(&mut t, &d);
+    for n in ["n1", "n2", "n3"] {
+        assert!(shows_powering_off(&t, n), "{n}");
+    }
+    // A pod comes pending: the plan places it on a node that is up (its
+    // own taint is not the scheduler's last word: Accord lifts it), not on
+    // a node to power on; while work is pending the plan powers nothing
+    // off, so every drain is cancelled and every taint lifted.
+    t.world.demand = one_gpu_pod();
+    let d = t.round(1);
+    assert!(ons(&d).is_empty(), "{:?}", d.power);
+    assert!(offs(&d).is_empty(), "{:?}", d.power);
+    let placed = &d.status.placements[0].pods[0].node;
+    published(&mut t, &d);
+    let cancelled: Vec<&str> = d
+        .events
+        .iter()
+        .filter(|e| e.reason == "PowerOffCancelled")
+        .map(|e| e.regarding.name.as_str())
+        .collect();
+    assert!(
+        cancelled.contains(&placed.as_str()),
+        "{placed}: {:?}",
+        d.events
+    );
+    assert!(!shows_powering_off(&t, placed));
 }

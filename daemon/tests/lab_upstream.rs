@@ -251,3 +251,204 @@ async fn a_permission_taken_from_accordd_fails_the_lab() {
         "{text}"
     );
 }
+
+/// One node, a DaemonSet on it, a pod that runs 2 s, an idle time of 2 s
+/// and a long settle time: the window in which the test binds a pod to the
+/// node while Accord waits to power it off.
+const POWER_OFF: &str = r#"
+[lab]
+boot_delay_ms = 500
+kubelet_delay_ms = 500
+heartbeat_ms = 1000
+max_s = 300
+cluster_manifests = """
+{apiVersion: apps/v1, kind: DaemonSet, metadata: {namespace: kube-system, name: cni-node}, spec: {selector: {matchLabels: {app: cni-node}}, template: {metadata: {labels: {app: cni-node}}, spec: {tolerations: [{operator: Exists}], containers: [{name: cni, image: cni-stand-in, resources: {requests: {cpu: 10m, memory: 32Mi}}}]}}}}
+"""
+[control]
+tick_ms = 1000
+transition_poll_ms = 1000
+power_off_settle_s = 600
+[fleet.policy]
+idle_power_off_after_s = 2
+[fleet.profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "4"
+memory = "1500Gi"
+[[fleet.racks]]
+name = "r1"
+[[fleet.nodes]]
+name = "r1-n1"
+rack = "r1"
+profile = "h100"
+[[submit]]
+name = "job"
+run_ms = 2000
+manifests = '''
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: job}, spec: {containers: [{name: c, image: c, resources: {limits: {nvidia.com/gpu: "8"}}}]}}
+'''
+"#;
+
+fn node_taints(lab: &Lab, node: &str) -> Vec<String> {
+    lab.api
+        .get("v1", "Node", "", node)
+        .and_then(|n| n["spec"]["taints"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| t["key"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_bound_while_a_node_waits_to_power_off_cancels_it_and_is_not_killed() {
+    use accord::truth::POWERING_OFF_TAINT_KEY;
+    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let s = Scenario::parse(POWER_OFF, Path::new("power-off.toml")).unwrap();
+    let lab = support::lab::start("upstream-power-off", s).await;
+    lab.release("job").unwrap();
+    support::lab::bound(&lab, "job", Duration::from_secs(150)).await;
+    // The job ran and finished; only the DaemonSet's pod is left: the
+    // node is tainted for its power-off, which waits.
+    lab.wait_lab(
+        "r1-n1 tainted accord.dev/powering-off after the job",
+        Duration::from_secs(120),
+        |lab| {
+            node_taints(lab, "r1-n1")
+                .iter()
+                .any(|k| k == POWERING_OFF_TAINT_KEY)
+        },
+    )
+    .await
+    .unwrap();
+    // A pod bound straight to the node (no scheduler: a NoSchedule taint
+    // does not keep it off), as an admin's or an operator's may be.
+    lab.api.apply(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "ml", "name": "slipped-in"},
+        "spec": {"nodeName": "r1-n1", "containers": [{"name": "c", "image": "c",
+            "resources": {"requests": {"cpu": "1"}}}]}
+    }));
+    lab.wait_lab(
+        "the powering-off taint lifted from r1-n1 and the pod running",
+        Duration::from_secs(90),
+        |lab| {
+            !node_taints(lab, "r1-n1")
+                .iter()
+                .any(|k| k == POWERING_OFF_TAINT_KEY)
+                && lab
+                    .api
+                    .get("v1", "Pod", "ml", "slipped-in")
+                    .is_some_and(|p| p["status"]["phase"] == "Running")
+        },
+    )
+    .await
+    .unwrap();
+    let st = lab
+        .wait_status(
+            "r1-n1 InUse in accordd's status",
+            Duration::from_secs(60),
+            |s| {
+                s.nodes
+                    .iter()
+                    .any(|n| n.name == "r1-n1" && n.stage == accord::lifecycle::Stage::InUse)
+            },
+        )
+        .await
+        .unwrap();
+    support::lab::rounds_after(&lab, &st, 3).await;
+    let offs: Vec<_> = lab
+        .proxy
+        .log()
+        .into_iter()
+        .filter(|l| {
+            l.method == "POST" && !l.power_on && l.path == accord_lab::proxy::reset_path("r1-n1")
+        })
+        .collect();
+    assert!(offs.is_empty(), "r1-n1 was powered off: {offs:?}");
+    assert!(lab.nodes_on().contains("r1-n1"));
+    let events = lab.api.list("events.k8s.io/v1", "Event");
+    let cancelled: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "PowerOffCancelled" && e["regarding"]["name"] == "r1-n1")
+        .collect();
+    assert_eq!(cancelled.len(), 1, "{events:#?}");
+    let note = cancelled[0]["note"].as_str().unwrap_or("");
+    assert!(note.contains("1 work pod(s) bound"), "{note}");
+}
+
+/// Two nodes, NVIDIA's DRA DeviceClass, a pod whose claim holds 6 of a
+/// node's 8 GPUs, then one whose claim asks for 4.
+const HELD_DEVICES: &str = r#"
+[lab]
+boot_delay_ms = 500
+kubelet_delay_ms = 500
+heartbeat_ms = 1000
+max_s = 300
+cluster_manifests = """
+{apiVersion: resource.k8s.io/v1, kind: DeviceClass, metadata: {name: gpu.nvidia.com}, spec: {selectors: [{cel: {expression: "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}}
+"""
+[control]
+tick_ms = 1000
+transition_poll_ms = 1000
+[fleet.profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "4"
+memory = "1500Gi"
+[[fleet.racks]]
+name = "r1"
+[[fleet.nodes]]
+name = "r1-n1"
+rack = "r1"
+profile = "h100"
+[[fleet.nodes]]
+name = "r1-n2"
+rack = "r1"
+profile = "h100"
+[[submit]]
+name = "holder"
+run_ms = 600000
+manifests = '''
+{apiVersion: resource.k8s.io/v1, kind: ResourceClaimTemplate, metadata: {namespace: ml, name: six}, spec: {spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com, count: 6}}]}}}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: holder}, spec: {resourceClaims: [{name: gpus, resourceClaimTemplateName: six}], containers: [{name: c, image: c, resources: {claims: [{name: gpus}]}}]}}
+'''
+[[submit]]
+name = "second"
+run_ms = 600000
+manifests = '''
+{apiVersion: resource.k8s.io/v1, kind: ResourceClaimTemplate, metadata: {namespace: ml, name: four}, spec: {spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com, count: 4}}]}}}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: second}, spec: {resourceClaims: [{name: gpus, resourceClaimTemplateName: four}], containers: [{name: c, image: c, resources: {claims: [{name: gpus}]}}]}}
+'''
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_claim_is_not_planned_on_gpus_a_running_claim_holds() {
+    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let s = Scenario::parse(HELD_DEVICES, Path::new("held.toml")).unwrap();
+    let lab = support::lab::start("upstream-held-devices", s).await;
+    lab.release("holder").unwrap();
+    support::lab::bound(&lab, "holder", Duration::from_secs(150)).await;
+    let first = support::lab::nodes_of(&lab, "ml/holder");
+    assert_eq!(first.len(), 1, "{first:?}");
+    // The real scheduler allocated 6 of its GPUs to the holder's claim:
+    // 2 are left there. The second claim (4) needs the other node, which
+    // Accord powers on; planned on the held GPUs, it would stay Pending.
+    lab.release("second").unwrap();
+    support::lab::bound(&lab, "second", Duration::from_secs(150)).await;
+    let second = support::lab::nodes_of(&lab, "ml/second");
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert!(first.is_disjoint(&second), "{first:?} {second:?}");
+    let claims = lab.api.list("resource.k8s.io/v1", "ResourceClaim");
+    let allocated: usize = claims
+        .iter()
+        .map(|c| {
+            c["status"]["allocation"]["devices"]["results"]
+                .as_array()
+                .map_or(0, Vec::len)
+        })
+        .sum();
+    assert_eq!(allocated, 10, "{claims:#?}");
+    assert_eq!(lab.nodes_powered_on().len(), 2);
+}

@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 
 use accord::demand::{sources_text, Limits, ObjectRef};
 use accord::demand::{
-    AllocationMode, BoundPod, Claim, Constraint, Demand, DeviceClass, DeviceRequest, ExactRequest,
-    NodeSelectorRequirement, NodeSelectorTerm, PodSet, PodSpec, SelectorOperator, TaintEffect,
-    Toleration, TolerationOperator, TopologyMode, TopologyRequirement, Workload,
+    AllocationMode, BoundDevice, BoundPod, Claim, Constraint, Demand, DeviceClass, DeviceRequest,
+    ExactRequest, NodeSelectorRequirement, NodeSelectorTerm, PodSet, PodSpec, SelectorOperator,
+    TaintEffect, Toleration, TolerationOperator, TopologyMode, TopologyRequirement, Workload,
 };
 use accord::quantity::{self, Milli};
 use k8s_openapi::api::core::v1 as core;
@@ -149,6 +149,9 @@ struct Index<'a> {
     /// CEL check results by expression: a thousand pods share a handful
     /// of selectors. Only looked up, never iterated.
     cel: CelCache,
+    /// Allocated claims whose devices a bound pod already holds: a claim
+    /// shared by several pods holds its devices once.
+    held_claims: std::cell::RefCell<std::collections::BTreeSet<(String, String)>>,
 }
 
 fn ns_of(meta: &ObjectMeta) -> String {
@@ -198,6 +201,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         sched_groups: BTreeMap::new(),
         cosched_groups: BTreeMap::new(),
         cel: Default::default(),
+        held_claims: Default::default(),
     };
     for o in &m.objects {
         match o {
@@ -554,11 +558,11 @@ fn pod_unit<'a>(
         match effective_requests(spec) {
             Ok(requests) => out.demand.bound.push(BoundPod {
                 node: node.clone(),
+                devices: held_devices(p, &ns, index),
                 namespace: ns,
                 name,
                 labels: p.metadata.labels.clone().unwrap_or_default(),
                 requests,
-                devices: Vec::new(),
                 node_agent: is_node_agent(&p.metadata),
                 do_not_disrupt: asks_not_to_be_disrupted(&p.metadata),
             }),
@@ -1085,6 +1089,72 @@ fn pod_spec(ns: &str, spec: &core::PodSpec, index: &Index) -> Result<PodSpec, St
         );
     }
     Ok(pod)
+}
+
+/// The DRA devices a bound pod holds: the allocation results of its
+/// ResourceClaims (by name, or made from a template: the name in the pod's
+/// `status.resourceClaimStatuses`), as kube-scheduler wrote them; each
+/// claim once however many pods share it. A result with admin access
+/// holds nothing (the device stays allocatable, as the scheduler's
+/// allocator treats it); consumed capacity is a share of a device that
+/// allows multiple allocations. A claim not found or not allocated holds
+/// nothing yet.
+fn held_devices(p: &core::Pod, ns: &str, index: &Index) -> Vec<BoundDevice> {
+    let mut out = Vec::new();
+    let statuses = p
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref());
+    for rc in p
+        .spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+    {
+        let name = rc.resource_claim_name.clone().or_else(|| {
+            statuses
+                .into_iter()
+                .flatten()
+                .find(|s| s.name == rc.name)
+                .and_then(|s| s.resource_claim_name.clone())
+        });
+        let Some(name) = name else { continue };
+        let key = (ns.to_owned(), name);
+        let Some(claim) = index.claims.get(&key) else {
+            continue;
+        };
+        let Some(results) = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.as_ref())
+        else {
+            continue;
+        };
+        if !index.held_claims.borrow_mut().insert(key) {
+            continue;
+        }
+        for r in results.iter().filter(|r| r.admin_access != Some(true)) {
+            let capacity = r
+                .consumed_capacity
+                .iter()
+                .flatten()
+                .map(|(k, q)| {
+                    let k = if k.contains('/') {
+                        k.clone()
+                    } else {
+                        format!("{}/{k}", r.driver)
+                    };
+                    (k, q.0.clone())
+                })
+                .collect();
+            out.push(BoundDevice {
+                name: r.device.clone(),
+                capacity,
+            });
+        }
+    }
+    out
 }
 
 type CelCache = std::cell::RefCell<std::collections::HashMap<String, Result<(), String>>>;

@@ -518,3 +518,77 @@ fn bound_daemonset_and_mirror_pods_are_node_agents_and_opt_outs_are_read() {
         .collect();
     assert_eq!(busy.len(), 5, "{busy:?}");
 }
+
+#[test]
+fn bound_pods_hold_the_devices_of_their_allocated_claims_each_claim_once() {
+    // Two pods share claim `shared` (gpu-0 whole, a share of gpu-1); one
+    // holds its template's claim through resourceClaimStatuses (gpu-2,
+    // and gpu-3 with admin access: held by nobody); one's claim is not
+    // allocated yet.
+    let text = r#"
+{apiVersion: resource.k8s.io/v1, kind: ResourceClaim, metadata: {namespace: ml, name: shared},
+ spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com}}]}},
+ status: {allocation: {devices: {results: [
+   {request: g, driver: gpu.nvidia.com, pool: n1, device: gpu-0},
+   {request: g, driver: gpu.nvidia.com, pool: n1, device: gpu-1, consumedCapacity: {memory: 10Gi}}]}}}}
+---
+{apiVersion: resource.k8s.io/v1, kind: ResourceClaim, metadata: {namespace: ml, name: made-x7},
+ spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com}}]}},
+ status: {allocation: {devices: {results: [
+   {request: g, driver: gpu.nvidia.com, pool: n1, device: gpu-2},
+   {request: g, driver: gpu.nvidia.com, pool: n1, device: gpu-3, adminAccess: true}]}}}}
+---
+{apiVersion: resource.k8s.io/v1, kind: ResourceClaim, metadata: {namespace: ml, name: waiting},
+ spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com}}]}}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: a},
+ spec: {nodeName: n1, containers: [{name: c, image: c}], resourceClaims: [{name: gpu, resourceClaimName: shared}]},
+ status: {phase: Running}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: b},
+ spec: {nodeName: n1, containers: [{name: c, image: c}], resourceClaims: [{name: gpu, resourceClaimName: shared}]},
+ status: {phase: Running}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: c},
+ spec: {nodeName: n1, containers: [{name: c, image: c}], resourceClaims: [{name: gpu, resourceClaimTemplateName: t}]},
+ status: {phase: Running, resourceClaimStatuses: [{name: gpu, resourceClaimName: made-x7}]}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: d},
+ spec: {nodeName: n1, containers: [{name: c, image: c}], resourceClaims: [{name: gpu, resourceClaimName: waiting}]},
+ status: {phase: Pending}}
+"#;
+    let t = translate(
+        &Manifests::parse(text, "live").unwrap(),
+        &Options::for_topology(&TopologyConfig::default()),
+    );
+    let held: Vec<(String, Vec<(String, String)>)> = {
+        let mut v: Vec<_> = t
+            .demand
+            .bound
+            .iter()
+            .flat_map(|b| {
+                b.devices.iter().map(|d| {
+                    (
+                        format!("{}:{}", b.name, d.name),
+                        d.capacity.clone().into_iter().collect(),
+                    )
+                })
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let want = |pod: &str| {
+        vec![
+            (format!("{pod}:gpu-0"), vec![]),
+            (
+                format!("{pod}:gpu-1"),
+                vec![("gpu.nvidia.com/memory".to_owned(), "10Gi".to_owned())],
+            ),
+            ("c:gpu-2".to_owned(), vec![]),
+        ]
+    };
+    // `shared` is held once, by whichever of a and b comes first.
+    assert!(held == want("a") || held == want("b"), "{held:?}");
+    assert_eq!(t.demand.bound.len(), 4, "{}", t.render());
+}

@@ -30,12 +30,14 @@ use truth::drift_text;
 
 mod bios;
 mod commands;
+mod power_off;
 mod said;
 mod truth;
 
 use crate::store::SaidKey;
 pub use bios::BiosEffects;
 pub use commands::CommandEffects;
+pub use power_off::DEFAULT_SETTLE_S as DEFAULT_POWER_OFF_SETTLE_S;
 pub use said::SaidChanges;
 
 /// Everything one round knows about the world, gathered by *observe*.
@@ -227,6 +229,8 @@ pub struct Decider {
     /// BIOS profiles: staged, verified, failed.
     bios: bios::BiosBook,
     repair: Repair,
+    /// Nodes tainted for a power-off not sent yet (`power_off`).
+    drains: power_off::Drains,
     /// The lifecycles and bookings as last handed to the store.
     saved_lives: BTreeMap<String, NodeLife>,
     saved_bookings: BTreeMap<String, (BTreeSet<String>, u64)>,
@@ -269,6 +273,7 @@ impl Decider {
             commands: commands::Commands::default(),
             bios: bios::BiosBook::default(),
             repair: Repair::default(),
+            drains: power_off::Drains::default(),
             saved_lives: BTreeMap::new(),
             saved_bookings: BTreeMap::new(),
             repair_cycles: BTreeMap::new(),
@@ -328,6 +333,13 @@ impl Decider {
     /// Sets how Unhealthy nodes are repaired (default: not at all).
     pub fn set_repair(&mut self, repair: Repair) {
         self.repair = repair;
+    }
+
+    /// How long the powering-off taint stands, once the Node shows it,
+    /// before the power-off is sent (default
+    /// [`DEFAULT_POWER_OFF_SETTLE_S`]).
+    pub fn set_power_off_settle_s(&mut self, s: u64) {
+        self.drains.set_settle_s(s);
     }
 
     pub fn fleet(&self) -> &Fleet {
@@ -476,7 +488,7 @@ impl Decider {
             workloads.extend(self.workload_status(&cc_plan, &cc, snap.mono));
         }
 
-        let mut power = self.choose_power(&plan, snap);
+        let mut power = self.choose_power(&plan, snap, &mut events);
         if act {
             power.extend(self.repairs(snap, &mut events, &mut metrics));
         }
@@ -814,12 +826,21 @@ impl Decider {
 
     /// The plan's power-ons, and its power-offs that pass every check:
     /// never a node with pods, never one that is not Idle now, never one
-    /// booked for a ProvisioningRequest. A node's BIOS profile goes with
-    /// its power-on (`bios`); MIG repartitions are agent commands
-    /// (`commands`).
-    fn choose_power(&mut self, plan: &Plan, snap: &Snapshot) -> Vec<Action> {
+    /// booked for a ProvisioningRequest, never one an admin keeps on; in
+    /// act mode each only once its node shows the powering-off taint
+    /// (`power_off`). A node's BIOS profile goes with its power-on
+    /// (`bios`); MIG repartitions are agent commands (`commands`).
+    fn choose_power(
+        &mut self,
+        plan: &Plan,
+        snap: &Snapshot,
+        events: &mut Vec<Event>,
+    ) -> Vec<Action> {
         let mut ons = Vec::new();
         let mut offs = Vec::new();
+        // Why a planned power-off was not taken (a drain under way is
+        // cancelled for it).
+        let mut skipped: BTreeMap<String, String> = BTreeMap::new();
         // The rack's concurrent power-on limit holds across rounds: the
         // planner counts nodes still on their way up (PoweringOn, Booting,
         // AgentUp) against it and puts what is over into later waves;
@@ -844,13 +865,23 @@ impl Decider {
                     // Debug: a booked node is skipped every round it is booked.
                     if self.is_booked(node, snap.now) {
                         debug!(node = %node, "planned power-off skipped: node booked for a ProvisioningRequest");
+                        skipped.insert(node.clone(), "booked for a ProvisioningRequest".to_owned());
                     } else if let Some(why) = self.kept_on_by_admin(snap, node) {
                         self.say_once(
                             SaidKey::new(said::POWER_OFF_KEPT, node, why.clone()),
                             format!("node {node}: planned power-off skipped: {why}"),
                         );
+                        skipped.insert(node.clone(), why);
                     } else if pods > 0 || !idle {
                         info!(node = %node, reason = %reason, pods, "planned power-off skipped: node not idle");
+                        skipped.insert(
+                            node.clone(),
+                            if pods > 0 {
+                                format!("{pods} work pod(s) bound to it")
+                            } else {
+                                "it is no longer idle".to_owned()
+                            },
+                        );
                     } else {
                         offs.push(a.clone());
                     }
@@ -866,6 +897,9 @@ impl Decider {
                 // Agent commands: `commands::Commands::issue`.
                 Action::ReconfigureMig { .. } => {}
             }
+        }
+        if self.settings.mode == Mode::Act {
+            offs = self.drain(offs, &skipped, snap, events);
         }
         ons.extend(offs);
         ons
@@ -1199,7 +1233,7 @@ impl Decider {
                         rack: n.rack.clone(),
                         stage: life.stage,
                         since: life.since,
-                        reason: life.reason.clone(),
+                        reason: self.drain_reason(&n.name).or_else(|| life.reason.clone()),
                         pods: snap.pods_per_node.get(&n.name).copied().unwrap_or(0),
                         gpus: n.gpus.len() as u32,
                         bmc_on: snap.bmc.get(&n.name).copied(),

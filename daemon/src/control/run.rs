@@ -162,6 +162,7 @@ fn seeded_decider(
         (shared.now)(),
     );
     decider.set_repair(control.repair.into());
+    decider.set_power_off_settle_s(control.power_off_settle_s);
     // Where the loop was: lifecycles (with their deadlines) and
     // bookings, before the journal's open intents are resumed.
     match (shared.store.lives(), shared.store.bookings()) {

@@ -127,6 +127,7 @@ impl Decider {
                 continue;
             };
             want.taints.extend(self.bios_taint(node));
+            want.taints.extend(self.powering_off_taint_of(node, view));
             let labels_ok = want
                 .labels
                 .iter()
