@@ -167,10 +167,16 @@ pub struct ControlConfig {
     /// planned again.
     #[serde(default = "default_mig_deadline_s")]
     pub mig_deadline_s: u64,
-    /// `gpu-operator` MIG mode: the mig-parted configs file accordd writes
-    /// (install it as mig-manager's ConfigMap).
-    #[serde(default = "default_mig_parted_config")]
-    pub mig_parted_config: std::path::PathBuf,
+    /// `gpu-operator` MIG mode: mig-manager's ConfigMap
+    /// (`NAMESPACE/NAME`, the one the ClusterPolicy's
+    /// `spec.migManager.config.name` names), key `config.yaml`: accordd
+    /// adds the configurations it names there.
+    #[serde(default = "default_mig_parted_configmap")]
+    pub mig_parted_configmap: String,
+    /// Before v0.2: a local mig-parted file. Accepted and ignored (said at
+    /// start): accordd writes the ConfigMap.
+    #[serde(default)]
+    pub mig_parted_config: Option<std::path::PathBuf>,
     /// Power-cycling Unhealthy nodes (off by default).
     #[serde(default)]
     pub repair: RepairConfig,
@@ -225,8 +231,8 @@ fn default_mig_deadline_s() -> u64 {
     600
 }
 
-fn default_mig_parted_config() -> std::path::PathBuf {
-    "/var/lib/accord/mig-parted-config.yaml".into()
+fn default_mig_parted_configmap() -> String {
+    "gpu-operator/default-mig-parted-config".to_owned()
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -471,8 +477,9 @@ impl DaemonConfig {
             if c.power_off_settle_s > 3600 {
                 problems.push("control.power_off_settle_s: above 3600".to_owned());
             }
-            if c.mig_parted_config.as_os_str().is_empty() {
-                problems.push("control.mig_parted_config: empty".to_owned());
+            if let Err(e) = crate::control::mig_parted::ConfigMapRef::parse(&c.mig_parted_configmap)
+            {
+                problems.push(format!("control.mig_parted_configmap: {e}"));
             }
             if let (Some(f), Some(r)) = (&self.fleet, &self.redfish) {
                 if let (Ok(fleet), Ok(inv)) = (

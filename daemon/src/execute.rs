@@ -177,6 +177,30 @@ impl RedfishPower {
         })
     }
 
+    /// Deletes every BMC session this process made (at shutdown).
+    pub async fn close(&self) {
+        futures::future::join_all(self.bmcs.values().map(|b| b.close())).await;
+    }
+
+    /// Reads every credentials file again (SIGHUP): how many BMCs' changed,
+    /// and the problems of files that could not be read.
+    pub async fn reload_credentials(&self) -> (usize, Vec<String>) {
+        let results =
+            futures::future::join_all(self.bmcs.values().map(|b| b.reload_credentials())).await;
+        let mut changed = 0;
+        let mut problems = Vec::new();
+        for r in results {
+            match r {
+                Ok(true) => changed += 1,
+                Ok(false) => {}
+                Err(p) => problems.push(p),
+            }
+        }
+        problems.sort();
+        problems.dedup();
+        (changed, problems)
+    }
+
     fn bmc(&self, node: &str) -> Result<&accord_redfish::Bmc, PowerError> {
         self.bmcs.get(node).ok_or_else(|| PowerError::NoBmc {
             node: node.to_owned(),

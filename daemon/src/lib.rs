@@ -145,6 +145,12 @@ async fn serve_maybe_bound(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = state(&config)?;
+    // SIGHUP (`systemctl reload`) must never stop accordd: once tokio
+    // listens for it, its default action (terminate) is gone for good.
+    // The control loop listens again to re-read BMC credentials.
+    drop(tokio::signal::unix::signal(
+        tokio::signal::unix::SignalKind::hangup(),
+    ));
     // Kept to close the store once the server and the loop have stopped.
     let shared = state.shared.clone();
     // With replicas: the elector runs first, and every action asks it.

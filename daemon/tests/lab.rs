@@ -726,3 +726,69 @@ async fn a_gang_that_goes_away_releases_its_booting_nodes() {
         assert_eq!(actions, 2, "{n}: one On, one GracefulShutdown");
     }
 }
+
+/// BMCs that ask for credentials and offer Redfish sessions (the lab's
+/// proxy plays a SessionService): accordd logs in once per BMC and reuses
+/// the session; the admin rotates the password on every BMC and in the
+/// credentials file, and accordd goes on with the new one without a
+/// restart (a gang still gets its nodes); SIGTERM leaves no session open
+/// on any BMC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bmc_sessions_survive_a_password_rotation_and_none_is_left_after_sigterm() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let s = scenario(
+        &format!("bmc_sessions = true\n{QUICK}"),
+        FLEET,
+        &[("train", gang("train", 1), 600_000)],
+    );
+    let lab = start("bmc_sessions", s).await;
+    let nodes = lab.fleet.nodes.len() as u64;
+    let sessions = |lab: &Lab| lab.proxy.sessions().expect("lab.bmc_sessions");
+    lab.wait_lab(
+        "a session open on every BMC",
+        Duration::from_secs(60),
+        |lab| sessions(lab).2 as u64 == nodes,
+    )
+    .await
+    .unwrap();
+    let st = current_status(&lab).await;
+    rounds_after(&lab, &st, 3).await;
+    let (created, _, open, refused) = sessions(&lab);
+    assert_eq!(
+        (created, open as u64, refused),
+        (nodes, nodes, 0),
+        "sessions reused"
+    );
+
+    // Rotated on every BMC (their sessions end), then in the file.
+    lab.proxy.rotate_password("rotated-bmc-password-2");
+    accord_lab::write_bmc_credentials(&lab.bmc_credentials_file(), "rotated-bmc-password-2")
+        .unwrap();
+    lab.wait_lab(
+        "a session made with the new password on every BMC",
+        Duration::from_secs(90),
+        |lab| {
+            let (c, _, o, _) = sessions(lab);
+            c >= created + nodes && o as u64 == nodes
+        },
+    )
+    .await
+    .unwrap();
+    lab.release("train").unwrap();
+    bound(&lab, "train", Duration::from_secs(120)).await;
+    let (_, _, _, refused) = sessions(&lab);
+    // At most the bound per BMC (the old password tried in the moment
+    // between the two changes).
+    assert!(
+        refused <= nodes * accord_redfish::client::DEFAULT_MAX_FAILED_LOGINS as u64,
+        "{refused} logins refused"
+    );
+
+    let exit = lab.stop_daemon(Duration::from_secs(60)).await.unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let (created, deleted, open, _) = sessions(&lab);
+    assert_eq!(
+        open, 0,
+        "sessions left on the BMCs: created {created}, deleted {deleted}"
+    );
+}

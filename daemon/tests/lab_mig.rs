@@ -215,11 +215,33 @@ async fn with_the_gpu_operator_accordd_sets_the_mig_config_label_and_waits_for_s
     let labels = &node["metadata"]["labels"];
     assert_eq!(labels["nvidia.com/mig.config"], name.as_str(), "{labels}");
     assert_eq!(labels["nvidia.com/mig.config.state"], "success", "{labels}");
-    // accordd wrote the configuration it named, in mig-parted's format.
-    let file = std::fs::read_to_string(lab.dir.path().join(accord_lab::MIG_PARTED_FILE)).unwrap();
+    // accordd added the configuration it named to mig-manager's
+    // ConfigMap, in mig-parted's format, NVIDIA's own kept; the stand-in
+    // mig-manager read it there (no file).
+    let cm = lab
+        .api
+        .get(
+            "v1",
+            "ConfigMap",
+            "gpu-operator",
+            "default-mig-parted-config",
+        )
+        .expect("mig-manager's ConfigMap");
+    let file = cm["data"]["config.yaml"].as_str().unwrap_or_default();
     assert!(
-        file.contains("mig-configs:") && file.contains(&name),
+        file.contains("mig-configs:") && file.contains(&name) && file.contains("all-disabled"),
         "{file}"
+    );
+    assert!(
+        lab.api
+            .fake()
+            .expect("these tests run on the fake API")
+            .requests()
+            .iter()
+            .any(|r| r.starts_with(
+                "PUT /api/v1/namespaces/gpu-operator/configmaps/default-mig-parted-config"
+            )),
+        "accordd's ConfigMap write"
     );
     // The label was accordd's write.
     assert!(

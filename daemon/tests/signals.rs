@@ -80,3 +80,30 @@ async fn accordd_stops_gracefully_on_sigterm() {
 async fn accordd_stops_gracefully_on_sigint() {
     stops_gracefully_on("INT").await;
 }
+
+/// `systemctl reload` (SIGHUP) never stops accordd: it goes on serving
+/// (with a control loop it reads the BMC credentials files again), and a
+/// SIGTERM then stops it as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accordd_goes_on_after_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path());
+    let log = dir.path().join("accordd.log");
+    let mut child = spawn(env!("CARGO_BIN_EXE_accordd"), &file, &log);
+    let url = wait_serving(&mut child).await;
+    child.signal("HUP");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // Answers after the signal was delivered (a request the process took
+    // after it): still serving.
+    for _ in 0..3 {
+        let r = client.get(format!("{url}/v1/health")).send().await.unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    child.assert_running("after SIGHUP");
+    let said = child.stops_cleanly_on("TERM", Duration::from_secs(30));
+    assert!(said.contains("store closed"), "{said}");
+}

@@ -84,6 +84,114 @@ pub async fn publish_node(
     }
 }
 
+/// What [`update_configmap_key`] makes of a key's text (`None`: missing):
+/// `Ok(None)` when nothing changes, `Err(why)` when it cannot be read.
+pub type KeyUpdate<'a> = dyn Fn(Option<&str>) -> Result<Option<String>, String> + Sync + 'a;
+
+/// Attempts of [`update_configmap_key`] when the ConfigMap changes under it.
+pub const CONFIGMAP_WRITE_ATTEMPTS: usize = 5;
+
+/// Why [`update_configmap_key`] wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigMapError {
+    #[error("ConfigMap {namespace}/{name}: {source}")]
+    Api {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("ConfigMap {namespace}/{name} key {key}: {reason}")]
+    Content {
+        namespace: String,
+        name: String,
+        key: String,
+        reason: String,
+    },
+    #[error("ConfigMap {namespace}/{name}: changed under every one of {attempts} attempts")]
+    Conflict {
+        namespace: String,
+        name: String,
+        attempts: usize,
+    },
+}
+
+/// Makes key `key` of ConfigMap `namespace/name` what `update` makes of
+/// its text now (`None`: the key or the ConfigMap is missing); `update`
+/// answers `Ok(None)` when nothing changes. The ConfigMap is created when
+/// missing; else replaced with the resourceVersion read, every other key
+/// and every label kept, so a concurrent writer's change is a 409, read
+/// and worked out again (up to [`CONFIGMAP_WRITE_ATTEMPTS`]). For
+/// mig-manager's mig-parted configs (`accordd`'s GPU Operator mode).
+pub async fn update_configmap_key(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+    update: &KeyUpdate<'_>,
+) -> Result<PublishOutcome, ConfigMapError> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let api_error = |source| ConfigMapError::Api {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        source,
+    };
+    let params = PostParams {
+        field_manager: Some(MANAGER.to_owned()),
+        ..Default::default()
+    };
+    for _ in 0..CONFIGMAP_WRITE_ATTEMPTS {
+        let current = api.get_opt(name).await.map_err(api_error)?;
+        let text = current
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(key))
+            .map(String::as_str);
+        let Some(new) = update(text).map_err(|reason| ConfigMapError::Content {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            key: key.to_owned(),
+            reason,
+        })?
+        else {
+            return Ok(PublishOutcome::Unchanged);
+        };
+        let result = match current {
+            Some(mut cm) => {
+                cm.data
+                    .get_or_insert_with(Default::default)
+                    .insert(key.to_owned(), new);
+                cm.metadata.managed_fields = None;
+                api.replace(name, &params, &cm).await
+            }
+            None => {
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_owned()),
+                        namespace: Some(namespace.to_owned()),
+                        ..Default::default()
+                    },
+                    data: Some([(key.to_owned(), new)].into_iter().collect()),
+                    ..Default::default()
+                };
+                api.create(&params, &cm).await
+            }
+        };
+        match result {
+            Ok(_) => return Ok(PublishOutcome::Written),
+            // Changed (or made) by another writer since the read: again.
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(api_error(e)),
+        }
+    }
+    Err(ConfigMapError::Conflict {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        attempts: CONFIGMAP_WRITE_ATTEMPTS,
+    })
+}
+
 /// Sets one label on Node `node` to `value` (a merge patch carrying the
 /// resourceVersion read, so a concurrent change is a 409 and decided
 /// again). For labels another component reads and Accord sets on request,

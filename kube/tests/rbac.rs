@@ -163,3 +163,36 @@ fn rbac_grants_the_lease_and_accord_nodes_in_accordds_namespace_only() {
                             "namespace": NAMESPACE}])
     );
 }
+
+/// GPU Operator MIG mode: mig-manager's ConfigMap in the operator's
+/// namespace only, by name for reads and updates (a create cannot be
+/// limited by name), bound to accordd's ServiceAccount; the lab applies it
+/// on the upstream control plane.
+#[test]
+fn rbac_for_the_gpu_operator_grants_only_mig_managers_configmap() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rbac-gpu-operator.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .collect();
+    let role = docs.iter().find(|d| d["kind"] == "Role").unwrap();
+    assert_eq!(role["metadata"]["namespace"], "gpu-operator");
+    let rules = role["rules"].as_array().unwrap();
+    for r in rules {
+        assert_eq!(r["apiGroups"], serde_json::json!([""]));
+        assert_eq!(r["resources"], serde_json::json!(["configmaps"]));
+    }
+    let named: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["resourceNames"].is_array())
+        .collect();
+    assert_eq!(named.len(), 1);
+    assert_eq!(
+        named[0]["resourceNames"],
+        serde_json::json!(["default-mig-parted-config"])
+    );
+    assert_eq!(named[0]["verbs"], serde_json::json!(["get", "update"]));
+    let binding = docs.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
+    assert_eq!(binding["subjects"][0]["name"], "accordd");
+    assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+}

@@ -85,7 +85,6 @@ pub use summary::{NodeSummary, ProvisioningSummary, Summary, WorkloadSummary};
 const ADMIN_TOKEN: &str = "lab-admin-token";
 const AGENT_TOKEN: &str = "lab-agent-token";
 /// accordd's mig-parted configs file, in the lab's directory.
-pub const MIG_PARTED_FILE: &str = "mig-parted-config.yaml";
 
 #[derive(Debug, Clone)]
 pub struct LabOptions {
@@ -325,6 +324,10 @@ impl Lab {
             &emulator.url(),
             scenario.lab.broken.iter().cloned().collect(),
             bios::machines(&scenario, &fleet),
+            scenario
+                .lab
+                .bmc_sessions
+                .then(|| (BMC_USER.to_owned(), BMC_PASSWORD.to_owned())),
         )
         .await?;
         let (runtime_config, _) = scenario.runtime_config_for(kube);
@@ -351,6 +354,15 @@ impl Lab {
                 )
             }
         };
+        if fleet
+            .nodes
+            .iter()
+            .any(|n| n.mig_via == accord::fleet::MigVia::GpuOperator)
+        {
+            // What the GPU Operator installs: its namespace and
+            // mig-manager's ConfigMap with NVIDIA's configurations.
+            mig_manager::install(&api);
+        }
         let ha_settings = scenario.lab.ha.clone();
         let identities = ha::identities(ha_settings.replicas);
         let several = ha_settings.enabled();
@@ -389,11 +401,6 @@ impl Lab {
                 Mode::Observe => "observe",
             }),
         );
-        // gpu-operator MIG mode: accordd's mig-parted configs, which the
-        // lab's mig-manager reads (`mig_manager`).
-        control
-            .entry("mig_parted_config")
-            .or_insert_with(|| toml::Value::from(d.join(MIG_PARTED_FILE).display().to_string()));
         let names: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
         let mut replicas = Vec::new();
         for ((identity, port), url) in identities.iter().zip(&ports).zip(&urls) {
@@ -591,6 +598,12 @@ impl Lab {
 
     /// accordd's store directory (`[store] dir` in the lab's accordd.toml;
     /// with several replicas, the first's).
+    /// The BMCs' credentials file accordd's inventory names
+    /// (`lab.bmc_sessions`; [`write_bmc_credentials`] changes it).
+    pub fn bmc_credentials_file(&self) -> PathBuf {
+        self.dir.path().join("bmc-credentials.toml")
+    }
+
     pub fn store_dir(&self) -> PathBuf {
         self.replicas.list[0].store.clone()
     }
@@ -737,6 +750,23 @@ fn replica_log(log: &Path, identity: &str) -> PathBuf {
     log.with_file_name(name)
 }
 
+/// The BMCs' account (`lab.bmc_sessions`).
+pub const BMC_USER: &str = "accord";
+pub const BMC_PASSWORD: &str = "lab-bmc-password";
+
+/// Writes the BMCs' credentials file (mode 0600, replaced whole as an
+/// admin's tool replaces it): accordd reads it again when it changes.
+pub fn write_bmc_credentials(file: &Path, password: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = file.with_extension("new");
+    std::fs::write(
+        &tmp,
+        format!("username = \"{BMC_USER}\"\npassword = \"{password}\"\n"),
+    )?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::rename(&tmp, file)
+}
+
 /// Where one accordd's files go: the lab's directory (the shared ones:
 /// tokens, fleet file, mig-parted configs) and its own (accordd.toml,
 /// bmcs.toml, store; the lab's directory itself with one accordd).
@@ -771,12 +801,24 @@ impl Files<'_> {
             bmc_url
         );
         let mut inventory = inventory + &bios::inventory_toml(scenario)?;
+        let mut defaults = String::new();
         if chaos {
             // A hang holds an answer past this (the default is 30 s).
-            inventory.push_str(&format!(
-                "\n# Chaos run: BMC hangs are held past this.\n[defaults]\nrequest_timeout_ms = {}\n",
+            defaults.push_str(&format!(
+                "# Chaos run: BMC hangs are held past this.\nrequest_timeout_ms = {}\n",
                 chaos::REDFISH_TIMEOUT_MS
             ));
+        }
+        if scenario.lab.bmc_sessions {
+            let file = self.lab.join("bmc-credentials.toml");
+            write_bmc_credentials(&file, BMC_PASSWORD)?;
+            defaults.push_str(&format!(
+                "# The BMCs ask for credentials (lab.bmc_sessions).\ncredentials_file = {}\n",
+                toml::Value::from(file.display().to_string())
+            ));
+        }
+        if !defaults.is_empty() {
+            inventory.push_str(&format!("\n[defaults]\n{defaults}"));
         }
         std::fs::write(own.join("bmcs.toml"), inventory)?;
         let mut config = toml::Table::new();

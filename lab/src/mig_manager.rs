@@ -1,8 +1,9 @@
 //! The NVIDIA GPU Operator's mig-manager, as the lab plays it: it watches
 //! each Node's `nvidia.com/mig.config` label; when the label names a
 //! configuration it has not applied, it sets `nvidia.com/mig.config.state`
-//! to `pending`, reads the configuration from the mig-parted configs file
-//! (accordd's, as the ConfigMap would carry it), repartitions the
+//! to `pending`, reads the configuration from its mig-parted ConfigMap
+//! (`gpu-operator/default-mig-parted-config`, key `config.yaml`, where
+//! accordd adds the configurations it names), repartitions the
 //! machine's GPUs that differ from it (through the machine's replayed
 //! NVML, as mig-manager would through the real one) and sets the state to
 //! `success` (or `failed`). Written from mig-parted's documented
@@ -22,6 +23,33 @@ use serde_json::Value;
 use super::Ctx;
 
 const CONFIG_LABEL: &str = "nvidia.com/mig.config";
+/// mig-manager's ConfigMap (the ClusterPolicy's default
+/// `migManager.config.name`) and the key it reads.
+pub const CONFIGMAP_NAMESPACE: &str = "gpu-operator";
+pub const CONFIGMAP_NAME: &str = "default-mig-parted-config";
+pub const CONFIGMAP_KEY: &str = "config.yaml";
+
+/// The GPU Operator's install, as far as mig-manager goes: its namespace
+/// and its ConfigMap with NVIDIA's stock configurations (two of them).
+pub(crate) fn install(api: &crate::cluster::Cluster) {
+    api.apply(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": CONFIGMAP_NAMESPACE}}));
+    api.apply(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": CONFIGMAP_NAMESPACE, "name": CONFIGMAP_NAME},
+        "data": {CONFIGMAP_KEY: "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n  all-enabled:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {}\n"}}));
+    // accordd's permission on it, as an admin grants it (deploy/).
+    if api.upstream().is_some() {
+        let rbac = include_str!("../../deploy/rbac-gpu-operator.yaml");
+        for doc in serde_yaml_ng::Deserializer::from_str(rbac) {
+            match <serde_json::Value as serde::Deserialize>::deserialize(doc) {
+                Ok(v) => api.apply(v),
+                Err(e) => {
+                    tracing::error!(target: "lab", error = %e, "deploy/rbac-gpu-operator.yaml")
+                }
+            }
+        }
+    }
+}
 const STATE_LABEL: &str = "nvidia.com/mig.config.state";
 
 #[derive(Debug, Deserialize)]
@@ -96,13 +124,15 @@ async fn step(ctx: &Ctx, name: &str, applied: &mut BTreeMap<String, Applied>) {
     };
     set_state(ctx, name, "pending");
     say!(ctx, node = %name, "mig-manager: applying MIG configuration {want}");
-    let path = ctx.dir.join(crate::MIG_PARTED_FILE);
-    let outcome = match std::fs::read_to_string(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))
-        .and_then(|t| {
-            serde_yaml_ng::from_str::<ConfigsFile>(&t)
-                .map_err(|e| format!("{}: {e}", path.display()))
-        }) {
+    let shown = format!("ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} key {CONFIGMAP_KEY}");
+    let text = ctx
+        .api
+        .get("v1", "ConfigMap", CONFIGMAP_NAMESPACE, CONFIGMAP_NAME)
+        .and_then(|cm| cm["data"][CONFIGMAP_KEY].as_str().map(str::to_owned))
+        .ok_or_else(|| format!("{shown}: missing"));
+    let outcome = match text.and_then(|t| {
+        serde_yaml_ng::from_str::<ConfigsFile>(&t).map_err(|e| format!("{shown}: {e}"))
+    }) {
         Err(e) => Err(e),
         Ok(file) => match file.mig_configs.get(&want) {
             None => Err(format!("no configuration {want} in the configs file")),

@@ -68,7 +68,28 @@ struct Shared {
     /// Power Resets that reached a machine (the emulator accepted them),
     /// with its power state when each arrived.
     resets: Mutex<Vec<ResetReached>>,
+    /// The SessionService the BMCs offer (`lab.bmc_sessions`).
+    sessions: Option<Mutex<Sessions>>,
 }
+
+/// A Redfish SessionService (DSP0266 "Session management"): a POST of
+/// `UserName`/`Password` to the Sessions collection makes a session
+/// (201, `X-Auth-Token`, `Location`); a request carries the token (or
+/// basic auth); a DELETE of the session's URI ends it. Without valid
+/// credentials every request but the service root is 401.
+#[derive(Debug)]
+pub struct Sessions {
+    pub username: String,
+    pub password: String,
+    /// Token → session id, open now.
+    open: BTreeMap<String, u64>,
+    pub created: u64,
+    pub deleted: u64,
+    /// Session POSTs refused (wrong credentials).
+    pub refused: u64,
+}
+
+pub const SESSIONS_PATH: &str = "/redfish/v1/SessionService/Sessions";
 
 /// What a listener's requests are handled with: the proxy's state and
 /// the replica the listener is for (`None`: the main listener).
@@ -110,8 +131,19 @@ impl BmcProxy {
         upstream: &str,
         broken: BTreeSet<String>,
         bios: BTreeMap<String, crate::bios::MachineBios>,
+        sessions: Option<(String, String)>,
     ) -> std::io::Result<BmcProxy> {
         let shared = Arc::new(Shared {
+            sessions: sessions.map(|(username, password)| {
+                Mutex::new(Sessions {
+                    username,
+                    password,
+                    open: BTreeMap::new(),
+                    created: 0,
+                    deleted: 0,
+                    refused: 0,
+                })
+            }),
             upstream: upstream.trim_end_matches('/').to_owned(),
             http: reqwest::Client::new(),
             broken,
@@ -130,6 +162,25 @@ impl BmcProxy {
     /// `replica` ([`Logged::replica`], [`ResetReached::replica`]).
     pub async fn listen_for(&self, replica: &str) -> std::io::Result<String> {
         serve(self.shared.clone(), Some(Arc::from(replica))).await
+    }
+
+    /// The SessionService's counts: (created, deleted, open now, refused);
+    /// `None` without `lab.bmc_sessions`.
+    pub fn sessions(&self) -> Option<(u64, u64, usize, u64)> {
+        self.shared.sessions.as_ref().map(|m| {
+            let s = m.lock().expect("lock");
+            (s.created, s.deleted, s.open.len(), s.refused)
+        })
+    }
+
+    /// The BMCs' password changes (every BMC's, as an admin rotates them
+    /// fleet-wide); open sessions end.
+    pub fn rotate_password(&self, password: &str) {
+        if let Some(m) = &self.shared.sessions {
+            let mut s = m.lock().expect("lock");
+            s.password = password.to_owned();
+            s.open.clear();
+        }
     }
 
     /// The requests that came in on `replica`'s listener.
@@ -289,6 +340,80 @@ async fn machine_on(s: &Shared, node: &str) -> Option<bool> {
     Some(v["PowerState"].as_str()? == "On")
 }
 
+/// The SessionService's own answer (a session made or ended, a 401), or
+/// `None` to go on.
+fn session_answer(
+    s: &Shared,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<Response> {
+    let book = s.sessions.as_ref()?;
+    let mut book = book.lock().expect("lock");
+    let path = path.trim_end_matches('/');
+    if path == "/redfish/v1" {
+        return None;
+    }
+    if *method == Method::POST && path == SESSIONS_PATH {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        if v["UserName"] != book.username.as_str() || v["Password"] != book.password.as_str() {
+            book.refused += 1;
+            return Some(StatusCode::UNAUTHORIZED.into_response());
+        }
+        book.created += 1;
+        let id = book.created;
+        let token = format!("lab-session-{id}-{:x}", std::process::id());
+        book.open.insert(token.clone(), id);
+        let mut h = HeaderMap::new();
+        h.insert("X-Auth-Token", token.parse().expect("header value"));
+        h.insert(
+            "Location",
+            format!("{SESSIONS_PATH}/{id}")
+                .parse()
+                .expect("header value"),
+        );
+        return Some(
+            (
+                StatusCode::CREATED,
+                h,
+                axum::Json(serde_json::json!({"Id": id.to_string(), "UserName": book.username})),
+            )
+                .into_response(),
+        );
+    }
+    let token = headers.get("X-Auth-Token").and_then(|t| t.to_str().ok());
+    let session = token.and_then(|t| book.open.get(t).copied());
+    let basic = headers
+        .get("authorization")
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| {
+            use base64::Engine;
+            let want = base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", book.username, book.password));
+            a == format!("Basic {want}")
+        });
+    if session.is_none() && !basic {
+        return Some(StatusCode::UNAUTHORIZED.into_response());
+    }
+    if *method == Method::DELETE {
+        if let Some(id) = path
+            .strip_prefix(SESSIONS_PATH)
+            .and_then(|r| r.strip_prefix('/'))
+            .and_then(|r| r.parse::<u64>().ok())
+        {
+            let before = book.open.len();
+            book.open.retain(|_, v| *v != id);
+            if book.open.len() == before {
+                return Some(StatusCode::NOT_FOUND.into_response());
+            }
+            book.deleted += 1;
+            return Some(StatusCode::NO_CONTENT.into_response());
+        }
+    }
+    None
+}
+
 /// A 503 as a busy BMC answers it (a Redfish error body).
 fn unavailable() -> Response {
     (
@@ -351,6 +476,9 @@ async fn forward(
     }
     if verdict == Verdict::Unavailable {
         return unavailable();
+    }
+    if let Some(answer) = session_answer(s, &method, &path, &headers, &body) {
+        return answer;
     }
     // Carried through even when the sender goes away meanwhile (an
     // accordd killed with its Reset in flight): what reached the emulator
@@ -467,11 +595,33 @@ async fn answer(
                 if let Some(node) = &system {
                     bytes = with_bios_link(bytes, node);
                 }
+                if s.sessions.is_some() && path.trim_end_matches('/') == "/redfish/v1" {
+                    bytes = with_sessions_link(bytes);
+                }
             }
             (status, out, bytes).into_response()
         }
         Err(e) => (StatusCode::BAD_GATEWAY, format!("BMC unreachable: {e}")).into_response(),
     }
+}
+
+/// The service root with the SessionService the proxy plays linked, as
+/// Redfish's `Links.Sessions`.
+fn with_sessions_link(bytes: Bytes) -> Bytes {
+    let Ok(serde_json::Value::Object(mut doc)) =
+        serde_json::from_slice::<serde_json::Value>(&bytes)
+    else {
+        return bytes;
+    };
+    doc.insert(
+        "Links".into(),
+        serde_json::json!({"Sessions": {"@odata.id": SESSIONS_PATH}}),
+    );
+    doc.insert(
+        "SessionService".into(),
+        serde_json::json!({"@odata.id": "/redfish/v1/SessionService"}),
+    );
+    Bytes::from(serde_json::to_vec(&doc).unwrap_or_default())
 }
 
 /// A System document as a BMC in a wrong-power window answers it: the

@@ -100,6 +100,10 @@ pub struct LabSettings {
     /// controller makes it again, unbound (Kubernetes: 300 s, the pods'
     /// default toleration). Unset: never (the lab's runs are shorter).
     pub evict_after_ms: Option<u64>,
+    /// The BMCs ask for credentials and offer Redfish sessions (the lab's
+    /// proxy plays a SessionService, as iDRAC and iLO do): accordd gets a
+    /// credentials file in its inventory. Off: the BMCs ask for none.
+    pub bmc_sessions: bool,
     /// A chaos run: faults injected on a seeded schedule
     /// ([`crate::chaos`]); `--chaos SEED` sets or overrides it.
     pub chaos: Option<crate::chaos::ChaosOptions>,
@@ -223,6 +227,7 @@ impl Default for LabSettings {
             bios_profiles: BTreeMap::new(),
             bios: None,
             evict_after_ms: None,
+            bmc_sessions: false,
             chaos: None,
             ha: crate::ha::HaSettings::default(),
         }

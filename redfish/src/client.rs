@@ -1,6 +1,7 @@
 //! The HTTP side of one BMC: authentication (X-Auth-Token sessions, reused,
 //! re-created on 401, deleted on close; basic auth when the BMC has no
-//! session service), a per-BMC limit on requests in flight and a shared
+//! session service; failed logins bounded and credentials re-read when
+//! their file changes: [`crate::login`]), a per-BMC limit on requests in flight and a shared
 //! global one, retries with capped backoff on 5xx, timeouts and connection
 //! errors (never on 4xx), and Task monitors followed to completion. Every
 //! answer is read through one bounded reader: past
@@ -16,9 +17,10 @@ use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, ETAG, IF_MATCH, LOCATION}
 use reqwest::{Method, StatusCode, Url};
 use serde_json::{json, Value};
 use tokio::sync::{OnceCell, Semaphore};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::{RedfishError, Secret};
+use crate::login::{LoginPolicy, Logins};
 use crate::model::{self, ServiceRoot};
 
 /// How a BMC is talked to: limits, timeouts, retries, verification.
@@ -52,7 +54,21 @@ pub struct BmcSettings {
     /// The largest answer read from this BMC, in bytes; a larger one is a
     /// [`RedfishError::TooLarge`] and the rest of it is never read.
     pub max_response_bytes: usize,
+    /// At most this many failed logins within `failed_login_window`
+    /// (`crate::login`); then none until the oldest leaves the window.
+    pub max_failed_logins: u32,
+    pub failed_login_window: Duration,
+    /// After a failed login the next waits this long, doubled per failure
+    /// within the window.
+    pub login_backoff: Duration,
 }
+
+/// The default bound on failed logins: 2 per 10 minutes per BMC, the
+/// second no sooner than 30 s after the first. Vendor lockouts commonly
+/// trip at 3 to 5 failures within minutes: this stays below them.
+pub const DEFAULT_MAX_FAILED_LOGINS: u32 = 2;
+pub const DEFAULT_FAILED_LOGIN_WINDOW: Duration = Duration::from_secs(600);
+pub const DEFAULT_LOGIN_BACKOFF: Duration = Duration::from_secs(30);
 
 /// [`BmcSettings::max_response_bytes`] unless the inventory says
 /// otherwise: far above any Redfish document (a BIOS attribute registry
@@ -77,6 +93,9 @@ impl Default for BmcSettings {
             task_timeout: Duration::from_secs(600),
             sessions: true,
             max_response_bytes: MAX_RESPONSE_BYTES,
+            max_failed_logins: DEFAULT_MAX_FAILED_LOGINS,
+            failed_login_window: DEFAULT_FAILED_LOGIN_WINDOW,
+            login_backoff: DEFAULT_LOGIN_BACKOFF,
         }
     }
 }
@@ -106,6 +125,8 @@ pub struct BmcTarget {
     /// with a Reset action) in the Systems collection.
     pub system: Option<String>,
     pub credentials: Option<Credentials>,
+    /// Where `credentials` were read from: read again when it changes.
+    pub credentials_file: Option<PathBuf>,
     pub tls: TlsMode,
     pub settings: BmcSettings,
 }
@@ -282,6 +303,7 @@ pub struct Bmc {
     limit: Semaphore,
     global: Arc<Semaphore>,
     auth: tokio::sync::Mutex<Auth>,
+    logins: Mutex<Logins>,
     root: OnceCell<ServiceRoot>,
     pub(crate) system_path: OnceCell<String>,
     seed: u64,
@@ -305,6 +327,10 @@ impl Bmc {
             global: pool.global.clone(),
             http,
             auth: tokio::sync::Mutex::new(Auth::Unknown),
+            logins: Mutex::new(Logins::new(
+                target.credentials.clone(),
+                target.credentials_file.clone(),
+            )),
             root: OnceCell::new(),
             system_path: OnceCell::new(),
             seed,
@@ -405,8 +431,19 @@ impl Bmc {
                 AuthUse::Credentials => self.auth_header().await?,
             };
             let session = matches!(header, AuthHeader::Token(_));
+            let basic = matches!(header, AuthHeader::Basic(_));
             match self.attempt(&method, path, body, if_match, &header).await {
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => {
+                    if basic {
+                        self.logins().succeeded();
+                    }
+                    return Ok(reply);
+                }
+                // Every basic-auth request is a login.
+                Err(e @ RedfishError::Unauthorized { .. }) if basic => {
+                    self.login_failed();
+                    return Err(e);
+                }
                 Err(RedfishError::Unauthorized { .. }) if session && !renewed => {
                     // The session expired or was dropped by the BMC: make a
                     // new one once, without counting an attempt.
@@ -584,20 +621,113 @@ impl Bmc {
     }
 
     async fn auth_header(&self) -> Result<AuthHeader, RedfishError> {
-        let Some(creds) = &self.target.credentials else {
-            return Ok(AuthHeader::None);
-        };
         // One session per BMC: creation is serialized, since BMCs allow
         // few sessions (iDRAC: 8) and refuse the rest.
         let mut auth = self.auth.lock().await;
+        let refreshed = self.logins().refresh(false);
+        match refreshed {
+            Ok(true) => {
+                info!(bmc = %self.target.name, "credentials file changed: logging in with the new credentials");
+                self.end_session(&mut auth).await;
+            }
+            Ok(false) => {}
+            Err(problem) => {
+                warn!(bmc = %self.target.name, problem = %problem, "credentials file cannot be read again; the credentials in use are kept");
+            }
+        }
+        let Some(creds) = self.logins().credentials().cloned() else {
+            return Ok(AuthHeader::None);
+        };
+        if matches!(*auth, Auth::Unknown | Auth::Basic) {
+            // A session to make, or basic auth (every request a login).
+            self.login_allowed()?;
+        }
         if let Auth::Unknown = *auth {
-            *auth = self.open_session(creds).await?;
+            *auth = match self.open_session(&creds).await {
+                Ok(a) => {
+                    if matches!(a, Auth::Session { .. }) {
+                        self.logins().succeeded();
+                    }
+                    a
+                }
+                Err(e) => {
+                    if matches!(e, RedfishError::Unauthorized { .. }) {
+                        self.login_failed();
+                    }
+                    return Err(e);
+                }
+            };
         }
         Ok(match &*auth {
             Auth::Session { token, .. } => AuthHeader::Token(token.clone()),
-            Auth::Basic => AuthHeader::Basic(creds.clone()),
+            Auth::Basic => AuthHeader::Basic(creds),
             Auth::Unknown => AuthHeader::None,
         })
+    }
+
+    fn logins(&self) -> std::sync::MutexGuard<'_, Logins> {
+        self.logins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn login_policy(&self) -> LoginPolicy {
+        let s = &self.target.settings;
+        LoginPolicy {
+            max_failed: s.max_failed_logins,
+            window: s.failed_login_window,
+            backoff: s.login_backoff,
+        }
+    }
+
+    fn login_allowed(&self) -> Result<(), RedfishError> {
+        let policy = self.login_policy();
+        self.logins()
+            .check(std::time::Instant::now(), policy)
+            .map_err(|held| RedfishError::LoginHeld {
+                bmc: self.target.name.clone(),
+                failures: held.failures,
+                window_s: policy.window.as_secs(),
+                retry_in_s: held.retry_in.as_secs().max(1),
+            })
+    }
+
+    fn login_failed(&self) {
+        let policy = self.login_policy();
+        let mut l = self.logins();
+        l.failed(std::time::Instant::now());
+        warn!(bmc = %self.target.name, max_failed = policy.max_failed, window_s = policy.window.as_secs(),
+              "login refused (HTTP 401): failed logins to this BMC are bounded; fix its credentials file (it is read again when it changes)");
+    }
+
+    /// Reads the credentials file again now (SIGHUP): `Ok(true)` when the
+    /// credentials changed (the session made with the old ones is
+    /// deleted; the next request logs in with the new ones).
+    pub async fn reload_credentials(&self) -> Result<bool, String> {
+        let mut auth = self.auth.lock().await;
+        let changed = self.logins().refresh(true)?;
+        if changed {
+            self.end_session(&mut auth).await;
+        }
+        Ok(changed)
+    }
+
+    /// Deletes the session held (best effort: a BMC drops it anyway when
+    /// it times out) and forgets how this BMC is authenticated.
+    async fn end_session(&self, auth: &mut Auth) {
+        if let Auth::Session {
+            token,
+            location: Some(location),
+        } = &*auth
+        {
+            let header = AuthHeader::Token(token.clone());
+            match self
+                .attempt(&Method::DELETE, location, None, None, &header)
+                .await
+            {
+                Ok(_) => debug!(bmc = %self.target.name, "session deleted"),
+                Err(e) => warn!(bmc = %self.target.name, error = %e, "could not delete session"),
+            }
+        }
+        *auth = Auth::Unknown;
     }
 
     async fn open_session(&self, creds: &Credentials) -> Result<Auth, RedfishError> {
@@ -664,21 +794,7 @@ impl Bmc {
     /// Deletes the session, if one was made; BMCs hold few.
     pub async fn close(&self) {
         let mut auth = self.auth.lock().await;
-        if let Auth::Session {
-            token,
-            location: Some(location),
-        } = &*auth
-        {
-            let header = AuthHeader::Token(token.clone());
-            match self
-                .attempt(&Method::DELETE, location, None, None, &header)
-                .await
-            {
-                Ok(_) => debug!(bmc = %self.target.name, "session deleted"),
-                Err(e) => warn!(bmc = %self.target.name, error = %e, "could not delete session"),
-            }
-        }
-        *auth = Auth::Unknown;
+        self.end_session(&mut auth).await;
     }
 
     /// Follows a Task monitor (202 + Location) until the task ends.

@@ -54,6 +54,18 @@ pub enum RedfishError {
     },
     #[error("BMC {bmc}: {url}: credentials refused (HTTP 401)")]
     Unauthorized { bmc: String, url: String },
+    /// No login tried: too many failed ones lately (`crate::login`).
+    #[error(
+        "BMC {bmc}: not logging in: {failures} failed login(s) within {window_s} s \
+         (max_failed_logins); next try in {retry_in_s} s, or at once when its \
+         credentials file changes"
+    )]
+    LoginHeld {
+        bmc: String,
+        failures: u32,
+        window_s: u64,
+        retry_in_s: u64,
+    },
     #[error("BMC {bmc}: {url}: {reason}")]
     Decode {
         bmc: String,
@@ -188,6 +200,7 @@ impl RedfishError {
             RedfishError::Timeout { .. } => "timeout",
             RedfishError::Status { .. } => "status",
             RedfishError::Unauthorized { .. } => "unauthorized",
+            RedfishError::LoginHeld { .. } => "login_held",
             RedfishError::Decode { .. } => "decode",
             RedfishError::Unsupported { .. } => "unsupported",
             RedfishError::NotReached { .. } => "not_reached",

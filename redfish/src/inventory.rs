@@ -126,6 +126,13 @@ pub struct LimitsSection {
     /// The largest answer read from a BMC, in bytes (every read: GETs,
     /// task monitors, session creation).
     pub max_response_bytes: usize,
+    /// Failed logins per BMC at most, within `failed_login_window_s`
+    /// (default 2 per 600 s: below common vendor lockout thresholds).
+    pub max_failed_logins: u32,
+    pub failed_login_window_s: u64,
+    /// After a failed login, the next no sooner than this (doubled per
+    /// failure within the window).
+    pub login_backoff_s: u64,
 }
 
 impl Default for LimitsSection {
@@ -133,6 +140,9 @@ impl Default for LimitsSection {
         LimitsSection {
             max_in_flight_total: 64,
             max_response_bytes: crate::client::MAX_RESPONSE_BYTES,
+            max_failed_logins: crate::client::DEFAULT_MAX_FAILED_LOGINS,
+            failed_login_window_s: crate::client::DEFAULT_FAILED_LOGIN_WINDOW.as_secs(),
+            login_backoff_s: crate::client::DEFAULT_LOGIN_BACKOFF.as_secs(),
         }
     }
 }
@@ -385,6 +395,15 @@ impl Inventory {
                 MAX_RESPONSE_BYTES_RANGE.end()
             ));
         }
+        if !(1..=100).contains(&self.limits.max_failed_logins) {
+            problems.push("limits.max_failed_logins: must be 1 to 100".to_owned());
+        }
+        if !(1..=86_400).contains(&self.limits.failed_login_window_s) {
+            problems.push("limits.failed_login_window_s: must be 1 to 86400".to_owned());
+        }
+        if self.limits.login_backoff_s > self.limits.failed_login_window_s {
+            problems.push("limits.login_backoff_s: above limits.failed_login_window_s".to_owned());
+        }
         for (name, p) in &self.bios_profiles {
             if p.attributes.is_empty() {
                 problems.push(format!("bios_profiles.{name}.attributes: empty"));
@@ -410,6 +429,9 @@ impl Inventory {
             task_timeout: Duration::from_secs(self.power.task_timeout_s),
             sessions: self.defaults.sessions,
             max_response_bytes: self.limits.max_response_bytes,
+            max_failed_logins: self.limits.max_failed_logins,
+            failed_login_window: Duration::from_secs(self.limits.failed_login_window_s),
+            login_backoff: Duration::from_secs(self.limits.login_backoff_s),
         }
     }
 
@@ -447,6 +469,7 @@ impl Inventory {
             endpoint,
             system: r.system.clone(),
             credentials,
+            credentials_file: r.credentials_file.clone(),
             tls: r.tls.clone(),
             settings: self.settings(r),
         })

@@ -13,6 +13,7 @@
 pub mod client;
 pub mod error;
 pub mod inventory;
+pub mod login;
 pub mod model;
 pub mod ops;
 pub mod probe;

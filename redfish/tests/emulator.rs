@@ -378,3 +378,132 @@ async fn one_time_pxe_boot_is_set_once() {
     assert!(err.to_string().ends_with("no Bios resource"), "{err}");
     assert_eq!(emu.count("GET /redfish/v1/Systems/n1/BIOS"), 0);
 }
+
+/// A credentials file (mode 0600) with `password`.
+fn credentials_file(dir: &std::path::Path, password: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("bmc.cred");
+    let tmp = dir.join("bmc.cred.new");
+    std::fs::write(
+        &tmp,
+        format!("username = \"{USER}\"\npassword = \"{password}\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Replaced as an admin's tool does: a new file renamed over the old.
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+/// A BMC whose credentials come from `file`, as the inventory makes it.
+fn bmc_with_file(url: &str, file: &std::path::Path, pool: &HttpPool) -> Bmc {
+    let mut t = target("n1", url, Some("n1"), None);
+    t.credentials = Some(accord_redfish::inventory::read_credentials(file).unwrap());
+    t.credentials_file = Some(file.to_owned());
+    t.settings.max_failed_logins = accord_redfish::client::DEFAULT_MAX_FAILED_LOGINS;
+    Bmc::new(t, pool).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_credentials_are_picked_up_without_a_restart() {
+    // The proxy's SessionService plays the BMC's accounts (the emulator
+    // behind it checks none).
+    let emu = start_emulator(&fake(&["n1"]), &EmulatorOptions::default()).unwrap();
+    let proxy = start_proxy(
+        &emu.url(),
+        Faults {
+            sessions: Some((USER.to_owned(), PASSWORD.to_owned())),
+            ..Default::default()
+        },
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = credentials_file(dir.path(), PASSWORD);
+    let pool = HttpPool::new(8);
+    let bmc = bmc_with_file(&proxy.url, &file, &pool);
+    assert_eq!(bmc.power_state().await.unwrap(), PowerState::Off);
+    // The admin rotates the password on the BMC (its sessions end) and in
+    // the file.
+    proxy.state.faults.lock().unwrap().sessions =
+        Some((USER.to_owned(), "rotated-password-2".to_owned()));
+    proxy.state.expire_sessions();
+    credentials_file(dir.path(), "rotated-password-2");
+    assert_eq!(bmc.power_state().await.unwrap(), PowerState::Off);
+    {
+        let seen = proxy.state.seen.lock().unwrap();
+        assert_eq!(seen.sessions_created, 2, "{:?}", seen.requests);
+        // No login refused: the new file was read before the login.
+        let logins_made = seen
+            .requests
+            .iter()
+            .filter(|r| r.starts_with("POST /redfish/v1/SessionService/Sessions"))
+            .count();
+        assert_eq!(logins_made, 2, "{:?}", seen.requests);
+    }
+    // SIGHUP's path: read again on demand; unchanged, nothing happens.
+    assert!(!bmc.reload_credentials().await.unwrap());
+    bmc.close().await;
+    assert_eq!(proxy.state.seen.lock().unwrap().sessions_deleted, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_rounds_with_a_wrong_password_make_at_most_the_bounded_logins() {
+    let emu = start_emulator(&fake(&["n1"]), &auth()).unwrap();
+    let pool = HttpPool::new(8);
+    let dir = tempfile::tempdir().unwrap();
+    let logins = |requests: &[String]| {
+        requests
+            .iter()
+            .filter(|r| r.starts_with("POST /redfish/v1/SessionService/Sessions"))
+            .count()
+    };
+    // With sessions: each login is a session POST.
+    let proxy = start_proxy(
+        &emu.url(),
+        Faults {
+            sessions: Some((USER.to_owned(), PASSWORD.to_owned())),
+            ..Default::default()
+        },
+    )
+    .await;
+    let file = credentials_file(dir.path(), "wrong-password");
+    let bmc = bmc_with_file(&proxy.url, &file, &pool);
+    let mut held = 0;
+    for _ in 0..20 {
+        match bmc.power_state().await.unwrap_err() {
+            RedfishError::Unauthorized { .. } => {}
+            RedfishError::LoginHeld { .. } => held += 1,
+            e => panic!("{e:?}"),
+        }
+    }
+    let made = logins(&proxy.state.requests());
+    assert!(
+        (1..=accord_redfish::client::DEFAULT_MAX_FAILED_LOGINS as usize).contains(&made),
+        "{made} logins"
+    );
+    assert_eq!(held, 20 - made);
+    // The right password in the file: the hold is lifted at once.
+    credentials_file(dir.path(), PASSWORD);
+    assert_eq!(bmc.power_state().await.unwrap(), PowerState::Off);
+    bmc.close().await;
+
+    // Basic auth (no session service): every request is a login.
+    let basic = start_proxy(&emu.url(), Faults::default()).await;
+    let file = credentials_file(dir.path(), "wrong-password");
+    let bmc = bmc_with_file(&basic.url, &file, &pool);
+    for _ in 0..20 {
+        assert!(bmc.power_state().await.is_err());
+    }
+    let sent = basic
+        .state
+        .requests()
+        .iter()
+        // The service root is read without credentials.
+        .filter(|r| *r != "GET /redfish/v1" && *r != "GET /redfish/v1/")
+        .count();
+    assert!(
+        sent <= accord_redfish::client::DEFAULT_MAX_FAILED_LOGINS as usize,
+        "{:?}",
+        basic.state.requests()
+    );
+}

@@ -230,6 +230,7 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
         r("/api/v1", "pods", "Pod", true),
         r("/api/v1", "nodes", "Node", false),
         r("/api/v1", "podtemplates", "PodTemplate", true),
+        r("/api/v1", "configmaps", "ConfigMap", true),
         r("/api/v1", "events", "Event", true),
         r("/api/v1", "namespaces", "Namespace", false),
         r("/apis/events.k8s.io/v1", "events", "Event", true),

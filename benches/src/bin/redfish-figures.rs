@@ -61,6 +61,7 @@ async fn accord(peer: &Peer, n: usize, in_flight: usize) -> anyhow::Result<Figur
                 endpoint: peer.url().parse()?,
                 system: Some(s.id),
                 credentials: None,
+                credentials_file: None,
                 tls: TlsMode::Verify { ca_file: None },
                 settings: settings.clone(),
             },

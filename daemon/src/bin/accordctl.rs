@@ -828,6 +828,7 @@ fn bmc_cmd(command: BmcCommand) -> anyhow::Result<()> {
         endpoint,
         system: None,
         credentials,
+        credentials_file: None,
         tls: if insecure {
             accord_redfish::TlsMode::Insecure
         } else {

@@ -1,7 +1,11 @@
 //! Reads BMC power states in the background, so a round never waits on a
 //! BMC: every node each `every`, the ones in transition (which the loop
 //! names through a watch channel) each `often`. Changes travel to the loop
-//! as wake-ups that carry the readings.
+//! as wake-ups that carry the readings. A follower replica (`[ha]`) reads
+//! every node only each [`FOLLOWER_EVERY`] (it decides nothing; its
+//! readings are only kept roughly warm) and nothing in between: a fleet's
+//! BMCs are not polled once per replica. On taking over it reads every
+//! node at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,6 +21,9 @@ use crate::execute::PowerControl;
 /// One pass's changed readings: node → on (`None`: cannot be read).
 pub type Readings = Vec<(String, Option<bool>)>;
 
+/// How often a follower replica reads every BMC.
+pub const FOLLOWER_EVERY: Duration = Duration::from_secs(300);
+
 pub struct BmcPoller<P> {
     pub power: Arc<P>,
     pub nodes: Vec<String>,
@@ -24,6 +31,8 @@ pub struct BmcPoller<P> {
     pub transitional: watch::Receiver<BTreeSet<String>>,
     pub every: Duration,
     pub often: Duration,
+    /// Whether this replica leads now (always, without `[ha]`).
+    pub leading: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 impl<P> std::fmt::Debug for BmcPoller<P> {
@@ -45,17 +54,30 @@ impl<P: PowerControl + 'static> BmcPoller<P> {
                 transitional,
                 every,
                 often,
+                leading,
             } = self;
             let mut last_full: Option<Instant> = None;
+            let mut led = true;
             let mut known: BTreeMap<String, Option<bool>> = BTreeMap::new();
             loop {
                 let first_pass = last_full.is_none();
-                let full = last_full.is_none_or(|t| t.elapsed() >= every);
+                let leads = leading();
+                let (period, fast) = if leads {
+                    (every, true)
+                } else {
+                    (every.max(FOLLOWER_EVERY), false)
+                };
+                // Taking over: every node read afresh.
+                let took_over = leads && !led;
+                led = leads;
+                let full = took_over || last_full.is_none_or(|t| t.elapsed() >= period);
                 let targets: Vec<String> = if full {
                     last_full = Some(Instant::now());
                     nodes.clone()
-                } else {
+                } else if fast {
                     transitional.borrow().iter().cloned().collect()
+                } else {
+                    Vec::new()
                 };
                 let reads = targets.iter().map(|n| {
                     let power = power.clone();

@@ -47,6 +47,32 @@ pub enum Wake {
     Leadership,
 }
 
+/// SIGHUP: every BMC's credentials file read again now (they are also
+/// read again whenever a file changes, before the next login).
+fn reload_credentials_on_sighup(power: Arc<RedfishPower>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "cannot listen for SIGHUP; credentials files are still read again when they change");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            let (changed, problems) = power.reload_credentials().await;
+            info!(
+                changed,
+                problems = problems.len(),
+                "SIGHUP: BMC credentials files read again"
+            );
+            for p in problems {
+                warn!(problem = %p, "credentials file not read; the credentials in use are kept");
+            }
+        }
+    })
+}
+
 /// How long in-flight power actions may finish at shutdown; past it they
 /// are left to the journal (a sent intent is verified at the next start).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -81,8 +107,8 @@ pub struct Controller {
     /// Power actions in flight.
     in_flight: JoinSet<()>,
     started: Instant,
-    /// The mig-parted configs file (`gpu-operator` MIG mode).
-    mig_parted_config: std::path::PathBuf,
+    /// mig-manager's ConfigMap (`gpu-operator` MIG mode).
+    mig_parted_configmap: super::mig_parted::ConfigMapRef,
     /// When closed intents were last pruned from the journal.
     journal_pruned_at: Option<u64>,
     /// The fleet the decider was built from (rebuilt at a takeover).
@@ -243,7 +269,12 @@ impl Controller {
         options.limits = config.limits;
         let topology = fleet.topology.clone();
         let decider = seeded_decider(fleet.clone(), &control, &shared);
-        let mig_parted_config = control.mig_parted_config.clone();
+        let mig_parted_configmap =
+            super::mig_parted::ConfigMapRef::parse(&control.mig_parted_configmap)
+                .map_err(|e| anyhow::anyhow!("control.mig_parted_configmap: {e}"))?;
+        if let Some(old) = &control.mig_parted_config {
+            warn!(file = %old.display(), configmap = %control.mig_parted_configmap, "control.mig_parted_config is ignored: accordd writes mig-manager's ConfigMap (control.mig_parted_configmap)");
+        }
         Ok(Controller {
             config: control,
             writer: KubeWriter::spawn(kube.clone(), topology, leadership.clone()),
@@ -261,7 +292,7 @@ impl Controller {
             bios_reads: Vec::new(),
             in_flight: JoinSet::new(),
             started: Instant::now(),
-            mig_parted_config,
+            mig_parted_configmap,
             journal_pruned_at: None,
             fleet,
             leadership,
@@ -306,9 +337,16 @@ impl Controller {
                 transitional: transitional_rx,
                 every: Duration::from_millis(self.config.bmc_poll_ms),
                 often: Duration::from_millis(self.config.transition_poll_ms),
+                leading: {
+                    let l = self.leadership.clone();
+                    Arc::new(move || !l.is_ha() || l.may_act().is_ok())
+                },
             }
             .spawn(tx.clone())
         });
+        if let Some(power) = self.power.clone() {
+            tasks.push(reload_credentials_on_sighup(power));
+        }
         let mut bmc_read = polling.is_none();
         tasks.extend(polling);
         info!(mode = ?self.config.mode, nodes = self.decider.fleet().nodes.len(), "control loop starting");
@@ -407,6 +445,15 @@ impl Controller {
             }
         }
         self.writer.finish(SHUTDOWN_GRACE).await;
+        if let Some(power) = &self.power {
+            // BMCs hold few sessions: each one ours is deleted.
+            if tokio::time::timeout(SHUTDOWN_GRACE, power.close())
+                .await
+                .is_err()
+            {
+                warn!("BMC sessions not all deleted at shutdown (they time out on the BMCs)");
+            }
+        }
         info!("control loop stopped");
     }
 
@@ -537,12 +584,19 @@ impl Controller {
             }
         }
         let labels = self.commands(&d.commands);
+        let mig_configs = (!d.commands.mig_configs.is_empty()).then(|| {
+            (
+                self.mig_parted_configmap.clone(),
+                d.commands.mig_configs.clone(),
+            )
+        });
         self.writer
             .send(Writes {
                 events: d.events,
                 conditions: d.conditions,
                 nodes: d.publish,
                 labels,
+                mig_configs,
             })
             .await;
         shared.metrics.record_round(&d.metrics);
@@ -615,9 +669,9 @@ impl Controller {
     }
 
     /// Agent commands: journaled (flushed) before any agent can be handed
-    /// them; closes and releases; the mig-parted configs file written
-    /// before the labels that name its configurations (returned, to be
-    /// written after). Store writes are small and synchronous, so the
+    /// them; closes and releases; the labels that name mig-parted
+    /// configurations returned (the writer puts the configurations in
+    /// mig-manager's ConfigMap first). Store writes are small and synchronous, so the
     /// next round's observe sees them.
     fn commands(&self, c: &super::decide::CommandEffects) -> Vec<(String, String, String)> {
         let store = &self.shared.store;
@@ -632,15 +686,6 @@ impl Controller {
                 warn!(node = %node, command = generation, error = %chain(&e), "cannot release the agent command");
             }
         }
-        let mut labels_ok = true;
-        if !c.mig_configs.is_empty() {
-            if let Err(e) = super::mig_parted::add(&self.mig_parted_config, &c.mig_configs) {
-                // Without the file, mig-manager cannot apply the label:
-                // set none; the commands time out and are planned again.
-                warn!(error = %chain(&e), "cannot write the mig-parted configs file; no mig.config label is set");
-                labels_ok = false;
-            }
-        }
         let mut unjournaled = std::collections::BTreeSet::new();
         for rec in &c.open {
             match store.open_command(rec.clone()) {
@@ -653,16 +698,13 @@ impl Controller {
                 }
             }
         }
-        // A label names a configuration for a journaled command only.
-        if labels_ok {
-            c.labels
-                .iter()
-                .filter(|(node, _, _)| !unjournaled.contains(node.as_str()))
-                .cloned()
-                .collect()
-        } else {
-            Vec::new()
-        }
+        // A label names a configuration for a journaled command only (the
+        // writer sets none when the ConfigMap holding it was not written).
+        c.labels
+            .iter()
+            .filter(|(node, _, _)| !unjournaled.contains(node.as_str()))
+            .cloned()
+            .collect()
     }
 
     fn now(&self) -> u64 {

@@ -25,7 +25,13 @@ pub struct Writes {
     /// Single labels set on request (node, key, value): the GPU
     /// Operator's `nvidia.com/mig.config`.
     pub labels: Vec<(String, String, String)>,
+    /// mig-parted configurations the labels name, put in mig-manager's
+    /// ConfigMap before any label is set (none is when that fails).
+    pub mig_configs: Option<(super::mig_parted::ConfigMapRef, MigConfigs)>,
 }
+
+/// mig-parted configurations by name.
+pub type MigConfigs = Vec<(String, Vec<accord_api::mig_parted::DeviceConfig>)>;
 
 impl Writes {
     pub fn is_empty(&self) -> bool {
@@ -33,6 +39,7 @@ impl Writes {
             && self.conditions.is_empty()
             && self.nodes.is_empty()
             && self.labels.is_empty()
+            && self.mig_configs.is_none()
     }
 }
 
@@ -134,7 +141,36 @@ async fn write(
             ),
         }
     }
-    for (node, key, value) in &w.labels {
+    let mut labels_ok = true;
+    if let Some((cm, configs)) = &w.mig_configs {
+        if !may_write() {
+            return;
+        }
+        let update = |text: Option<&str>| super::mig_parted::merged(text, configs);
+        match accord_kube::write::update_configmap_key(
+            kube,
+            &cm.namespace,
+            &cm.name,
+            super::mig_parted::CONFIGMAP_KEY,
+            &update,
+        )
+        .await
+        {
+            Ok(outcome) => {
+                tracing::info!(configmap = %format!("{}/{}", cm.namespace, cm.name), configs = configs.len(), ?outcome, "mig-parted configurations in mig-manager's ConfigMap")
+            }
+            // Without them mig-manager cannot apply the label: none is
+            // set; the commands time out and are planned again.
+            Err(err) => {
+                labels_ok = false;
+                warn_once(
+                    format!("mig-parted {err}"),
+                    format!("cannot write the mig-parted configurations, so no nvidia.com/mig.config label is set: {err}"),
+                );
+            }
+        }
+    }
+    for (node, key, value) in w.labels.iter().filter(|_| labels_ok) {
         if !may_write() {
             return;
         }

@@ -373,6 +373,7 @@ pub fn fast_settings() -> accord_redfish::BmcSettings {
         task_timeout: Duration::from_secs(20),
         sessions: true,
         max_response_bytes: accord_redfish::client::MAX_RESPONSE_BYTES,
+        ..Default::default()
     }
 }
 
@@ -390,6 +391,7 @@ pub fn target(
             username: u.to_owned(),
             password: accord_redfish::Secret::new(p),
         }),
+        credentials_file: None,
         tls: accord_redfish::TlsMode::Verify { ca_file: None },
         settings: fast_settings(),
     }
