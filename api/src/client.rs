@@ -330,6 +330,24 @@ impl Client {
             .await
     }
 
+    /// Asks accordd to power a node on, off or cycle it (the control
+    /// loop's checks, journaled); a refusal is `ClientError::Refused`
+    /// naming the check.
+    pub async fn power(
+        &self,
+        name: &str,
+        request: &crate::control::AdminPowerRequest,
+    ) -> Result<crate::control::AdminPowerAnswer, ClientError> {
+        crate::names::validate_node_name(name)?;
+        let body = serde_json::to_vec(request).expect("plain data");
+        self.expect(
+            reqwest::Method::POST,
+            &["v1", "nodes", name, "power"],
+            Some(body),
+        )
+        .await
+    }
+
     /// Lets the node's next report carry a new machine identity.
     pub async fn allow_replacement(&self, name: &str) -> Result<(), ClientError> {
         crate::names::validate_node_name(name)?;

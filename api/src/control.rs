@@ -272,6 +272,10 @@ pub struct Intent {
     /// with it to the API server before the action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<Fence>,
+    /// Who asked for it when not the plan: `admin` (`accordctl power`),
+    /// `admin, forced` (`--force`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
 }
 
 /// A leader's term: the Lease holder and the Lease's transition count
@@ -380,4 +384,116 @@ pub enum BiosResult {
     Verified,
     /// Some did not take.
     Failed { reason: String },
+}
+
+/// What an admin asks of a node's power (`accordctl power`,
+/// `POST /v1/nodes/{name}/power`): accordd applies the loop's checks and
+/// journals the action as every power action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdminPowerAction {
+    On,
+    Off,
+    /// Off (as `off`), then on once the BMC shows it off.
+    Cycle,
+}
+
+impl AdminPowerAction {
+    pub fn word(self) -> &'static str {
+        match self {
+            AdminPowerAction::On => "on",
+            AdminPowerAction::Off => "off",
+            AdminPowerAction::Cycle => "cycle",
+        }
+    }
+}
+
+/// The body of `POST /v1/nodes/{name}/power`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminPowerRequest {
+    pub action: AdminPowerAction,
+    /// The emergency path: none of the loop's checks (work pods, bookings,
+    /// `do-not-disrupt`, the plan, the rack's power-on limit, a stage in
+    /// transition); an off is a ForceOff sent at once, without the
+    /// powering-off taint's wait. Journaled and logged as forced. The
+    /// leader check still holds.
+    #[serde(default)]
+    pub force: bool,
+    /// Check and say what would be done; change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// What accordd does about an admin's power request it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdminPowerOutcome {
+    /// Taken: the action is journaled and sent by the loop (a non-forced
+    /// off once the Node shows the powering-off taint).
+    Accepted,
+    /// The node is already there: nothing is sent.
+    NothingToDo,
+    /// A dry run that every check passed: nothing changed.
+    WouldDo,
+}
+
+/// accordd's answer to an accepted power request (a refused one is an
+/// HTTP error whose reason names the check).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminPowerAnswer {
+    pub node: String,
+    pub action: AdminPowerAction,
+    pub outcome: AdminPowerOutcome,
+    pub forced: bool,
+    /// What happens next, for people.
+    pub detail: String,
+}
+
+/// The loop's answer: accepted (what it does), or refused (why).
+pub type AdminReply = Result<AdminPowerAnswer, AdminRefusal>;
+
+/// Why an admin's power request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminRefusal {
+    pub kind: RefusalKind,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// Not a node of the fleet (404).
+    UnknownNode,
+    /// A check refused it (409): the reason names the check.
+    Check,
+    /// This replica does not lead, or the loop cannot answer now (503).
+    Unavailable,
+}
+
+impl AdminRefusal {
+    pub fn check(reason: impl Into<String>) -> AdminRefusal {
+        AdminRefusal {
+            kind: RefusalKind::Check,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A power action an admin asked for (`accordctl power`), as the executor
+/// journals it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requested {
+    /// `--force`: a power-off is a ForceOff at once.
+    pub forced: bool,
+}
+
+impl Requested {
+    /// The intent's `requested_by`.
+    pub fn by(&self) -> &'static str {
+        if self.forced {
+            "admin, forced"
+        } else {
+            "admin"
+        }
+    }
 }

@@ -444,6 +444,65 @@ async fn replace_node(
     }
 }
 
+/// How long an admin's power request may wait for the control loop's
+/// answer (a round, after its batching window; longer only while the loop
+/// starts: first lists, every BMC read once).
+pub const ADMIN_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// An admin's power request (`accordctl power`): handed to the control
+/// loop, which checks it as its own actions and journals what it sends.
+async fn power_node(
+    State(st): State<Arc<ApiState>>,
+    Path(node): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<accord_api::control::AdminPowerAnswer>, ApiError> {
+    use crate::shared::{AdminCall, RefusalKind};
+    check(bearer(&headers), Some(&st.admin_token))?;
+    node_name(&node)?;
+    let request: accord_api::control::AdminPowerRequest = parse_json(&body)?;
+    let Some(door) = st.shared.admin_power.get() else {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            "accordd runs without [control]: it powers nothing itself (`accordctl power --direct` talks to the BMCs)".into(),
+        ));
+    };
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let call = AdminCall {
+        node: node.clone(),
+        request,
+        reply,
+    };
+    if door.try_send(call).is_err() {
+        return Err(ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many power requests wait for the control loop; ask again shortly".into(),
+        ));
+    }
+    match tokio::time::timeout(ADMIN_ANSWER_WITHIN, answer).await {
+        Ok(Ok(Ok(a))) => Ok(Json(a)),
+        Ok(Ok(Err(refused))) => Err(ApiError(
+            match refused.kind {
+                RefusalKind::UnknownNode => StatusCode::NOT_FOUND,
+                RefusalKind::Check => StatusCode::CONFLICT,
+                RefusalKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            },
+            refused.reason,
+        )),
+        Ok(Err(_)) => Err(ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the control loop stopped before it answered".into(),
+        )),
+        Err(_) => Err(ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the control loop did not answer within {} s (it waits for its first lists and BMC reads at start); ask again",
+                ADMIN_ANSWER_WITHIN.as_secs()
+            ),
+        )),
+    }
+}
+
 /// Prometheus text exposition; no token (it holds no secrets, and
 /// scrapers rarely carry one).
 async fn metrics(State(state): State<Arc<ApiState>>) -> impl axum::response::IntoResponse {
@@ -512,6 +571,7 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize) -> Router {
         .route("/v1/nodes/{name}/report", post(report))
         .route("/v1/nodes/{name}/heartbeat", post(heartbeat))
         .route("/v1/nodes/{name}/replace", post(replace_node))
+        .route("/v1/nodes/{name}/power", post(power_node))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
 }

@@ -302,6 +302,8 @@ impl PowerControl for RedfishPower {
     }
 }
 
+pub use accord_api::control::Requested;
+
 /// What executing did, per intent.
 #[derive(Debug, Clone)]
 pub struct Executed {
@@ -597,6 +599,17 @@ impl<P: PowerControl + 'static> Executor<P> {
         actions: &[PlanAction],
         now: u64,
     ) -> Result<Vec<Executed>, StoreError> {
+        self.apply_requested(actions, &BTreeMap::new(), now).await
+    }
+
+    /// `apply`, with the nodes an admin asked for (`accordctl power`):
+    /// their intents say who asked, and a forced power-off is a ForceOff.
+    pub async fn apply_requested(
+        &self,
+        actions: &[PlanAction],
+        requested: &BTreeMap<String, Requested>,
+        now: u64,
+    ) -> Result<Vec<Executed>, StoreError> {
         let bios: BTreeMap<&str, &str> = actions
             .iter()
             .filter_map(|a| match a {
@@ -616,9 +629,21 @@ impl<P: PowerControl + 'static> Executor<P> {
                     for_workloads,
                 } => {
                     let profile = bios.get(node.as_str()).map(|p| (*p).to_owned());
-                    let claimed = self.record_claimed(|j| {
-                        j.record_power_on(node, for_workloads.clone(), profile.clone(), now)
-                    })?;
+                    let claimed = match requested.get(node) {
+                        Some(r) => self.record_claimed(|j| {
+                            j.record_requested(
+                                node,
+                                Action::PowerOn,
+                                for_workloads.clone(),
+                                profile.clone(),
+                                r.by(),
+                                now,
+                            )
+                        })?,
+                        None => self.record_claimed(|j| {
+                            j.record_power_on(node, for_workloads.clone(), profile.clone(), now)
+                        })?,
+                    };
                     // The staging outlives the intent (closed once the
                     // BMC shows On, minutes before POST is over): kept
                     // until the read-back, for a restart in between.
@@ -627,10 +652,27 @@ impl<P: PowerControl + 'static> Executor<P> {
                     }
                     waves.entry(*wave).or_default().push(claimed);
                 }
-                PlanAction::PowerOff { node, .. } => offs.push(self.record_claimed(|j| {
-                    j.record(node, Action::PowerOff { force: false }, Vec::new(), now)
-                })?),
+                PlanAction::PowerOff { node, .. } => offs.push(match requested.get(node) {
+                    Some(r) => self.record_claimed(|j| {
+                        j.record_requested(
+                            node,
+                            Action::PowerOff { force: r.forced },
+                            Vec::new(),
+                            None,
+                            r.by(),
+                            now,
+                        )
+                    })?,
+                    None => self.record_claimed(|j| {
+                        j.record(node, Action::PowerOff { force: false }, Vec::new(), now)
+                    })?,
+                }),
                 _ => {}
+            }
+        }
+        for (intent, _) in waves.values().flatten().chain(offs.iter()) {
+            if let Some(by) = &intent.requested_by {
+                info!(node = %intent.node, intent = intent.id, action = ?intent.action, requested_by = %by, "admin power action journaled");
             }
         }
         let mut out = Vec::new();

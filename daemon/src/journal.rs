@@ -105,6 +105,25 @@ impl Journal {
         self.write_new(node, action, for_workloads, None, now)
     }
 
+    /// Writes a new intent an admin asked for (`requested_by`: `admin`,
+    /// `admin, forced`), durably, and returns it; a power-on carries the
+    /// BIOS profile the plan stages with it, if any.
+    pub fn record_requested(
+        &self,
+        node: &str,
+        action: IntentAction,
+        for_workloads: Vec<String>,
+        bios_profile: Option<String>,
+        requested_by: &str,
+        now: u64,
+    ) -> Result<Intent, StoreError> {
+        let intent = self.new_intent(node, action, for_workloads, bios_profile, now)?;
+        self.write_intent(Intent {
+            requested_by: Some(requested_by.to_owned()),
+            ..intent
+        })
+    }
+
     /// Writes a new power-on intent, with the BIOS profile staged before
     /// its Reset, durably, and returns it.
     pub fn record_power_on(
@@ -131,8 +150,27 @@ impl Journal {
         bios_profile: Option<String>,
         now: u64,
     ) -> Result<Intent, StoreError> {
+        let intent = self.new_intent(node, action, for_workloads, bios_profile, now)?;
+        self.write_intent(intent)
+    }
+
+    /// Writes `intent`, durably, and returns it.
+    fn write_intent(&self, intent: Intent) -> Result<Intent, StoreError> {
+        self.write(&intent)?;
+        Ok(intent)
+    }
+
+    /// A new planned intent under a fresh id (not written yet).
+    fn new_intent(
+        &self,
+        node: &str,
+        action: IntentAction,
+        for_workloads: Vec<String>,
+        bios_profile: Option<String>,
+        now: u64,
+    ) -> Result<Intent, StoreError> {
         let id = self.db.generate_id().map_err(io("journal id"))?;
-        let intent = Intent {
+        Ok(Intent {
             id,
             node: node.to_owned(),
             action,
@@ -141,9 +179,8 @@ impl Journal {
             state: IntentState::Planned,
             bios_profile,
             fence: None,
-        };
-        self.write(&intent)?;
-        Ok(intent)
+            requested_by: None,
+        })
     }
 
     /// Takes another replica's open intent (from the shared state, at a
@@ -299,6 +336,7 @@ mod tests {
             state,
             bios_profile: None,
             fence: None,
+            requested_by: None,
         }
     }
 

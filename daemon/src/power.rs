@@ -1,7 +1,8 @@
-//! Admin power and BIOS actions over the BMC inventory (`accordctl power`,
-//! `accordctl bios`): many nodes at once, within the inventory's request
-//! limits and each rack's `max_concurrent_power_ons`. The control loop
-//! will drive the same `accord_redfish` operations.
+//! Admin power and BIOS actions over the BMC inventory (`accordctl power
+//! status`, `accordctl power --direct`, `accordctl bios`): many nodes at
+//! once, within the inventory's request limits and each rack's
+//! `max_concurrent_power_ons`; and the rendering of accordd's answers to
+//! `accordctl power` (which goes through accordd, `decide/admin.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,6 +53,65 @@ impl<T> NodeOutcome<T> {
 pub struct StatusView {
     pub power: PowerState,
     pub watts: Option<f64>,
+}
+
+/// The request `accordctl power VERB` makes of accordd (`status` reads
+/// the BMCs directly).
+pub fn admin_action(verb: PowerVerb) -> Option<accord_api::control::AdminPowerAction> {
+    use accord_api::control::AdminPowerAction;
+    match verb {
+        PowerVerb::On => Some(AdminPowerAction::On),
+        PowerVerb::Off => Some(AdminPowerAction::Off),
+        PowerVerb::Cycle => Some(AdminPowerAction::Cycle),
+        PowerVerb::Status => None,
+    }
+}
+
+/// Node names as given (ranges like `gpu-[01-04]` expanded), each a
+/// Kubernetes node name; accordd checks them against its fleet.
+pub fn expand_names(args: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for a in args {
+        for (name, _) in expand_range(a).map_err(|e| anyhow::anyhow!(e))? {
+            accord_api::names::validate_node_name(&name)?;
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// accordd's reason for a refusal (the check it names), else the error.
+pub fn refusal_text(e: &accord_api::ClientError) -> String {
+    match e {
+        accord_api::ClientError::Refused { reason, .. } => reason.clone(),
+        e => accord::config_file::error_chain(e),
+    }
+}
+
+/// One line per node for accordd's answers.
+pub fn render_admin(results: &[NodeResult<accord_api::control::AdminPowerAnswer>]) -> String {
+    use accord_api::control::AdminPowerOutcome;
+    let mut out = String::new();
+    let width = results.iter().map(|r| r.node.len()).max().unwrap_or(4);
+    for r in results {
+        let line = match &r.result {
+            NodeOutcome::Error { kind, error } if kind == "refused" => format!("REFUSED  {error}"),
+            NodeOutcome::Error { error, .. } => format!("FAILED  {error}"),
+            NodeOutcome::Ok(a) => {
+                let what = match a.outcome {
+                    AdminPowerOutcome::Accepted if a.forced => "accepted (FORCED)",
+                    AdminPowerOutcome::Accepted => "accepted",
+                    AdminPowerOutcome::NothingToDo => "nothing to do",
+                    AdminPowerOutcome::WouldDo => "would do",
+                };
+                format!("{} {what}: {}", a.action.word(), a.detail)
+            }
+        };
+        out.push_str(&format!("{:<width$}  {line}\n", r.node));
+    }
+    out
 }
 
 /// Node names as given (ranges like `gpu-[01-04]` expanded), each checked

@@ -32,7 +32,21 @@ pub struct Shared {
     /// With `[ha]`: each node's agent command generation the shared state
     /// holds under this replica's term (the API hands over only those).
     pub fenced_commands: Mutex<std::collections::BTreeMap<String, u64>>,
+    /// The control loop's door for admins' power requests; set when the
+    /// loop starts (unset: accordd runs without `[control]`).
+    pub admin_power: std::sync::OnceLock<tokio::sync::mpsc::Sender<AdminCall>>,
 }
+
+/// An admin's power request on its way to the control loop, with where
+/// the answer goes.
+#[derive(Debug)]
+pub struct AdminCall {
+    pub node: String,
+    pub request: accord_api::control::AdminPowerRequest,
+    pub reply: tokio::sync::oneshot::Sender<AdminReply>,
+}
+
+pub use accord_api::control::{AdminRefusal, AdminReply, RefusalKind};
 
 impl Shared {
     pub fn new(store: Store) -> Shared {
@@ -46,6 +60,7 @@ impl Shared {
             leadership: std::sync::OnceLock::new(),
             identity: std::sync::OnceLock::new(),
             fenced_commands: Mutex::new(Default::default()),
+            admin_power: std::sync::OnceLock::new(),
         }
     }
 

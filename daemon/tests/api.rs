@@ -461,6 +461,68 @@ async fn bad_requests_get_a_reason_and_change_nothing() {
     assert_eq!(status, 401);
     let (status, v) = d.send(reqwest::Method::GET, "/v1/health", None, None).await;
     assert_eq!((status, v["status"].as_str()), (200, Some("ok")));
+    // Power requests: the admin's token, a node name, a strict body; this
+    // accordd runs no control loop, so it powers nothing and says so.
+    let on = br#"{"action": "on"}"#;
+    for (what, token, node, body, want, reason) in [
+        (
+            "agent token",
+            Some(AGENT_TOKEN),
+            "dgx2-01",
+            &on[..],
+            401,
+            "wrong token",
+        ),
+        (
+            "no token",
+            None,
+            "dgx2-01",
+            &on[..],
+            401,
+            "missing bearer token",
+        ),
+        (
+            "bad name",
+            Some(ADMIN_TOKEN),
+            "Not_A_Node",
+            &on[..],
+            400,
+            "node name",
+        ),
+        (
+            "unknown action",
+            Some(ADMIN_TOKEN),
+            "dgx2-01",
+            br#"{"action": "explode"}"#,
+            400,
+            "invalid JSON",
+        ),
+        (
+            "unknown field",
+            Some(ADMIN_TOKEN),
+            "dgx2-01",
+            br#"{"action": "on", "pxe": true}"#,
+            400,
+            "invalid JSON",
+        ),
+        (
+            "no control loop",
+            Some(ADMIN_TOKEN),
+            "dgx2-01",
+            &on[..],
+            409,
+            "runs without [control]",
+        ),
+    ] {
+        let path = format!("/v1/nodes/{node}/power");
+        let (status, v) = d
+            .send(reqwest::Method::POST, &path, token, Some(body.to_vec()))
+            .await;
+        assert_eq!(status, want, "{what}: {v}");
+        let got = v["error"].as_str().unwrap_or_default();
+        assert!(got.contains(reason), "{what}: {got}");
+    }
+    assert_eq!(d.nodes().await, before, "power requests changed the store");
     d.stop().await;
 }
 

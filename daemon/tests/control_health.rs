@@ -8,7 +8,12 @@
 use accord::demand::{BoundPod, Demand, TaintEffect};
 use accord::lifecycle::{Deadlines, Stage};
 use accord::truth::{SchedulerView, POWERING_OFF_TAINT_KEY};
+use accord_api::control::{
+    AdminPowerAction, AdminPowerAnswer, AdminPowerOutcome, AdminPowerRequest,
+};
 use accordd::control::decide::{Decider, Decision, Repair, Snapshot};
+use accordd::execute::Requested;
+use accordd::shared::{AdminReply, RefusalKind};
 
 mod support;
 use support::twin::{decide_at, decider, pods, power_offs, power_ons, T0};
@@ -444,6 +449,27 @@ fn a_power_off_waits_for_its_taint_on_the_node_then_the_settle_time() {
     assert!(!shows_powering_off(&t, "n1"), "{:?}", t.world.views["n1"]);
 }
 
+/// A work pod bound to n1 while its power-off waits: the next rounds send
+/// none, say `PowerOffCancelled` naming the pod, and lift the taint.
+fn a_work_pod_slips_into_n1_and_cancels_its_power_off(t: &mut Twin) {
+    t.world.demand.bound.extend(bound("n1", 1, false, false));
+    *t.world.pods_per_node.get_mut("n1").unwrap() += 1;
+    let mut cancelled = false;
+    for _ in 0..4 {
+        let d = t.round(SETTLE_S);
+        assert!(!offs(&d).contains(&"n1".to_owned()), "{:?}", d.power);
+        cancelled |= d.events.iter().any(|e| {
+            e.reason == "PowerOffCancelled"
+                && e.regarding.name == "n1"
+                && e.note.contains("1 work pod(s)")
+        });
+        published(t, &d);
+    }
+    assert!(cancelled, "a PowerOffCancelled event for n1");
+    assert!(!shows_powering_off(t, "n1"), "{:?}", t.world.views["n1"]);
+    assert_eq!(t.stage("n1"), Stage::InUse);
+}
+
 #[test]
 fn a_work_pod_that_slips_in_cancels_the_power_off_and_lifts_the_taint() {
     let mut t = Twin::new(Repair::default());
@@ -458,22 +484,7 @@ fn a_work_pod_that_slips_in_cancels_the_power_off_and_lifts_the_taint() {
     assert!(offs(&d).is_empty(), "{:?}", d.power);
     // A pod bound straight to n1 (spec.nodeName: no scheduler, no taint
     // check) while it waits.
-    t.world.demand.bound.extend(bound("n1", 1, false, false));
-    *t.world.pods_per_node.get_mut("n1").unwrap() += 1;
-    let mut cancelled = false;
-    for _ in 0..4 {
-        let d = t.round(SETTLE_S);
-        assert!(!offs(&d).contains(&"n1".to_owned()), "{:?}", d.power);
-        cancelled |= d.events.iter().any(|e| {
-            e.reason == "PowerOffCancelled"
-                && e.regarding.name == "n1"
-                && e.note.contains("1 work pod(s)")
-        });
-        published(&mut t, &d);
-    }
-    assert!(cancelled, "a PowerOffCancelled event for n1");
-    assert!(!shows_powering_off(&t, "n1"), "{:?}", t.world.views["n1"]);
-    assert_eq!(t.stage("n1"), Stage::InUse);
+    a_work_pod_slips_into_n1_and_cancels_its_power_off(&mut t);
     // The others, idle, went dark.
     assert_eq!(t.stage("n2"), Stage::PoweringOff);
     assert_eq!(t.stage("n3"), Stage::PoweringOff);
@@ -513,4 +524,214 @@ fn pending_work_placed_on_a_node_being_drained_cancels_its_power_off() {
         d.events
     );
     assert!(!shows_powering_off(&t, placed));
+}
+
+// Admins' power requests (`accordctl power` through accordd): the loop's
+// checks, then the loop's path.
+
+fn ask(t: &mut Twin, node: &str, action: AdminPowerAction, force: bool, dry_run: bool) {
+    t.decider.ask_admin(
+        node,
+        AdminPowerRequest {
+            action,
+            force,
+            dry_run,
+        },
+    );
+}
+
+/// The only answer of the round `d`.
+fn answer(d: &Decision) -> &AdminReply {
+    assert_eq!(d.admin_replies.len(), 1, "{:?}", d.admin_replies);
+    &d.admin_replies[0]
+}
+
+fn refused(d: &Decision, kind: RefusalKind, says: &str) {
+    match answer(d) {
+        Err(r) => {
+            assert_eq!(r.kind, kind, "{r:?}");
+            assert!(
+                r.reason.contains(says),
+                "{:?} does not say {says:?}",
+                r.reason
+            );
+        }
+        Ok(a) => panic!("accepted, not refused ({says}): {a:?}"),
+    }
+}
+
+fn accepted(d: &Decision, outcome: AdminPowerOutcome) -> &AdminPowerAnswer {
+    match answer(d) {
+        Ok(a) => {
+            assert_eq!(a.outcome, outcome, "{a:?}");
+            a
+        }
+        Err(r) => panic!("refused: {r:?}"),
+    }
+}
+
+fn tainted(d: &Decision, node: &str) -> bool {
+    d.publish
+        .iter()
+        .any(|(n, p)| n == node && p.taints.iter().any(|x| x.key == POWERING_OFF_TAINT_KEY))
+}
+
+#[test]
+fn an_admins_power_off_is_checked_as_the_loops_and_goes_through_the_taint() {
+    let mut t = Twin::new(Repair::default());
+    t.decider.set_power_off_settle_s(SETTLE_S);
+    registered(&mut t);
+    daemonset_pods_everywhere(&mut t);
+    // n2 runs a work pod; n3 is annotated accord.dev/do-not-disrupt.
+    t.world.demand.bound.extend(bound("n2", 1, false, false));
+    *t.world.pods_per_node.get_mut("n2").unwrap() += 1;
+    t.world.do_not_disrupt.insert("n3".into());
+    t.round(1);
+    ask(&mut t, "n2", AdminPowerAction::Off, false, false);
+    let d = t.round(1);
+    refused(&d, RefusalKind::Check, "node n2: 1 work pod(s) bound to it");
+    assert_eq!(d.metrics.commands, [("admin", "refused")]);
+    assert!(offs(&d).is_empty() && !tainted(&d, "n2"), "{:?}", d.power);
+    ask(&mut t, "n3", AdminPowerAction::Cycle, false, false);
+    refused(
+        &t.round(1),
+        RefusalKind::Check,
+        "annotated accord.dev/do-not-disrupt",
+    );
+    ask(&mut t, "n9", AdminPowerAction::Off, false, false);
+    refused(
+        &t.round(1),
+        RefusalKind::UnknownNode,
+        "node n9 is not in the fleet",
+    );
+    // A dry run says it would, and changes nothing.
+    ask(&mut t, "n1", AdminPowerAction::Off, false, true);
+    let d = t.round(1);
+    accepted(&d, AdminPowerOutcome::WouldDo);
+    assert!(!tainted(&d, "n1") && offs(&d).is_empty(), "{:?}", d.publish);
+    // n1 is idle (well within its idle time): tainted now, powered off
+    // once the Node shows it and the settle time has passed.
+    ask(&mut t, "n1", AdminPowerAction::Off, false, false);
+    let d = t.round(1);
+    let a = accepted(&d, AdminPowerOutcome::Accepted);
+    assert!(
+        !a.forced && a.detail.contains("tainted accord.dev/powering-off"),
+        "{a:?}"
+    );
+    assert!(tainted(&d, "n1") && offs(&d).is_empty(), "{:?}", d.power);
+    assert!(d
+        .events
+        .iter()
+        .any(|e| e.reason == "AdminPowerOff" && e.regarding.name == "n1"));
+    assert_eq!(d.metrics.commands, [("admin", "off")]);
+    published(&mut t, &d);
+    let d = t.round(1);
+    assert!(offs(&d).is_empty(), "the taint just seen: {:?}", d.power);
+    let d = t.round(SETTLE_S);
+    assert_eq!(offs(&d), ["n1"], "{:?}", d.power);
+    assert_eq!(d.requested.get("n1"), Some(&Requested { forced: false }));
+    assert_eq!(t.stage("n1"), Stage::PoweringOff);
+    // Asked again: nothing to do.
+    ask(&mut t, "n1", AdminPowerAction::Off, false, false);
+    accepted(&t.round(1), AdminPowerOutcome::NothingToDo);
+}
+
+#[test]
+fn a_work_pod_that_slips_in_cancels_an_admins_power_off() {
+    let mut t = Twin::new(Repair::default());
+    t.decider.set_power_off_settle_s(SETTLE_S);
+    registered(&mut t);
+    daemonset_pods_everywhere(&mut t);
+    t.round(1);
+    ask(&mut t, "n1", AdminPowerAction::Off, false, false);
+    let d = t.round(1);
+    accepted(&d, AdminPowerOutcome::Accepted);
+    published(&mut t, &d);
+    assert!(shows_powering_off(&t, "n1"));
+    a_work_pod_slips_into_n1_and_cancels_its_power_off(&mut t);
+}
+
+#[test]
+fn a_forced_power_off_skips_the_checks_and_goes_at_once_as_forced() {
+    let mut t = Twin::new(Repair::default());
+    t.decider.set_power_off_settle_s(SETTLE_S);
+    registered(&mut t);
+    t.world.demand.bound.extend(bound("n2", 1, false, false));
+    t.world.pods_per_node.insert("n2".into(), 1);
+    t.round(1);
+    ask(&mut t, "n2", AdminPowerAction::Off, true, false);
+    let d = t.round(1);
+    let a = accepted(&d, AdminPowerOutcome::Accepted);
+    assert!(a.forced, "{a:?}");
+    assert_eq!(
+        offs(&d),
+        ["n2"],
+        "sent this round, no taint wait: {:?}",
+        d.power
+    );
+    assert_eq!(d.requested.get("n2"), Some(&Requested { forced: true }));
+    assert_eq!(d.metrics.commands, [("admin", "forced_off")]);
+    let e = d
+        .events
+        .iter()
+        .find(|e| e.reason == "PowerForced")
+        .expect("a PowerForced event");
+    assert!(e.warning && e.regarding.name == "n2", "{e:?}");
+    assert_eq!(t.stage("n2"), Stage::PoweringOff);
+}
+
+#[test]
+fn an_admins_power_on_keeps_the_racks_limit_and_a_cycle_comes_back_on() {
+    let fleet = FLEET.replace(
+        "name = \"r1\"\n",
+        "name = \"r1\"\nmax_concurrent_power_ons = 1\n",
+    );
+    let mut t = Twin::on(&fleet, Repair::default());
+    t.decider.set_power_off_settle_s(SETTLE_S);
+    registered(&mut t);
+    // n1 cycled: off through its taint, then on once the BMC shows it off.
+    ask(&mut t, "n1", AdminPowerAction::Cycle, false, false);
+    let d = t.round(1);
+    accepted(&d, AdminPowerOutcome::Accepted);
+    published(&mut t, &d);
+    t.round(1);
+    let d = t.round(SETTLE_S);
+    assert_eq!(offs(&d), ["n1"], "{:?}", d.power);
+    t.world.bmc.insert("n1".into(), false);
+    t.world.kube_ready.insert("n1".into(), false);
+    t.world.agents.remove("n1");
+    t.world.agent_reports.remove("n1");
+    // The round that sees it Off powers it on again.
+    let d = t.round(1);
+    assert_eq!(ons(&d), ["n1"], "{:?}", d.power);
+    assert_eq!(t.stage("n1"), Stage::PoweringOn);
+    assert_eq!(d.requested.get("n1"), Some(&Requested { forced: false }));
+    assert!(d
+        .events
+        .iter()
+        .any(|e| e.reason == "PoweringOn" && e.note.contains("asked by an admin")));
+    // n1 is on its way up: the rack's one power-on at a time is taken.
+    for n in ["n2", "n3"] {
+        t.world.bmc.insert(n.into(), false);
+        t.world.kube_ready.insert(n.into(), false);
+        t.world.agents.remove(n);
+        t.world.agent_reports.remove(n);
+    }
+    for _ in 0..2 {
+        t.round(1);
+    }
+    assert_eq!(t.stage("n2"), Stage::Off);
+    ask(&mut t, "n2", AdminPowerAction::On, false, false);
+    let d = t.round(1);
+    refused(
+        &d,
+        RefusalKind::Check,
+        "rack r1 has 1 node(s) on their way up (max_concurrent_power_ons = 1)",
+    );
+    assert!(ons(&d).is_empty(), "{:?}", d.power);
+    // Forced: no rack limit.
+    ask(&mut t, "n2", AdminPowerAction::On, true, false);
+    let d = t.round(1);
+    accepted(&d, AdminPowerOutcome::Accepted);
+    assert_eq!(ons(&d), ["n2"], "{:?}", d.power);
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use accord::plan::Action as PlanAction;
 use accord_testkit::power::SimulatedPower;
-use accordd::execute::Executor;
+use accordd::execute::{Executor, Requested};
 use accordd::journal::{IntentAction as Action, IntentState};
 use accordd::store::Store;
 
@@ -46,6 +46,38 @@ async fn power_ons_are_journaled_and_never_repeated() {
         matches!(&all[2].state, IntentState::Failed { reason, .. } if reason.contains("still Off"))
     );
     assert!(store.journal().unwrap().open_intents().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_admins_actions_are_journaled_as_theirs_and_a_forced_off_as_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let power = Arc::new(SimulatedPower::with_nodes(&["n1", "n2", "n3"]));
+    let ex = Executor::new(store.journal().unwrap(), power.clone());
+    ex.apply(&[on("n2", 0), on("n3", 0)], 1).await.unwrap();
+    let off = |node: &str| PlanAction::PowerOff {
+        node: node.into(),
+        reason: "asked by an admin".into(),
+    };
+    let requested = std::collections::BTreeMap::from([
+        ("n1".to_owned(), Requested { forced: false }),
+        ("n2".to_owned(), Requested { forced: true }),
+    ]);
+    let done = ex
+        .apply_requested(&[on("n1", 0), off("n2"), off("n3")], &requested, 2)
+        .await
+        .unwrap();
+    assert!(done.iter().all(|d| d.result.is_ok()), "{done:?}");
+    let all = store.journal().unwrap().all().unwrap();
+    let of = |node: &str| all.iter().rev().find(|i| i.node == node).unwrap().clone();
+    assert_eq!(of("n1").requested_by.as_deref(), Some("admin"));
+    assert_eq!(of("n1").action, Action::PowerOn);
+    assert_eq!(of("n1").for_workloads, ["ml/train-a"], "the plan's, kept");
+    assert_eq!(of("n2").requested_by.as_deref(), Some("admin, forced"));
+    assert_eq!(of("n2").action, Action::PowerOff { force: true });
+    // The plan's own power-off: neither.
+    assert_eq!(of("n3").requested_by, None);
+    assert_eq!(of("n3").action, Action::PowerOff { force: false });
 }
 
 #[tokio::test]

@@ -55,6 +55,7 @@ fn intent(id: u64, node: &str, state: IntentState) -> Intent {
         state,
         bios_profile: None,
         fence: None,
+        requested_by: None,
     }
 }
 

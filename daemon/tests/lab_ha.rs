@@ -269,6 +269,26 @@ async fn a_replica_whose_store_is_deleted_is_fed_again_by_the_agents_and_leads()
     .await;
     let leader = lab.wait_leader(Duration::from_secs(30)).await.unwrap();
     let follower = the_other(&lab, &leader);
+    // An admin's power request to the follower is refused, naming the
+    // leader; nothing reaches the BMC.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
+        .args(["power", "on", "r3-n2"])
+        .env("ACCORD_URL", lab.replica_url(&follower).unwrap())
+        .env(
+            "ACCORD_ADMIN_TOKEN_FILE",
+            lab.dir.path().join("admin-token"),
+        )
+        .output()
+        .expect("accordctl runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "r3-n2  FAILED  this replica does not lead; the leader is {leader}"
+        )),
+        "{said}"
+    );
+    assert_eq!(lab.emulator_resets("r3-n2"), 0);
     // The leader runs a gang: its machines are on, their agents report.
     lab.release("first").unwrap();
     bound(&lab, "first", Duration::from_secs(150)).await;

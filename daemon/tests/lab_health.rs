@@ -115,3 +115,122 @@ async fn a_hung_node_becomes_unhealthy_its_gang_moves_and_repair_power_cycles_it
     // The gang stayed where it moved.
     assert!(!nodes_of(&lab, "ml/train-").contains(&sick));
 }
+
+/// `accordctl power` asks accordd: it refuses a power-off of a node with
+/// a work pod, takes an idle node's through its taint (a graceful
+/// shutdown), and a forced one at once (ForceOff), journaled and said as
+/// forced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accordctl_power_goes_through_accordds_checks_and_journal() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let test = "accordctl_power_goes_through_accordds_checks_and_journal";
+    let lab = start(test, scenario(QUICK, FLEET, &[])).await;
+    let ctl = |args: &[&str]| accordctl(&lab, args);
+    lab.wait_status("every node Off", Duration::from_secs(60), |s| {
+        s.nodes.len() == 9 && s.nodes.iter().all(|n| n.stage == Stage::Off)
+    })
+    .await
+    .unwrap();
+    let (ok, out, err) = ctl(&["power", "off", "r1-n1"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("r1-n1  off nothing to do: it is already off"),
+        "{out}"
+    );
+    let (ok, out, err) = ctl(&["power", "on", "r1-n1", "r2-n1"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("r1-n1  on accepted") && out.contains("r2-n1  on accepted"),
+        "{out}"
+    );
+    lab.wait_status("r1-n1 and r2-n1 up", Duration::from_secs(90), |s| {
+        ["r1-n1", "r2-n1"].iter().all(|node| {
+            s.nodes
+                .iter()
+                .any(|n| n.name == *node && matches!(n.stage, Stage::Idle | Stage::Ready))
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(lab.proxy.power_ons("r1-n1").len(), 1);
+    assert_eq!(lab.nodes_on(), set(&["r1-n1", "r2-n1"]));
+
+    // A work pod on r1-n1: its power-off is refused, naming why.
+    lab.api.apply(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "ml", "name": "pinned"},
+        "spec": {"nodeName": "r1-n1", "containers": [{"name": "c", "image": "c",
+            "resources": {"requests": {"cpu": "1"}}}]}
+    }));
+    lab.wait_status("r1-n1 InUse", Duration::from_secs(60), |s| {
+        s.nodes
+            .iter()
+            .any(|n| n.name == "r1-n1" && n.stage == Stage::InUse)
+    })
+    .await
+    .unwrap();
+    let (ok, out, _) = ctl(&["power", "off", "r1-n1"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("r1-n1  REFUSED  node r1-n1: 1 work pod(s) bound to it"),
+        "{out}"
+    );
+    // r2-n1 is idle: tainted, then shut down gracefully.
+    let (ok, out, err) = ctl(&["power", "off", "r2-n1"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("r2-n1  off accepted: tainted accord.dev/powering-off"),
+        "{out}"
+    );
+    lab.wait_lab("the machine r2-n1 off", Duration::from_secs(60), |lab| {
+        !lab.nodes_on().contains("r2-n1")
+    })
+    .await
+    .unwrap();
+    // Forced: r1-n1 goes at once, pod and all.
+    let (ok, out, err) = ctl(&["power", "off", "r1-n1", "--force"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("r1-n1  off accepted (FORCED)"), "{out}");
+    assert!(err.contains("--force"), "a warning on stderr: {err}");
+    lab.wait_lab("the machine r1-n1 off", Duration::from_secs(60), |lab| {
+        !lab.nodes_on().contains("r1-n1")
+    })
+    .await
+    .unwrap();
+    let offs = |node: &str| -> Vec<Option<String>> {
+        lab.proxy
+            .log()
+            .into_iter()
+            .filter(|l| {
+                l.method == "POST" && !l.power_on && l.path == accord_lab::proxy::reset_path(node)
+            })
+            .map(|l| l.reset_type)
+            .collect()
+    };
+    assert_eq!(offs("r2-n1"), [Some("GracefulShutdown".to_owned())]);
+    assert_eq!(offs("r1-n1"), [Some("ForceOff".to_owned())]);
+    let events = lab.api.list("events.k8s.io/v1", "Event");
+    let said = |reason: &str, node: &str| {
+        events
+            .iter()
+            .any(|e| e["reason"] == reason && e["regarding"]["name"] == node)
+    };
+    assert!(
+        said("PowerForced", "r1-n1") && said("AdminPowerOff", "r2-n1"),
+        "{events:#?}"
+    );
+    // Journaled as asked by an admin, the forced one as forced.
+    let log = std::fs::read_to_string(
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lab-{test}.accordd.log")),
+    )
+    .unwrap();
+    let journaled = |node: &str, by: &str| {
+        log.lines().any(|l| {
+            l.contains("admin power action journaled")
+                && l.contains(&format!("node={node}"))
+                && l.contains(by)
+        })
+    };
+    assert!(journaled("r1-n1", "requested_by=admin, forced"), "{log}");
+    assert!(journaled("r2-n1", "requested_by=admin"), "{log}");
+}

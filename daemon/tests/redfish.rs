@@ -112,7 +112,15 @@ fn power_on_status_off_through_the_inventory() {
     .unwrap();
     let cfg = config.to_str().unwrap();
 
-    let dry = accordctl(&["power", "on", "n[1-2]", "--dry-run", "--config", cfg]);
+    let dry = accordctl(&[
+        "power",
+        "on",
+        "n[1-2]",
+        "--direct",
+        "--dry-run",
+        "--config",
+        cfg,
+    ]);
     assert!(dry.status.success(), "{}", text(&dry));
     assert!(
         text(&dry).contains("n1  Off  would send On"),
@@ -121,7 +129,7 @@ fn power_on_status_off_through_the_inventory() {
     );
     assert_eq!(emu.count("POST"), 0, "a dry run sends nothing");
 
-    let on = accordctl(&["power", "on", "n1", "--pxe", "--config", cfg]);
+    let on = accordctl(&["power", "on", "n1", "--direct", "--pxe", "--config", cfg]);
     assert!(on.status.success(), "{}", text(&on));
     assert!(
         text(&on).contains("n1  Off → On  PXE boot once set; sent On"),
@@ -133,7 +141,7 @@ fn power_on_status_off_through_the_inventory() {
         1,
         "the boot override"
     );
-    let again = accordctl(&["power", "on", "n1", "--config", cfg, "--json"]);
+    let again = accordctl(&["power", "on", "n1", "--direct", "--config", cfg, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(v[0]["node"], "n1");
     assert_eq!(v[0]["ok"]["sent"], serde_json::json!([]));
@@ -147,7 +155,7 @@ fn power_on_status_off_through_the_inventory() {
     let t = text(&status);
     assert!(t.contains("n1  On") && t.contains("n2  Off"), "{t}");
 
-    let off = accordctl(&["power", "off", "n1", "--force", "--config", cfg]);
+    let off = accordctl(&["power", "off", "n1", "--direct", "--force", "--config", cfg]);
     assert!(
         text(&off).contains("On → Off  sent ForceOff"),
         "{}",
@@ -155,13 +163,38 @@ fn power_on_status_off_through_the_inventory() {
     );
 
     // Unknown node: refused before anything is sent.
-    let unknown = accordctl(&["power", "on", "n9", "--config", cfg]);
+    let unknown = accordctl(&["power", "on", "n9", "--direct", "--config", cfg]);
     assert!(!unknown.status.success());
     assert!(
         text(&unknown).contains("node n9: no BMC in the inventory"),
         "{}",
         text(&unknown)
     );
+
+    // Without --direct, accordctl asks accordd (none runs here): nothing
+    // reaches the BMCs.
+    let posts = emu.count("POST");
+    let token = dir.path().join("admin-token");
+    std::fs::write(&token, "secret\n").unwrap();
+    let asked = accordctl(&[
+        "power",
+        "off",
+        "n1",
+        "--url",
+        "http://127.0.0.1:9",
+        "--token-file",
+        token.to_str().unwrap(),
+    ]);
+    assert!(!asked.status.success());
+    assert!(
+        text(&asked).contains("accordd unreachable at http://127.0.0.1:9"),
+        "{}",
+        text(&asked)
+    );
+    assert_eq!(emu.count("POST"), posts);
+    // --pxe is for the direct path only.
+    let pxe = accordctl(&["power", "on", "n1", "--pxe", "--config", cfg]);
+    assert_eq!(pxe.status.code(), Some(2), "{}", text(&pxe));
 
     // A failing BMC fails the command, names the node and its error.
     drop(emu);

@@ -55,6 +55,7 @@ async fn main() {
             state: IntentState::Sent { at: 1 },
             bios_profile: None,
             fence: None,
+            requested_by: None,
         };
         a.before_action(&intent).await.expect("intent written");
     }

@@ -1,6 +1,7 @@
 //! `accordctl`: the admin's command line for accordd. `plan` works offline
-//! on files; `nodes` and `node` ask accordd; `power`, `bios` and `bmc`
-//! talk to the BMCs directly through the inventory.
+//! on files; `nodes`, `node` and `power` ask accordd; `power status`,
+//! `power --direct`, `bios` and `bmc` talk to the BMCs directly through
+//! the inventory.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -117,26 +118,39 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Power nodes on, off (graceful, then forced), cycle them, or read
-    /// their power state, through their BMCs. NODE may be a range
-    /// (`gpu-[001-016]`). Every action reads first and sends nothing when
-    /// the node is already there, then waits until the BMC shows the state.
+    /// Power nodes on, off or cycle them through accordd, which checks
+    /// each request as its own actions (work pods, bookings,
+    /// do-not-disrupt, the plan, the rack's power-on limit, the leader)
+    /// and journals what it sends; an off taints the node
+    /// accord.dev/powering-off first. `status` reads the BMCs directly.
+    /// NODE may be a range (`gpu-[001-016]`).
     Power {
         #[arg(value_enum)]
         action: accordd::power::PowerVerb,
         #[arg(required = true, value_name = "NODE")]
         nodes: Vec<String>,
-        /// Read and decide; send nothing.
+        /// Check and say what would be done; change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// `off`: ForceOff at once, no graceful shutdown.
+        /// Emergency: accordd skips its checks (not the leader's) and an
+        /// off is a ForceOff sent at once; journaled and logged as forced.
+        /// With --direct: ForceOff at once, no graceful shutdown.
         #[arg(long)]
         force: bool,
-        /// `on`/`cycle`: boot from the network once (re-imaging).
+        /// Emergency, when accordd is down: talk to the BMCs directly
+        /// through the inventory, bypassing accordd's checks, journal and
+        /// leader. Every action reads first and sends nothing when the
+        /// node is already there, then waits until the BMC shows the state.
         #[arg(long)]
+        direct: bool,
+        /// With --direct, `on`/`cycle`: boot from the network once
+        /// (re-imaging).
+        #[arg(long, requires = "direct")]
         pxe: bool,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
         #[command(flatten)]
         files: InventoryArgs,
     },
@@ -332,6 +346,15 @@ impl DaemonArgs {
         &self,
         f: impl FnOnce(accord_api::Client) -> F,
     ) -> anyhow::Result<T> {
+        self.with_timeout(accord_api::client::ClientOptions::default().timeout, f)
+    }
+
+    /// `with`, each request given `timeout`.
+    fn with_timeout<T, F: std::future::Future<Output = Result<T, accord_api::ClientError>>>(
+        &self,
+        timeout: std::time::Duration,
+        f: impl FnOnce(accord_api::Client) -> F,
+    ) -> anyhow::Result<T> {
         let token = read(&self.token_file)?.trim().to_owned();
         let ca_pem = match &self.ca_file {
             Some(ca) => Some((ca.display().to_string(), read(ca)?.into_bytes())),
@@ -340,10 +363,7 @@ impl DaemonArgs {
         let client = accord_api::Client::new(
             &self.url,
             &token,
-            accord_api::client::ClientOptions {
-                ca_pem,
-                ..Default::default()
-            },
+            accord_api::client::ClientOptions { ca_pem, timeout },
         )?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -660,20 +680,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             nodes,
             dry_run,
             force,
+            direct,
             pxe,
             json,
+            daemon,
             files,
-        }) => power_cmd(
-            action,
-            nodes,
-            accordd::power::PowerOptions {
-                force,
-                dry_run,
-                pxe,
-            },
-            json,
-            files,
-        ),
+        }) => match accordd::power::admin_action(action) {
+            Some(admin) if !direct => {
+                power_through_accordd(admin, &nodes, force, dry_run, json, &daemon)
+            }
+            _ => power_cmd(
+                action,
+                nodes,
+                accordd::power::PowerOptions {
+                    force,
+                    dry_run,
+                    pxe,
+                },
+                json,
+                files,
+            ),
+        },
         Some(Command::Bios { command }) => bios_cmd(command),
         Some(Command::Bmc { command }) => bmc_cmd(command),
     }
@@ -694,6 +721,69 @@ fn translate_files(
     }
     let options = accord_kube::Options::for_topology(topology);
     Ok(accord_kube::translate(&all, &options))
+}
+
+/// `accordctl power on|off|cycle` without --direct: one request per node
+/// to accordd, in order; every node is asked even when one is refused.
+fn power_through_accordd(
+    action: accord_api::control::AdminPowerAction,
+    nodes: &[String],
+    force: bool,
+    dry_run: bool,
+    json: bool,
+    daemon: &DaemonArgs,
+) -> anyhow::Result<()> {
+    let nodes = accordd::power::expand_names(nodes)?;
+    let request = accord_api::control::AdminPowerRequest {
+        action,
+        force,
+        dry_run,
+    };
+    if force && !dry_run {
+        eprintln!(
+            "accordctl: warning: --force: accordd makes none of its checks (work pods, bookings, do-not-disrupt, the plan); the action is journaled and logged as forced"
+        );
+    }
+    let results = daemon.with_timeout(
+        accordd::api::ADMIN_ANSWER_WITHIN + std::time::Duration::from_secs(15),
+        |client| async move {
+            let mut out = Vec::new();
+            for node in nodes {
+                let result = match client.power(&node, &request).await {
+                    Ok(a) => accordd::power::NodeOutcome::Ok(a),
+                    // accordd unreachable: no node can be asked.
+                    Err(e @ accord_api::ClientError::Unreachable { .. }) => return Err(e),
+                    Err(e) => accordd::power::NodeOutcome::Error {
+                        kind: e
+                            .status()
+                            .map_or("client", |s| match s.as_u16() {
+                                404 => "unknown_node",
+                                409 => "refused",
+                                503 => "unavailable",
+                                _ => "error",
+                            })
+                            .to_owned(),
+                        error: accordd::power::refusal_text(&e),
+                    },
+                };
+                out.push(accordd::power::NodeResult { node, result });
+            }
+            Ok(out)
+        },
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{}", accordd::power::render_admin(&results));
+    }
+    if !accordd::power::all_ok(&results) {
+        let failed = results
+            .iter()
+            .filter(|r| !matches!(r.result, accordd::power::NodeOutcome::Ok(_)))
+            .count();
+        anyhow::bail!("{failed} of {} node(s) refused or failed", results.len());
+    }
+    Ok(())
 }
 
 fn power_cmd(

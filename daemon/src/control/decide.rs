@@ -28,6 +28,7 @@ use crate::execute::Executed;
 pub use crate::metrics::RoundMetrics;
 use truth::drift_text;
 
+mod admin;
 mod bios;
 mod commands;
 mod power_off;
@@ -154,6 +155,12 @@ pub struct Decision {
     pub bios: BiosEffects,
     /// What was said once and what no longer holds: kept in the store.
     pub said: SaidChanges,
+    /// The answers to the admins' power requests this round took, in the
+    /// order they were asked (`Decider::ask_admin`).
+    pub admin_replies: Vec<accord_api::control::AdminReply>,
+    /// This round's power actions an admin asked for (their intents say
+    /// so; a forced power-off is a ForceOff).
+    pub requested: BTreeMap<String, accord_api::control::Requested>,
 }
 
 /// How the decider is set up (from `[control]`).
@@ -231,6 +238,8 @@ pub struct Decider {
     repair: Repair,
     /// Nodes tainted for a power-off not sent yet (`power_off`).
     drains: power_off::Drains,
+    /// Admins' power requests (`admin`).
+    admin: admin::AdminBook,
     /// The lifecycles and bookings as last handed to the store.
     saved_lives: BTreeMap<String, NodeLife>,
     saved_bookings: BTreeMap<String, (BTreeSet<String>, u64)>,
@@ -274,6 +283,7 @@ impl Decider {
             bios: bios::BiosBook::default(),
             repair: Repair::default(),
             drains: power_off::Drains::default(),
+            admin: admin::AdminBook::default(),
             saved_lives: BTreeMap::new(),
             saved_bookings: BTreeMap::new(),
             repair_cycles: BTreeMap::new(),
@@ -488,10 +498,18 @@ impl Decider {
             workloads.extend(self.workload_status(&cc_plan, &cc, snap.mono));
         }
 
+        let admin = self.admin_round(&plan, snap, &mut events);
+        metrics.commands.extend(admin.counted.iter().copied());
         let mut power = self.choose_power(&plan, snap, &mut events);
         if act {
             power.extend(self.repairs(snap, &mut events, &mut metrics));
         }
+        for a in admin.now {
+            if !power.iter().any(|p| p.node() == a.node()) {
+                power.push(a);
+            }
+        }
+        let requested = self.admin_requested();
         self.track_latency(&plan, &workloads, snap.mono, &mut metrics);
         let conditions = self.provision(snap, &workloads);
 
@@ -506,7 +524,11 @@ impl Decider {
                             regarding: node_ref(&node),
                             reason: "PoweringOn",
                             action: "PowerOn",
-                            note: if for_workloads.is_empty() {
+                            note: if requested.contains_key(&node) {
+                                format!(
+                                    "powering on node {node}: asked by an admin (accordctl power)"
+                                )
+                            } else if for_workloads.is_empty() {
                                 format!("powering on node {node} again (repair power cycle)")
                             } else {
                                 format!("powering on node {node} for {}", for_workloads.join(", "))
@@ -603,6 +625,8 @@ impl Decider {
             lives_changed,
             bookings,
             said,
+            admin_replies: admin.replies,
+            requested: if act { requested } else { BTreeMap::new() },
         }
     }
 
@@ -899,7 +923,9 @@ impl Decider {
             }
         }
         if self.settings.mode == Mode::Act {
+            self.admin_offs(plan, snap, &mut offs, &mut skipped);
             offs = self.drain(offs, &skipped, snap, events);
+            self.admin_offs_sent(&offs);
         }
         ons.extend(offs);
         ons

@@ -45,6 +45,9 @@ pub enum Wake {
     Bios(Vec<BiosRead>),
     /// This replica's term changed (taken, lost).
     Leadership,
+    /// An admin's power request (`accordctl power`): answered by the
+    /// next round, or at once by a follower.
+    Admin(crate::shared::AdminCall),
 }
 
 /// SIGHUP: every BMC's credentials file read again now (they are also
@@ -72,6 +75,10 @@ fn reload_credentials_on_sighup(power: Arc<RedfishPower>) -> tokio::task::JoinHa
         }
     })
 }
+
+/// Admins' power requests waiting for the loop at most: more are refused
+/// (503) rather than queued without bound.
+const ADMIN_QUEUE: usize = 64;
 
 /// How long in-flight power actions may finish at shutdown; past it they
 /// are left to the journal (a sent intent is verified at the next start).
@@ -106,6 +113,8 @@ pub struct Controller {
     bios_reads: Vec<BiosRead>,
     /// Power actions in flight.
     in_flight: JoinSet<()>,
+    /// Admins' power requests for the next round.
+    admin_calls: Vec<crate::shared::AdminCall>,
     started: Instant,
     /// mig-manager's ConfigMap (`gpu-operator` MIG mode).
     mig_parted_configmap: super::mig_parted::ConfigMapRef,
@@ -291,6 +300,7 @@ impl Controller {
             open_intents: Vec::new(),
             bios_reads: Vec::new(),
             in_flight: JoinSet::new(),
+            admin_calls: Vec::new(),
             started: Instant::now(),
             mig_parted_configmap,
             journal_pruned_at: None,
@@ -321,6 +331,7 @@ impl Controller {
         });
         let (tx, mut rx) = mpsc::channel::<Wake>(4096);
         let mut tasks = vec![self.spawn_kube_forwarder(tx.clone())];
+        tasks.push(self.spawn_admin_forwarder(tx.clone()));
         tasks.push(self.spawn_agent_forwarder(tx.clone()));
         tasks.push(self.spawn_leadership_forwarder(tx.clone()));
         let (transitional_tx, transitional_rx) = watch::channel(BTreeSet::new());
@@ -409,6 +420,8 @@ impl Controller {
                 let _ = transitional_tx.send(decision.transitional.clone());
                 self.effect(decision, &tx).await;
                 self.mirror();
+            } else {
+                self.refuse_admin_calls();
             }
             let next_tick = Instant::now() + tick;
             tokio::select! {
@@ -482,6 +495,35 @@ impl Controller {
                 self.bios_reads.extend(reads);
                 false
             }
+            Wake::Admin(call) => {
+                self.admin_calls.push(call);
+                if self.leadership.may_act().is_err() {
+                    self.refuse_admin_calls();
+                }
+                false
+            }
+        }
+    }
+
+    /// A replica that does not lead answers admins' power requests at
+    /// once, naming the leader.
+    fn refuse_admin_calls(&mut self) {
+        if self.admin_calls.is_empty() {
+            return;
+        }
+        let leader = match self.leadership.may_act() {
+            Err(e) => e.leader,
+            Ok(_) => return,
+        };
+        let reason = format!(
+            "this replica does not lead; the leader is {} (ask it)",
+            leader.as_deref().unwrap_or("not known yet")
+        );
+        for call in self.admin_calls.drain(..) {
+            let _ = call.reply.send(Err(crate::shared::AdminRefusal {
+                kind: crate::shared::RefusalKind::Unavailable,
+                reason: reason.clone(),
+            }));
         }
     }
 
@@ -538,18 +580,29 @@ impl Controller {
             open_intents,
         );
         snapshot.bios_reads = std::mem::take(&mut self.bios_reads);
+        for call in &self.admin_calls {
+            self.decider.ask_admin(&call.node, call.request);
+        }
         self.decider.decide(&snapshot)
     }
 
     /// Power first, then the status, then Kubernetes, then metrics.
-    async fn effect(&mut self, d: Decision, tx: &mpsc::Sender<Wake>) {
+    async fn effect(&mut self, mut d: Decision, tx: &mpsc::Sender<Wake>) {
         let round_at = d.status.at;
+        for (call, reply) in self
+            .admin_calls
+            .drain(..)
+            .zip(std::mem::take(&mut d.admin_replies))
+        {
+            let _ = call.reply.send(reply);
+        }
         if let (Some(ex), false) = (self.executor.clone(), d.power.is_empty()) {
             let tx = tx.clone();
             let now = d.status.at;
             let actions = d.power.clone();
+            let requested = d.requested.clone();
             self.in_flight.spawn(async move {
-                match ex.apply(&actions, now).await {
+                match ex.apply_requested(&actions, &requested, now).await {
                     Ok(done) => {
                         let _ = tx.send(Wake::Executed(done)).await;
                     }
@@ -716,6 +769,22 @@ impl Controller {
         tokio::spawn(async move {
             while changes.changed().await.is_ok() {
                 if tx.send(Wake::Kubernetes).await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    /// Opens the door for admins' power requests (`Shared::admin_power`)
+    /// and forwards them as wake-ups.
+    fn spawn_admin_forwarder(&self, tx: mpsc::Sender<Wake>) -> tokio::task::JoinHandle<()> {
+        let (admin_tx, mut admin_rx) = mpsc::channel(ADMIN_QUEUE);
+        if self.shared.admin_power.set(admin_tx).is_err() {
+            warn!("a second control loop in this process: admins' power requests go to the first");
+        }
+        tokio::spawn(async move {
+            while let Some(call) = admin_rx.recv().await {
+                if tx.send(Wake::Admin(call)).await.is_err() {
                     return;
                 }
             }

@@ -67,6 +67,15 @@ impl Drains {
     pub(super) fn contains(&self, node: &str) -> bool {
         self.nodes.contains_key(node)
     }
+
+    pub(super) fn settle_s(&self) -> u64 {
+        self.settle_s
+    }
+
+    /// Drops `node`'s drain without a word (a forced power-off replaces it).
+    pub(super) fn forget(&mut self, node: &str) {
+        self.nodes.remove(node);
+    }
 }
 
 /// The taint itself.
