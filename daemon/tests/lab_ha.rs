@@ -186,7 +186,28 @@ async fn a_leader_paused_past_its_lease_sends_and_writes_nothing_on_resuming_and
         4,
     )
     .await;
-    first_power_on_reset(&lab).await;
+    // Paused once every power-on Reset of its gang has reached the BMCs:
+    // a process stopped between its term check and a request's last byte
+    // finishes that request when it resumes (no BMC can fence it; the
+    // note on issue 27 says so), and that is not what this test is about.
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let reset: BTreeSet<String> = lab
+            .proxy
+            .log()
+            .into_iter()
+            .filter(|l| l.method == "POST" && l.power_on)
+            .map(|l| l.path)
+            .collect();
+        if reset.len() >= 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the gang's 4 power-on Resets did not all reach the BMC proxy within 60 s: {reset:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let old = lab.leader().expect("a replica leads");
     lab.pause_replica(&old).unwrap();
     let paused = Instant::now();
