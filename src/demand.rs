@@ -359,6 +359,13 @@ pub struct BoundPod {
     /// keeps the node busy even as a node agent.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub do_not_disrupt: bool,
+    /// The device-plugin devices the kubelet assigned it, as its node's
+    /// agent reads them from the kubelet's pod-resources API: GPU and MIG
+    /// UUIDs (`GPU-…`, `MIG-…`; a time-sliced replica's `::N` suffix is
+    /// the same GPU). Empty when the agent does not say: its device-plugin
+    /// GPUs are then taken as the first free ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_ids: Vec<String>,
 }
 
 impl BoundPod {

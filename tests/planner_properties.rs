@@ -216,6 +216,7 @@ fn build(
                 .collect(),
             node_agent: false,
             do_not_disrupt: false,
+            device_ids: Vec::new(),
         });
     }
     // Two bound pods may claim the same GPU; keep the first.

@@ -12,6 +12,7 @@ pub mod hwloc;
 pub mod merge;
 pub mod mig;
 pub mod nvml;
+pub mod pod_resources;
 pub mod run;
 pub mod summary;
 pub mod xml;

@@ -59,6 +59,32 @@ pub struct AgentConfig {
     pub backoff: BackoffSection,
     #[serde(default)]
     pub mig: MigSection,
+    #[serde(default)]
+    pub kubelet: KubeletSection,
+}
+
+/// The kubelet on this host (`[kubelet]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeletSection {
+    /// The kubelet's pod-resources socket, read on every heartbeat for
+    /// the device-plugin devices pods hold ([`crate::pod_resources`]).
+    /// Default: [`crate::pod_resources::DEFAULT_SOCKET`]; `""` turns it
+    /// off. No socket there (no kubelet on this host): nothing is said.
+    #[serde(default = "default_pod_resources_socket")]
+    pub pod_resources_socket: PathBuf,
+}
+
+impl Default for KubeletSection {
+    fn default() -> Self {
+        KubeletSection {
+            pod_resources_socket: default_pod_resources_socket(),
+        }
+    }
+}
+
+fn default_pod_resources_socket() -> PathBuf {
+    PathBuf::from(crate::pod_resources::DEFAULT_SOCKET)
 }
 
 /// MIG commands from accordd (`[mig]`).
@@ -213,6 +239,13 @@ impl AgentConfig {
         if self.discovery.interval_s == 0 {
             problems.push("discovery.interval_s: must be above 0".to_owned());
         }
+        let socket = &self.kubelet.pod_resources_socket;
+        if !socket.as_os_str().is_empty() && !socket.is_absolute() {
+            problems.push(format!(
+                "kubelet.pod_resources_socket: {}: not an absolute path (\"\" turns it off)",
+                socket.display()
+            ));
+        }
         if self.heartbeat.interval_ms == 0 {
             problems.push("heartbeat.interval_ms: must be above 0".to_owned());
         }
@@ -325,11 +358,17 @@ impl Client {
             .await
     }
 
-    async fn heartbeat(&self, uptime_s: u64, gpu_health: &str) -> Result<AgentReply, ClientError> {
+    async fn heartbeat(
+        &self,
+        uptime_s: u64,
+        gpu_health: &str,
+        assigned: Option<Vec<accord_api::agent::PodDevices>>,
+    ) -> Result<AgentReply, ClientError> {
         let beat = accord_api::agent::Heartbeat {
             agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             uptime_s: Some(uptime_s),
             gpu_health: Some(gpu_health.to_owned()),
+            assigned,
         };
         self.api.heartbeat(&self.node, &beat).await
     }
@@ -469,9 +508,52 @@ struct Machine {
     /// acknowledged.
     model: watch::Sender<Option<NodeHardware>>,
     started: std::time::Instant,
+    /// The last thing said about the kubelet's pod-resources socket: each
+    /// change is logged once, not every heartbeat.
+    pod_resources_said: std::sync::Mutex<String>,
 }
 
 impl Machine {
+    /// The device-plugin devices the kubelet has assigned, for a
+    /// heartbeat: `None` when the socket is turned off, absent (no kubelet
+    /// here) or does not answer well (said once per change).
+    async fn assigned(&self) -> Option<Vec<accord_api::agent::PodDevices>> {
+        let socket = &self.config.kubelet.pod_resources_socket;
+        if socket.as_os_str().is_empty() {
+            return None;
+        }
+        let (found, said) = match crate::pod_resources::list(socket).await {
+            Ok(pods) => (
+                Some(pods),
+                format!(
+                    "reading the kubelet's device assignments from {}",
+                    socket.display()
+                ),
+            ),
+            Err(crate::pod_resources::PodResourcesError::Connect { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                (None, format!("no kubelet pod-resources socket at {}; device-plugin GPUs are not reported", socket.display()))
+            }
+            Err(e) => (None, format!("cannot read the kubelet's device assignments: {}", accord::config_file::error_chain(&e))),
+        };
+        let mut last = self
+            .pod_resources_said
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *last != said {
+            if found.is_some() || said.starts_with("no kubelet") {
+                info!("{said}");
+            } else {
+                warn!(
+                    "{said}; accordd takes each pod's device-plugin GPUs to be the first free ones"
+                );
+            }
+            *last = said;
+        }
+        found
+    }
+
     /// Discovers the machine again; a model found becomes the current one.
     async fn rediscover(&self) {
         let _busy = self.busy.lock().await;
@@ -581,6 +663,7 @@ pub async fn run_with(
         busy: tokio::sync::Mutex::new(()),
         model: watch::channel(current).0,
         started,
+        pod_resources_said: std::sync::Mutex::new(String::new()),
     });
     let daemons = clients.len();
     // Told to stop, or dropped with this future (the loops too: a JoinSet
@@ -712,8 +795,12 @@ async fn report_loop(
             Ok(()) = model.changed() => {}
             _ = heartbeat.tick() => {
                 let health = gpu_health(model.borrow().as_ref());
+                let assigned = tokio::select! {
+                    a = machine.assigned() => a,
+                    () = stopping(&mut stop) => return,
+                };
                 let beat = tokio::select! {
-                    beat = client.heartbeat(machine.started.elapsed().as_secs(), &health) => beat,
+                    beat = client.heartbeat(machine.started.elapsed().as_secs(), &health, assigned) => beat,
                     () = stopping(&mut stop) => return,
                 };
                 match beat {

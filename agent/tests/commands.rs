@@ -15,7 +15,8 @@ use accord::hardware::{MigMode, NodeHardware};
 use accord_agent::mig::replay::ReplayedGpus;
 use accord_agent::run::AgentConfig;
 use accord_api::agent::{
-    AgentCommand, AgentReply, BusyGpu, CommandAction, CommandResult, MigTarget, Report,
+    AgentCommand, AgentReply, BusyGpu, CommandAction, CommandResult, Heartbeat, MigTarget,
+    PodDevices, Report,
 };
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
@@ -38,6 +39,8 @@ struct NodeStub {
     refuse_outcomes: bool,
     /// The reports refused.
     refused: Vec<Report>,
+    /// The last heartbeat's device assignments (`None`: it said none).
+    assigned: Option<Vec<PodDevices>>,
 }
 
 type Stub = Arc<Mutex<BTreeMap<String, NodeStub>>>;
@@ -76,10 +79,23 @@ async fn report(
     Ok(reply(node, n))
 }
 
-async fn heartbeat(State(stub): State<Stub>, UrlPath(node): UrlPath<String>) -> Answer {
+async fn heartbeat(
+    State(stub): State<Stub>,
+    UrlPath(node): UrlPath<String>,
+    body: axum::body::Bytes,
+) -> Answer {
+    let beat: Heartbeat = if body.is_empty() {
+        Heartbeat::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?
+    };
+    if let Err(reason) = accordd::api::limits::check_heartbeat(&beat) {
+        return Err((StatusCode::UNPROCESSABLE_ENTITY, reason));
+    }
     let mut s = stub.lock().unwrap();
     let n = s.entry(node.clone()).or_default();
     n.heartbeats += 1;
+    n.assigned = beat.assigned;
     if n.unknown {
         return Err((StatusCode::NOT_FOUND, format!("node {node} is not known")));
     }
@@ -648,4 +664,102 @@ async fn a_command_from_one_replica_changes_the_model_every_replica_gets() {
         "B's outcome reported to A: {outcomes:?}"
     );
     stop(tx, agent).await;
+}
+
+/// The kubelet's device assignments ride every heartbeat, read from its
+/// pod-resources API: served here by upstream's own server code
+/// (`podresources-kubelet`, built from the pinned k8s.io/kubernetes by
+/// scripts/controlplane) over its unix socket. Only `nvidia.com/…`
+/// devices, pod by pod; a pod that goes is gone from the next heartbeat;
+/// a kubelet that stops answering makes the agent say nothing (accordd
+/// then falls back), and the heartbeats go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_device_assignments_ride_each_heartbeat() {
+    let binaries = accord_testkit::control_plane::Binaries::for_minor(37).unwrap();
+    let kubelet_bin = binaries.path("podresources-kubelet").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let state = dir.path().join("pods.json");
+    let pods = |ids: &[&str]| {
+        serde_json::json!({"pods": [
+            {"namespace": "ml", "name": "train-0", "uid": "u-1", "containers": [
+                {"name": "main", "devices": [{"resource": "nvidia.com/gpu", "ids": ids}]},
+                {"name": "side", "devices": [{"resource": "example.com/fpga", "ids": ["fpga-0"]}]}
+            ]},
+            {"namespace": "ml", "name": "infer", "uid": "u-2", "containers": [
+                {"name": "main", "devices": [{"resource": "nvidia.com/mig-1g.10gb", "ids": ["MIG-7c1e::2"]}]}
+            ]},
+            {"namespace": "kube-system", "name": "dns", "uid": "u-3", "containers": [{"name": "dns"}]}
+        ]})
+        .to_string()
+    };
+    std::fs::write(&state, pods(&["GPU-2", "GPU-1"])).unwrap();
+    let mut kubelet = accord_testkit::process::Process::spawn(
+        "podresources-kubelet",
+        std::process::Command::new(&kubelet_bin)
+            .arg("-socket")
+            .arg(&socket)
+            .arg("-state")
+            .arg(&state),
+        &dir.path().join("kubelet.log"),
+    );
+    let (url, stub) = stub().await;
+    let node = "gpu-k";
+    let file = dir.path().join("agent.toml");
+    let cfg = config(dir.path(), &url, node, Some("h100-8gpu"));
+    drop(cfg);
+    // The same configuration with the kubelet's socket.
+    let text = std::fs::read_to_string(dir.path().join(format!("{node}.toml"))).unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "{text}[kubelet]\npod_resources_socket = \"{}\"\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let cfg = AgentConfig::load(&file).unwrap();
+    let snapshot = accord_agent::nvml::load_snapshot(&fixture("nvml/h100-8gpu.json")).unwrap();
+    let gpus = ReplayedGpus::new(snapshot);
+    let (stop_tx, mut agent) = spawn_agent(cfg, &gpus);
+    let pod = |name: &str, ids: &[&str]| PodDevices {
+        namespace: "ml".into(),
+        name: name.into(),
+        ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    let both = vec![
+        pod("infer", &["MIG-7c1e::2"]),
+        pod("train-0", &["GPU-1", "GPU-2"]),
+    ];
+    wait(
+        &stub,
+        node,
+        &mut agent,
+        "a heartbeat with both pods' NVIDIA devices",
+        |n| (n.assigned.as_ref() == Some(&both)).then_some(()),
+    )
+    .await;
+    // The kubelet releases train-0's GPUs (the pod ended).
+    std::fs::write(&state, pods(&[])).unwrap();
+    let one = vec![pod("infer", &["MIG-7c1e::2"])];
+    wait(
+        &stub,
+        node,
+        &mut agent,
+        "a heartbeat without train-0",
+        |n| (n.assigned.as_ref() == Some(&one)).then_some(()),
+    )
+    .await;
+    // The kubelet goes: heartbeats go on, saying nothing.
+    kubelet.kill();
+    let beats = stub.lock().unwrap()[node].heartbeats;
+    wait(
+        &stub,
+        node,
+        &mut agent,
+        "3 heartbeats without assignments",
+        |n| (n.heartbeats >= beats + 3 && n.assigned.is_none()).then_some(()),
+    )
+    .await;
+    stop(stop_tx, agent).await;
 }

@@ -30,6 +30,25 @@ pub struct Heartbeat {
     /// e.g. "ok", "2 GPUs with XID errors".
     #[serde(default)]
     pub gpu_health: Option<String>,
+    /// The NVIDIA device-plugin devices the kubelet has assigned, pod by
+    /// pod, as its pod-resources API lists them on this heartbeat: accordd
+    /// counts exactly these GPUs and MIG devices as held. `None`: the
+    /// agent does not read the kubelet (not configured, no socket, or an
+    /// agent older than this field), and accordd takes a pod's
+    /// device-plugin GPUs to be the node's first free ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned: Option<Vec<PodDevices>>,
+}
+
+/// The device-plugin devices the kubelet assigned to one pod's containers
+/// (resources named `nvidia.com/…`): NVML UUIDs as NVIDIA's device plugin
+/// registers them (`GPU-…`, `MIG-…`, a shared replica as `UUID::N`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodDevices {
+    pub namespace: String,
+    pub name: String,
+    pub ids: Vec<String>,
 }
 
 /// The request header an agent carries its session in, on reports and

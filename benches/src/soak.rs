@@ -650,6 +650,7 @@ async fn machines(sim: Sim) {
                             agent_version: Some("soak".into()),
                             uptime_s: Some(60),
                             gpu_health: Some("ok".into()),
+                            assigned: None,
                         };
                         let r = sim.agent.heartbeat(&name, &beat).await;
                         match &r {

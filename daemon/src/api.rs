@@ -320,6 +320,14 @@ async fn heartbeat(
     } else {
         parse_json(&body)?
     };
+    limits::check_heartbeat(&beat).map_err(|reason| {
+        tracing::warn!(node = %node, %reason, "heartbeat refused");
+        ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("heartbeat refused: {reason}"),
+        )
+    })?;
+    let assigned = beat.assigned;
     // No lock and no flush: a heartbeat overwrites one small record.
     let liveness = crate::store::Liveness {
         last_seen: (st.shared.now)(),
@@ -338,13 +346,27 @@ async fn heartbeat(
         .store
         .heartbeat_as(&node, liveness, given.as_deref(), need_session)?;
     let reply = match beat {
-        Beat::Recorded(generation) => AgentReply {
-            command: command_for_agent(&st, &node, now)?,
-            node,
-            generation,
-            session: None,
-            outcome: None,
-        },
+        Beat::Recorded(generation) => {
+            // Only once the heartbeat is the node's: one entry per
+            // registered node.
+            let mut all = st.shared.assigned.lock().unwrap_or_else(|e| e.into_inner());
+            match assigned {
+                Some(pods) => {
+                    all.insert(node.clone(), crate::shared::Assigned { at: now, pods });
+                }
+                None => {
+                    all.remove(&node);
+                }
+            }
+            drop(all);
+            AgentReply {
+                command: command_for_agent(&st, &node, now)?,
+                node,
+                generation,
+                session: None,
+                outcome: None,
+            }
+        }
         Beat::NotRegistered => {
             return Err(ApiError(
                 StatusCode::NOT_FOUND,

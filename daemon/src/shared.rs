@@ -35,6 +35,20 @@ pub struct Shared {
     /// The control loop's door for admins' power requests; set when the
     /// loop starts (unset: accordd runs without `[control]`).
     pub admin_power: std::sync::OnceLock<tokio::sync::mpsc::Sender<AdminCall>>,
+    /// Each registered node's device-plugin assignments as its agent's
+    /// last heartbeat listed them (the kubelet's pod-resources API), with
+    /// when. In memory only: they change with every pod, and the next
+    /// heartbeat says them again after a restart. One entry per registered
+    /// node at most (a heartbeat for an unknown node is refused first).
+    pub assigned: Mutex<std::collections::BTreeMap<String, Assigned>>,
+}
+
+/// A node's device-plugin assignments as its agent last said them.
+#[derive(Debug, Clone, Default)]
+pub struct Assigned {
+    /// Unix seconds of the heartbeat that said them.
+    pub at: u64,
+    pub pods: Vec<accord_api::agent::PodDevices>,
 }
 
 /// An admin's power request on its way to the control loop, with where
@@ -61,6 +75,7 @@ impl Shared {
             identity: std::sync::OnceLock::new(),
             fenced_commands: Mutex::new(Default::default()),
             admin_power: std::sync::OnceLock::new(),
+            assigned: Mutex::new(Default::default()),
         }
     }
 

@@ -291,6 +291,62 @@ async fn agents_register_and_the_store_survives_a_restart() {
         )
         .await;
     assert_eq!((status, v["generation"].as_u64()), (200, Some(1)), "{v}");
+    // The kubelet's device assignments: taken when plausible; refused
+    // whole (422, naming the field) otherwise, and not counted.
+    let assigned = |pods: Value| {
+        serde_json::to_vec(&serde_json::json!({"uptime_s": 6, "assigned": pods})).unwrap()
+    };
+    let beat = |body: Vec<u8>| {
+        let session = session.clone();
+        let d = &d;
+        async move {
+            d.send_as(
+                reqwest::Method::POST,
+                "/v1/nodes/h100-01/heartbeat",
+                Some(AGENT_TOKEN),
+                Some(body),
+                Some(&session),
+            )
+            .await
+        }
+    };
+    let good =
+        serde_json::json!([{"namespace": "ml", "name": "train-0", "ids": ["GPU-1", "MIG-2::3"]}]);
+    assert_eq!(beat(assigned(good)).await.0, 200);
+    let many_ids: Vec<String> = (0..1025).map(|i| format!("GPU-{i}")).collect();
+    for (pods, field) in [
+        (
+            serde_json::json!([{"namespace": "ML", "name": "p", "ids": ["GPU-1"]}]),
+            "assigned[0].namespace",
+        ),
+        (
+            serde_json::json!([{"namespace": "ml", "name": "a/b", "ids": ["GPU-1"]}]),
+            "assigned[0].name",
+        ),
+        (
+            serde_json::json!([{"namespace": "ml", "name": "p", "ids": ["GPU 1"]}]),
+            "assigned[0].ids[0]",
+        ),
+        (
+            serde_json::json!([{"namespace": "ml", "name": "p", "ids": ["\u{1b}[31m"]}]),
+            "assigned[0].ids[0]",
+        ),
+        (
+            serde_json::json!([{"namespace": "ml", "name": "p", "ids": ["x".repeat(129)]}]),
+            "assigned[0].ids[0]",
+        ),
+        (
+            serde_json::json!([{"namespace": "ml", "name": "p", "ids": many_ids}]),
+            "assigned[0].ids",
+        ),
+    ] {
+        let (status, v) = beat(assigned(pods)).await;
+        assert_eq!(status, 422, "{v}");
+        assert!(
+            v["error"].as_str().unwrap_or("").contains(field),
+            "{field}: {v}"
+        );
+    }
     // Prometheus: accepted reports and heartbeats are counted.
     let metrics = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -308,7 +364,7 @@ async fn agents_register_and_the_store_survives_a_restart() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("accord_agent_heartbeats_total 1"),
+        metrics.contains("accord_agent_heartbeats_total 2"),
         "{metrics}"
     );
     assert!(metrics.contains("# TYPE accord_planner_duration_seconds histogram"));

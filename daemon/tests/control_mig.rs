@@ -494,3 +494,40 @@ fn a_leftover_mig_manager_state_is_not_taken_for_the_new_configurations() {
     let d = t.round(3);
     assert_eq!(d.commands.release, [("r1-n1".to_owned(), 1)]);
 }
+
+/// A pod holding device-plugin GPUs 0 and 2 (as the node's agent read the
+/// kubelet's assignments; GPU 2 as a shared replica, `UUID::N`): those two
+/// are held, so the repartition goes to GPU 1. Without the assignments
+/// the planner takes the first free GPUs (0 and 1) and would repartition
+/// GPU 2 under the running pod.
+#[test]
+fn the_gpus_the_kubelet_assigned_a_running_pod_are_never_repartitioned() {
+    let bound = |ids: &[&str]| accord::demand::BoundPod {
+        node: "r1-n1".into(),
+        namespace: "ml".into(),
+        name: "train-0".into(),
+        labels: Default::default(),
+        requests: [("nvidia.com/gpu".to_owned(), "2".to_owned())].into(),
+        devices: Vec::new(),
+        node_agent: false,
+        do_not_disrupt: false,
+        device_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    let mut t = Twin::new();
+    t.world.demand = mig_pods(3);
+    t.world
+        .demand
+        .bound
+        .push(bound(&["GPU-00000000", "GPU-00000002::1"]));
+    let d = t.round(1);
+    assert_eq!(d.commands.open.len(), 1, "{:?}", d.status.actions);
+    assert_eq!(targets(&t.command("r1-n1")), [(1, 7)]);
+
+    // Without the agent's word: the first free ones, as before (the
+    // assertion above fails without the assignments read).
+    let mut t = Twin::new();
+    t.world.demand = mig_pods(3);
+    t.world.demand.bound.push(bound(&[]));
+    t.round(1);
+    assert_eq!(targets(&t.command("r1-n1")), [(2, 7)]);
+}

@@ -565,6 +565,8 @@ fn pod_unit<'a>(
                 requests,
                 node_agent: is_node_agent(&p.metadata),
                 do_not_disrupt: asks_not_to_be_disrupted(&p.metadata),
+                // The node's agent says (accordd fills them in observe).
+                device_ids: Vec::new(),
             }),
             Err(reason) => out.invalid.push(format!("bound pod {ns}/{name}: {reason}")),
         }

@@ -516,6 +516,7 @@ fn bind(p: &WorkloadPlacement, w: &Workload, bound: &mut Vec<BoundPod>) {
                 .collect(),
             node_agent: false,
             do_not_disrupt: false,
+            device_ids: Vec::new(),
         };
         let at = bound
             .binary_search_by(|x| {

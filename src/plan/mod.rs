@@ -301,6 +301,24 @@ fn demand_mix(demand: &Demand) -> fragmentation::Mix {
     fragmentation::Mix::new(&counts)
 }
 
+/// The NVIDIA device (whole GPU or MIG instance) a device-plugin device ID
+/// names. NVIDIA's device plugin registers each device under its NVML UUID,
+/// `GPU-…` or `MIG-…` whatever its `deviceIDStrategy` (that only changes
+/// what the container is told), and a time-sliced or MPS replica as
+/// `UUID::N` (k8s-device-plugin internal/rm/devices.go: `BuildDevice`,
+/// `NewAnnotatedID`); the kubelet reports those IDs as registered.
+fn plugin_device(node: &Node, id: &str) -> Option<usize> {
+    let uuid = id.split_once("::").map_or(id, |(u, _)| u);
+    if uuid.is_empty() {
+        return None;
+    }
+    node.devices.iter().position(|d| {
+        d.driver == crate::device::GPU_DRIVER
+            && matches!(d.kind, DeviceKind::Gpu | DeviceKind::Mig)
+            && matches!(d.attr("gpu.nvidia.com/uuid"), Some(crate::device::AttrValue::String(u)) if u == uuid)
+    })
+}
+
 fn count_free_gpus(node: &Node, used: &NodeUse) -> usize {
     node.devices
         .iter()
@@ -749,6 +767,25 @@ impl<'f> Planner<'f> {
                         *c = c.saturating_add(v);
                     }
                 }
+            }
+            // The ones the kubelet assigned, where the node's agent says.
+            for id in &pod.device_ids {
+                let Some(di) = plugin_device(&self.nodes[i], id) else {
+                    self.notes.push(format!(
+                        "bound pod {}/{} holds device-plugin device {id} that {} does not have",
+                        pod.namespace, pod.name, pod.node
+                    ));
+                    continue;
+                };
+                let device = &self.nodes[i].devices[di];
+                let profile = match device.kind {
+                    DeviceKind::Mig => device.mig_profile().map(str::to_owned),
+                    _ => None,
+                };
+                if let Some(n) = unnamed.iter_mut().find(|(p, _)| *p == profile) {
+                    n.1 = n.1.saturating_sub(1);
+                }
+                Rc::make_mut(&mut self.uses[i]).devices[di].exclusive = true;
             }
             // The device plugin chose which ones; not knowing, take the
             // first free ones, so the count at least is right.

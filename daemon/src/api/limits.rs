@@ -53,6 +53,58 @@ pub mod max {
     pub const THREADS: u32 = 262_144;
     /// Bytes in any one string of the report (names, serials, notes).
     pub const STRING_BYTES: usize = 4096;
+    /// Pods a heartbeat lists with assigned devices (the kubelet's
+    /// `maxPods` defaults to 110; clusters set a few hundred).
+    pub const ASSIGNED_PODS: usize = 4096;
+    /// Device IDs per pod (16 GPUs × 7 MIG devices, or shared replicas).
+    pub const IDS_PER_POD: usize = 1024;
+    /// Bytes in a device ID (an NVML UUID is 40; `::N` adds a few).
+    pub const DEVICE_ID_BYTES: usize = 128;
+}
+
+/// A heartbeat's device assignments: bounded counts, pod names as
+/// Kubernetes allows them, device IDs short and printable (they end up in
+/// `explain` and logs).
+pub fn check_heartbeat(beat: &accord_api::agent::Heartbeat) -> Result<(), String> {
+    if let Some(pods) = &beat.assigned {
+        count("assigned", pods.len(), max::ASSIGNED_PODS)?;
+        for (i, p) in pods.iter().enumerate() {
+            // A namespace is a DNS label, a pod name a DNS subdomain (as a
+            // node name is).
+            let label = p.namespace.len() <= 63 && !p.namespace.contains('.');
+            if !label || !accord_api::names::is_node_name(&p.namespace) {
+                return Err(format!(
+                    "assigned[{i}].namespace: {:?} is not a namespace name",
+                    clip(&p.namespace)
+                ));
+            }
+            if !accord_api::names::is_node_name(&p.name) {
+                return Err(format!(
+                    "assigned[{i}].name: {:?} is not a pod name",
+                    clip(&p.name)
+                ));
+            }
+            count(&format!("assigned[{i}].ids"), p.ids.len(), max::IDS_PER_POD)?;
+            for (j, id) in p.ids.iter().enumerate() {
+                if id.is_empty()
+                    || id.len() > max::DEVICE_ID_BYTES
+                    || !id.bytes().all(|b| b.is_ascii_graphic())
+                {
+                    return Err(format!(
+                        "assigned[{i}].ids[{j}]: {:?}: a device ID is 1 to {} printable ASCII bytes",
+                        clip(id),
+                        max::DEVICE_ID_BYTES
+                    ));
+                }
+            }
+        }
+    }
+    finite_and_bounded(beat)
+}
+
+/// At most 80 characters of `text`, for a message.
+fn clip(text: &str) -> String {
+    text.chars().take(80).collect()
 }
 
 /// Why a report is refused: the field (a path like

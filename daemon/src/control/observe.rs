@@ -74,6 +74,7 @@ impl Observer {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot read agents from the store");
             }
         }
+        self.assigned_devices(&mut snap.demand.bound, now);
         snap.bmc = bmc.clone();
         snap.executed = executed;
         snap.open_intents = open_intents;
@@ -141,6 +142,17 @@ impl Observer {
 }
 
 impl Observer {
+    /// Gives each bound pod the device-plugin devices its node's agent last
+    /// said the kubelet assigned it ([`fill_device_ids`]).
+    fn assigned_devices(&self, bound: &mut [accord::demand::BoundPod], now: u64) {
+        let all = self
+            .shared
+            .assigned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        fill_device_ids(bound, &all, now, self.stale_after_s);
+    }
+
     /// The scheduler's view of each registered node: its Node, and the
     /// devices its ResourceSlices publish (when any do). A slice that
     /// cannot be read is said once and left out.
@@ -161,6 +173,34 @@ impl Observer {
                 (n.name.clone(), accord_kube::cluster::scheduler_view(&n, d))
             })
             .collect()
+    }
+}
+
+/// Gives each bound pod the device-plugin devices its node's agent said
+/// the kubelet assigned it, from heartbeats within the stale time; a pod
+/// the agent does not list (not admitted yet, or an agent that does not
+/// read the kubelet) keeps none, and the planner takes the node's first
+/// free GPUs for it.
+fn fill_device_ids(
+    bound: &mut [accord::demand::BoundPod],
+    assigned: &BTreeMap<String, crate::shared::Assigned>,
+    now: u64,
+    stale_after_s: u64,
+) {
+    let mut by_pod: BTreeMap<(&str, &str, &str), &[String]> = BTreeMap::new();
+    for (node, a) in assigned {
+        if crate::store::stale(a.at, now, stale_after_s) {
+            continue;
+        }
+        for p in &a.pods {
+            by_pod.insert((node, &p.namespace, &p.name), &p.ids);
+        }
+    }
+    for b in bound.iter_mut() {
+        let key = (b.node.as_str(), b.namespace.as_str(), b.name.as_str());
+        if let Some(ids) = by_pod.get(&key) {
+            b.device_ids = ids.to_vec();
+        }
     }
 }
 
@@ -284,5 +324,49 @@ fn provisioning_seen(pr: &ProvisioningRequest) -> ProvisioningSeen {
                     .map(|t| t.as_second().max(0) as u64),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord::demand::BoundPod;
+    use accord_api::agent::PodDevices;
+
+    fn bound(node: &str, name: &str) -> BoundPod {
+        BoundPod {
+            node: node.into(),
+            namespace: "ml".into(),
+            name: name.into(),
+            labels: Default::default(),
+            requests: Default::default(),
+            devices: Vec::new(),
+            node_agent: false,
+            do_not_disrupt: false,
+            device_ids: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn pods_get_the_ids_their_own_nodes_fresh_heartbeat_lists() {
+        let said = |at: u64, name: &str, id: &str| crate::shared::Assigned {
+            at,
+            pods: vec![PodDevices {
+                namespace: "ml".into(),
+                name: name.into(),
+                ids: vec![id.into()],
+            }],
+        };
+        let mut assigned = BTreeMap::new();
+        assigned.insert("n1".to_owned(), said(1_000, "a", "GPU-1"));
+        // n2's agent listed "b" too, but b runs on n3 (another node's
+        // word is not taken); n3's last heartbeat is stale.
+        assigned.insert("n2".to_owned(), said(1_000, "b", "GPU-2"));
+        assigned.insert("n3".to_owned(), said(800, "b", "GPU-3"));
+        let mut pods = vec![bound("n1", "a"), bound("n3", "b"), bound("n1", "c")];
+        fill_device_ids(&mut pods, &assigned, 1_010, 120);
+        assert_eq!(pods[0].device_ids, ["GPU-1"]);
+        assert!(pods[1].device_ids.is_empty(), "{:?}", pods[1]);
+        assert!(pods[2].device_ids.is_empty());
     }
 }
