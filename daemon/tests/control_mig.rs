@@ -531,3 +531,49 @@ fn the_gpus_the_kubelet_assigned_a_running_pod_are_never_repartitioned() {
     t.round(1);
     assert_eq!(targets(&t.command("r1-n1")), [(2, 7)]);
 }
+
+/// A finished repartition is capacity for the plan at once, but its
+/// workloads are Placed only once the Node shows the new devices (the
+/// device plugin republished): until then the pods could not bind, and
+/// a ProvisioningRequest must not say Provisioned.
+#[test]
+fn a_repartition_is_placed_only_once_the_node_shows_its_devices() {
+    let view = |pairs: &[(&str, &str)]| accord::truth::SchedulerView {
+        allocatable: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+    let mut t = Twin::new();
+    t.world
+        .views
+        .insert("r1-n1".into(), view(&[("nvidia.com/gpu", "8")]));
+    t.round(1);
+    t.world.demand = mig_pods(3);
+    t.round(1);
+    let rec = t.command("r1-n1");
+    let layout = match &rec.action {
+        CommandAction::ApplyMig { gpus } => gpus[0].layout.clone(),
+        CommandAction::Rediscover => unreachable!(),
+    };
+    t.world
+        .reports
+        .insert("r1-n1".into(), with_layout(reported(), 0, &layout));
+    t.close("r1-n1", 1, CommandResult::Done);
+    // Done, but the Node still advertises 8 whole GPUs and no MIG device.
+    for _ in 0..3 {
+        let d = t.round(5);
+        assert!(d.commands.open.is_empty(), "{:?}", d.commands.open);
+        assert_eq!(power_ons(&d), 0);
+        assert_eq!(d.status.workloads[0].state, WorkloadState::Repartitioning);
+    }
+    // The device plugin republished.
+    t.world.views.insert(
+        "r1-n1".into(),
+        view(&[("nvidia.com/gpu", "7"), ("nvidia.com/mig-1g.10gb", "7")]),
+    );
+    let d = t.round(5);
+    assert_eq!(d.status.workloads[0].state, WorkloadState::Placed);
+    assert!(d.commands.open.is_empty());
+}

@@ -458,6 +458,7 @@ impl Decider {
         // Workloads a repartition makes room for wait for it: those of
         // commands in flight, and of this round's (issued in act mode).
         let mut repartitioning = self.commands.waiting();
+        repartitioning.extend(self.commands.unshown(&self.views, &agreeing));
         if act && !snap.commands_unreadable {
             let mut said = commands::Absorbed::default();
             repartitioning.extend(self.commands.issue(

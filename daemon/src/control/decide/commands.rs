@@ -11,7 +11,9 @@
 //! - **Done**: the agent's report must show every target layout; then the
 //!   node keeps the new layout over a scheduler view that does not show it
 //!   yet (the device plugin / DRA driver republish after the change) for
-//!   up to [`SETTLE_S`].
+//!   up to [`SETTLE_S`]; meanwhile its workloads stay `Repartitioning`
+//!   (the pods cannot bind before the Node or its slices show the new
+//!   devices).
 //! - **Refused or failed** (busy GPU, a reset not allowed, an NVML error):
 //!   the GPUs are left alone for [`HOLD_S`] (`withheld`), so the next plan
 //!   uses other GPUs or powers a node on.
@@ -420,6 +422,24 @@ impl Commands {
     /// A settling node whose scheduler view now agrees is settled.
     pub(super) fn settled(&mut self, agreeing: &BTreeSet<String>) {
         self.settling.retain(|n, _| !agreeing.contains(n));
+    }
+
+    /// Workloads of finished repartitions that the scheduler does not show
+    /// yet: their node has a scheduler view (a Node) that disagrees with
+    /// the new layout while it settles (the device plugin, GFD or the DRA
+    /// driver has not republished). Not Placed until it does (nor a
+    /// ProvisioningRequest Provisioned): the pods could not bind.
+    pub(super) fn unshown(
+        &self,
+        viewed: &BTreeMap<String, accord::truth::SchedulerView>,
+        agreeing: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        self.settling
+            .keys()
+            .filter(|n| viewed.contains_key(*n) && !agreeing.contains(*n))
+            .filter_map(|n| self.latest.get(n))
+            .flat_map(|r| r.for_workloads.iter().cloned())
+            .collect()
     }
 
     /// Workloads waiting for a command in flight.
