@@ -577,3 +577,100 @@ fn a_repartition_is_placed_only_once_the_node_shows_its_devices() {
     assert_eq!(d.status.workloads[0].state, WorkloadState::Placed);
     assert!(d.commands.open.is_empty());
 }
+
+/// Through the agent on a node the GPU Operator serves, as mig-manager
+/// does it: the operands' deploy labels are paused (`false` stays
+/// `false`), the agent is handed the command only once the device
+/// plugin's pod is gone, and after the repartition the paused labels are
+/// set back to `true`, so the device plugin and GFD start again and
+/// publish the new devices.
+#[test]
+fn the_gpu_operators_operands_are_paused_around_an_agent_repartition() {
+    const PLUGIN: &str = "nvidia.com/gpu.deploy.device-plugin";
+    const GFD: &str = "nvidia.com/gpu.deploy.gpu-feature-discovery";
+    const DCGM: &str = "nvidia.com/gpu.deploy.dcgm";
+    const PAUSED: &str = "paused-for-mig-change";
+    let plugin_pod = accord::demand::BoundPod {
+        node: "r1-n1".into(),
+        namespace: "gpu-operator".into(),
+        name: "nvidia-device-plugin-daemonset-x1".into(),
+        labels: [(
+            "app".to_owned(),
+            "nvidia-device-plugin-daemonset".to_owned(),
+        )]
+        .into(),
+        requests: Default::default(),
+        devices: Vec::new(),
+        node_agent: true,
+        do_not_disrupt: false,
+        device_ids: Vec::new(),
+    };
+    let labels_of = |d: &Decision| -> Vec<(String, String)> {
+        d.commands
+            .labels
+            .iter()
+            .filter(|(n, _, _)| n == "r1-n1")
+            .map(|(_, k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let mut t = Twin::new();
+    let mut view = accord::truth::SchedulerView::default();
+    for (k, v) in [(PLUGIN, "true"), (GFD, "true"), (DCGM, "false")] {
+        view.labels.insert(k.into(), v.into());
+    }
+    t.world.views.insert("r1-n1".into(), view.clone());
+    t.world.demand = mig_pods(3);
+    t.world.demand.bound.push(plugin_pod);
+    let d = t.round(1);
+    let rec = t.command("r1-n1");
+    assert!(
+        !rec.deliver,
+        "handed to the agent before its operands are paused"
+    );
+    let mut paused = labels_of(&d);
+    paused.sort();
+    assert_eq!(
+        paused,
+        [
+            (PLUGIN.to_owned(), PAUSED.to_owned()),
+            (GFD.to_owned(), PAUSED.to_owned())
+        ]
+    );
+    // The Node shows them paused; the device plugin's pod still runs.
+    view.labels.insert(PLUGIN.into(), PAUSED.into());
+    view.labels.insert(GFD.into(), PAUSED.into());
+    t.world.views.insert("r1-n1".into(), view.clone());
+    let d = t.round(2);
+    assert!(
+        d.commands.release.is_empty(),
+        "released while the device plugin runs"
+    );
+    assert!(labels_of(&d).is_empty(), "{:?}", labels_of(&d));
+    // Its pod is gone: the agent may have the command.
+    t.world.demand.bound.clear();
+    let d = t.round(2);
+    assert_eq!(d.commands.release, [("r1-n1".to_owned(), 1)]);
+    t.world.commands[0].deliver = true;
+    // Done: the paused labels are set back to true, dcgm stays false.
+    let layout = match &rec.action {
+        CommandAction::ApplyMig { gpus } => gpus[0].layout.clone(),
+        CommandAction::Rediscover => unreachable!(),
+    };
+    t.world
+        .reports
+        .insert("r1-n1".into(), with_layout(reported(), 0, &layout));
+    t.close("r1-n1", 1, CommandResult::Done);
+    let d = t.round(2);
+    let mut restored = labels_of(&d);
+    restored.sort();
+    assert_eq!(
+        restored,
+        [
+            (PLUGIN.to_owned(), "true".to_owned()),
+            (GFD.to_owned(), "true".to_owned())
+        ]
+    );
+    // Said again only after RELABEL_S while the Node does not show it.
+    assert!(labels_of(&t.round(2)).is_empty());
+    assert_eq!(labels_of(&t.round(30)).len(), 2);
+}

@@ -31,6 +31,7 @@ use truth::drift_text;
 mod admin;
 mod bios;
 mod commands;
+pub mod gpu_clients;
 mod power_off;
 mod said;
 mod truth;

@@ -20,6 +20,10 @@
 //! - **Deadline passed**: the command is closed as failed, the node is
 //!   Failed with that reason, and its demand is planned again.
 //!
+//! Agent mode on a node the GPU Operator serves: its operands (device
+//! plugin, GFD, DCGM) are paused before the agent is handed the command
+//! and set going again after, as mig-manager does ([`gpu_clients`]).
+//!
 //! `gpu-operator` mode: the command is journaled undeliverable, accordd
 //! sets the Node label `nvidia.com/mig.config` to a named mig-parted
 //! configuration (written to the configs file first, by *effect*); when
@@ -35,7 +39,7 @@ use accord_api::agent::{CommandAction, CommandRecord, CommandResult, CommandStat
 use accord_api::mig_parted::{self, DeviceConfig};
 use tracing::{info, warn};
 
-use super::{node_ref, Event, Snapshot};
+use super::{gpu_clients, node_ref, Event, Snapshot};
 
 /// How long a finished repartition's layout is preferred over a scheduler
 /// view that does not show it yet.
@@ -82,8 +86,11 @@ pub(super) struct Commands {
     holds: BTreeMap<(String, usize), (u64, String)>,
     /// Node → until when, and the layouts (by GPU position) it now has.
     settling: BTreeMap<String, (u64, Vec<(usize, MigState)>)>,
-    /// Node → (generation, when its mig.config label was last sent).
+    /// Node → (generation, when its mig.config label, or its operands'
+    /// pause labels, were last sent).
     labelled: BTreeMap<String, (u64, u64)>,
+    /// Node → when its paused operands' labels were last set back.
+    restored: BTreeMap<String, u64>,
     /// Node → (generation, when the Node first showed its label, whether
     /// mig-manager was seen working on it since).
     operator_seen: BTreeMap<String, (u64, u64, bool)>,
@@ -261,10 +268,74 @@ impl Commands {
                 _ if rec.via == MigVia::GpuOperator && act => {
                     self.follow_operator(rec, snap, effects, &mut out);
                 }
+                _ if rec.via == MigVia::Agent && !rec.deliver && act => {
+                    self.follow_pause(rec, snap, effects);
+                }
                 _ => {}
             }
         }
+        if act {
+            self.restore_operands(snap, fleet, effects);
+        }
         out
+    }
+
+    /// Agent mode on a GPU Operator node: keep its operands' deploy labels
+    /// paused; once none of their pods runs there, hand the agent its
+    /// command ([`gpu_clients`]).
+    fn follow_pause(&mut self, rec: &CommandRecord, snap: &Snapshot, effects: &mut CommandEffects) {
+        let node = &rec.node;
+        let Some(view) = snap.views.get(node) else {
+            return;
+        };
+        let pause = gpu_clients::to_pause(&view.labels);
+        if !pause.is_empty() {
+            let due = match self.labelled.get(node) {
+                Some((g, at)) => *g != rec.generation || snap.now >= at + RELABEL_S,
+                None => true,
+            };
+            if due {
+                self.labelled
+                    .insert(node.clone(), (rec.generation, snap.now));
+                effects
+                    .labels
+                    .extend(pause.into_iter().map(|(k, v)| (node.clone(), k, v)));
+            }
+            return;
+        }
+        let running = gpu_clients::running(&snap.demand.bound, node);
+        if running.is_empty() {
+            info!(node = %node, command = rec.generation, "the GPU Operator's operands are paused; handing the agent its repartition");
+            effects.release.push((node.clone(), rec.generation));
+        }
+    }
+
+    /// Agent mode: operands paused on a node with no command in flight are
+    /// set going again (every [`RELABEL_S`] until the Node shows it).
+    fn restore_operands(&mut self, snap: &Snapshot, fleet: &Fleet, effects: &mut CommandEffects) {
+        let now = snap.now;
+        for (node, view) in &snap.views {
+            if self.in_flight(node) || fleet.node(node).is_none_or(|n| n.mig_via != MigVia::Agent) {
+                continue;
+            }
+            let restore = gpu_clients::to_restore(&view.labels);
+            if restore.is_empty() {
+                self.restored.remove(node);
+                continue;
+            }
+            if self
+                .restored
+                .get(node)
+                .is_some_and(|at| now < at + RELABEL_S)
+            {
+                continue;
+            }
+            info!(node = %node, labels = %restore.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(","), "setting the GPU Operator's paused operands going again");
+            self.restored.insert(node.clone(), now);
+            effects
+                .labels
+                .extend(restore.into_iter().map(|(k, v)| (node.clone(), k, v)));
+        }
     }
 
     /// A command ended with `result`: verify, settle or hold.
@@ -523,13 +594,21 @@ impl Commands {
             }
             let via = node.mig_via;
             let (action, deliver, mig_config) = match via {
-                MigVia::Agent => (
-                    CommandAction::ApplyMig {
-                        gpus: targets.clone(),
-                    },
-                    true,
-                    None,
-                ),
+                // On a GPU Operator node its operands are paused first
+                // (the command handed over once their pods are gone).
+                MigVia::Agent => {
+                    let pause = gpu_clients::to_pause(&node.labels);
+                    effects
+                        .labels
+                        .extend(pause.into_iter().map(|(k, v)| (name.to_owned(), k, v)));
+                    (
+                        CommandAction::ApplyMig {
+                            gpus: targets.clone(),
+                        },
+                        !gpu_clients::deployed(&node.labels),
+                        None,
+                    )
+                }
                 MigVia::GpuOperator => {
                     let entries = operator_config(node, &targets);
                     let config = mig_parted::config_name(&entries);
