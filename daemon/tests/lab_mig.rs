@@ -328,3 +328,41 @@ async fn a_busy_gpu_is_never_repartitioned_the_agent_refuses_and_accordd_plans_a
         "{m}"
     );
 }
+
+/// Through the agent on a machine whose device plugin the GPU Operator
+/// runs (the lab's stand-in: its pod runs while the Node's
+/// `nvidia.com/gpu.deploy.device-plugin` is `true`, and it enumerates MIG
+/// devices only when it starts): accordd pauses the label, hands the agent
+/// the repartition once the plugin's pod is gone, and sets the label back
+/// to `true`; the restarted plugin publishes the new devices and the pods
+/// bind. Without the pause the plugin would never show them, and the
+/// pods would stay Pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_gpu_operator_node_the_device_plugin_is_paused_around_the_agents_repartition() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let settings = format!("{QUICK}\n[lab.machines.r1-n1]\ngpu_operator_operands = true\n");
+    let lab = start_mig("mig_agent_operator_operands", &settings, FLEET).await;
+    bound_on_the_repartitioned_node(&lab, "mig_agent").await;
+    let seen = lab.device_plugin("r1-n1");
+    assert_eq!(
+        (seen.starts, seen.stops, seen.changed_under_it),
+        (2, 1, 0),
+        "the device plugin: started at the boot and after the repartition, stopped once before it, and the GPUs never changed under it"
+    );
+    let node = lab.api.get("v1", "Node", "", "r1-n1").unwrap();
+    assert_eq!(
+        node["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"], "true",
+        "{}",
+        node["metadata"]["labels"]
+    );
+    // accordd paused it, then set it going again (its own writes).
+    let patches = lab
+        .api
+        .fake()
+        .expect("these tests run on the fake API")
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("PATCH /api/v1/nodes/r1-n1"))
+        .count();
+    assert!(patches >= 2, "{patches} Node patches");
+}

@@ -58,6 +58,15 @@ pub(super) fn at_boot(ctx: &Ctx, name: &str) -> Option<ReplayedGpus> {
 /// registered: registering publishes what is there then). Ends when the
 /// machine's agent does (the caller selects on both).
 pub(super) async fn watch(ctx: Ctx, name: String, gpus: ReplayedGpus) {
+    let operator = ctx
+        .scenario
+        .lab
+        .machines
+        .get(&name)
+        .is_some_and(|m| m.gpu_operator_operands);
+    if operator {
+        return operator_device_plugin(ctx, name, gpus).await;
+    }
     let mut changes = gpus.subscribe();
     // The handle holds the sender: this never ends by itself.
     while changes.changed().await.is_ok() {
@@ -125,4 +134,90 @@ pub(super) async fn republish(ctx: &Ctx, name: &str, gpus: &ReplayedGpus) {
         }
     }
     say!(ctx, node = %name, "its GPUs changed (MIG): the device plugin, GFD and DRA driver publish {}", said.join(", "));
+}
+
+/// The GPU Operator's device-plugin DaemonSet on one machine: the
+/// operator labels the Node `nvidia.com/gpu.deploy.device-plugin=true`,
+/// its DaemonSet selects nodes on that label, so the plugin's pod runs
+/// while it is `true` and goes while it is anything else (mig-manager's
+/// `paused-for-mig-change`). NVIDIA's plugin enumerates devices when it
+/// starts and not after: a MIG change is published only when its pod
+/// starts again. A change while the pod runs is counted (what pausing
+/// it avoids). Ends when the machine goes off (the caller selects).
+async fn operator_device_plugin(ctx: Ctx, name: String, gpus: ReplayedGpus) {
+    const LABEL: &str = "nvidia.com/gpu.deploy.device-plugin";
+    const NAMESPACE: &str = "gpu-operator";
+    const APP: &str = "nvidia-device-plugin-daemonset";
+    let pod_name = format!("{APP}-{name}");
+    // What the running plugin enumerated (the GPUs' version then).
+    let mut enumerated: Option<u64> = None;
+    // A pod left from before this boot is not this boot's plugin.
+    ctx.api.delete("v1", "Pod", NAMESPACE, &pod_name);
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let Some(node) = ctx.api.get("v1", "Node", "", &name) else {
+            continue;
+        };
+        let label = node["metadata"]["labels"][LABEL]
+            .as_str()
+            .map(str::to_owned);
+        let Some(label) = label else {
+            // The operator's node labeller.
+            ctx.api.update("v1", "Node", "", &name, |n| {
+                n["metadata"]["labels"][LABEL] = serde_json::json!("true");
+            });
+            continue;
+        };
+        let running = ctx.api.get("v1", "Pod", NAMESPACE, &pod_name).is_some();
+        if let (true, Some(v)) = (running, enumerated) {
+            if gpus.version() != v {
+                enumerated = Some(gpus.version());
+                let mut r = ctx.record.lock().expect("lock");
+                r.device_plugin
+                    .entry(name.clone())
+                    .or_default()
+                    .changed_under_it += 1;
+                drop(r);
+                say!(ctx, node = %name, "its GPUs changed under the running device plugin: it does not see the change");
+            }
+        }
+        match (label == "true", running) {
+            (true, false) => {
+                ctx.api.apply(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"namespace": NAMESPACE, "name": pod_name,
+                        "labels": {"app": APP},
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                            "name": APP, "uid": format!("lab-{APP}"), "controller": true}]},
+                    "spec": {"nodeName": name, "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "nvidia-device-plugin",
+                            "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"}]},
+                    "status": {"phase": "Running"}
+                }));
+                enumerated = Some(gpus.version());
+                ctx.record
+                    .lock()
+                    .expect("lock")
+                    .device_plugin
+                    .entry(name.clone())
+                    .or_default()
+                    .starts += 1;
+                republish(&ctx, &name, &gpus).await;
+                say!(ctx, node = %name, "the GPU Operator's device plugin started ({LABEL}=true) and enumerated the GPUs");
+            }
+            (false, true) => {
+                ctx.api.delete("v1", "Pod", NAMESPACE, &pod_name);
+                enumerated = None;
+                ctx.record
+                    .lock()
+                    .expect("lock")
+                    .device_plugin
+                    .entry(name.clone())
+                    .or_default()
+                    .stops += 1;
+                say!(ctx, node = %name, "the GPU Operator's device plugin stopped ({LABEL}={label})");
+            }
+            _ => {}
+        }
+    }
 }

@@ -425,8 +425,11 @@ pub fn resource_slice(node: &str, m: &Machine, api_version: &str) -> Option<Valu
 /// what they publish again when the machine's GPUs change.
 fn nvidia_published(key: &str) -> bool {
     // `nvidia.com/mig.config` and `.config.state` are the GPU Operator's
-    // mig-manager's (and the admin's), not the device plugin's.
-    key.starts_with("nvidia.com/") && !key.starts_with("nvidia.com/mig.config")
+    // mig-manager's (and the admin's), `nvidia.com/gpu.deploy.*` its node
+    // labeller's (and mig-manager's), not the device plugin's.
+    key.starts_with("nvidia.com/")
+        && !key.starts_with("nvidia.com/mig.config")
+        && !key.starts_with("nvidia.com/gpu.deploy.")
 }
 
 /// The stored Node `node` (others' labels and taints on it) after the

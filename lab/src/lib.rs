@@ -187,6 +187,9 @@ struct Record {
     /// Repartitions the mig-manager stand-in carried out, per machine (the
     /// rest of a machine's repartitions are its agent's).
     mig_operator: BTreeMap<String, u64>,
+    /// Per machine with the GPU Operator's operands: how often its device
+    /// plugin started, and how often its GPUs changed while it ran.
+    device_plugin: BTreeMap<String, DevicePluginSeen>,
     /// Every pod the binder bound, from when until deleted or evicted:
     /// what the busy-node count is judged against.
     bindings: Vec<chaos::safety::BindingSpan>,
@@ -195,6 +198,18 @@ struct Record {
     /// to it (the datacenter was running before the scenario began), so a
     /// submission never races the first reports.
     clock: Option<Instant>,
+}
+
+/// The GPU Operator's device plugin on one machine, as the lab saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DevicePluginSeen {
+    /// Its pod started (each start enumerates the GPUs).
+    pub starts: u32,
+    /// Its pod stopped (its deploy label paused).
+    pub stops: u32,
+    /// The GPUs changed (MIG) while its pod ran: what mig-manager pauses
+    /// it to avoid.
+    pub changed_under_it: u32,
 }
 
 pub struct Lab {
@@ -673,6 +688,13 @@ impl Lab {
     pub fn machine_gpus(&self, node: &str) -> Option<accord_agent::mig::replay::ReplayedGpus> {
         let r = self.record.lock().expect("lock");
         r.nodes.get(node).and_then(|n| n.gpus.clone())
+    }
+
+    /// What the GPU Operator's device plugin stand-in saw on `node`
+    /// (`lab.machines.NODE.gpu_operator_operands`).
+    pub fn device_plugin(&self, node: &str) -> DevicePluginSeen {
+        let r = self.record.lock().expect("lock");
+        r.device_plugin.get(node).copied().unwrap_or_default()
     }
 
     /// MIG repartitions a machine's GPUs carried out since the lab started

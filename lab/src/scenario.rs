@@ -184,6 +184,13 @@ pub struct MachineSettings {
     /// registers: maintenance, not a fault.
     #[serde(default)]
     pub cordoned: bool,
+    /// The GPU Operator runs its device plugin there (`gpus.rs`,
+    /// `operator_device_plugin`): the Node is labelled
+    /// `nvidia.com/gpu.deploy.device-plugin=true`, the plugin's pod runs
+    /// while the label is `true`, and it enumerates MIG devices only when
+    /// it starts, as NVIDIA's does.
+    #[serde(default)]
+    pub gpu_operator_operands: bool,
 }
 
 /// Which Kubernetes the lab runs (`lab.kubernetes`).
