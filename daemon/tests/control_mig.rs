@@ -208,6 +208,14 @@ impl Twin {
     }
 }
 
+/// The layout an agent command gives its first GPU.
+fn first_layout(rec: &CommandRecord) -> Vec<String> {
+    match &rec.action {
+        CommandAction::ApplyMig { gpus } => gpus[0].layout.clone(),
+        CommandAction::Rediscover => panic!("not an agent repartition: {rec:?}"),
+    }
+}
+
 fn power_ons(d: &Decision) -> usize {
     d.power
         .iter()
@@ -259,10 +267,7 @@ fn an_idle_gpu_is_repartitioned_once_and_its_capacity_counts_when_the_report_sho
     }
 
     // Done: the report shows the layout; the pods fit where they are.
-    let layout = match &rec.action {
-        CommandAction::ApplyMig { gpus } => gpus[0].layout.clone(),
-        CommandAction::Rediscover => unreachable!(),
-    };
+    let layout = first_layout(&rec);
     t.world
         .reports
         .insert("r1-n1".into(), with_layout(reported(), 0, &layout));
@@ -395,10 +400,7 @@ fn after_a_restart_commands_closed_before_it_are_not_acted_on_again() {
     let mut t = Twin::new();
     t.world.demand = mig_pods(3);
     t.round(1);
-    let layout = match &t.command("r1-n1").action {
-        CommandAction::ApplyMig { gpus } => gpus[0].layout.clone(),
-        CommandAction::Rediscover => unreachable!(),
-    };
+    let layout = first_layout(&t.command("r1-n1"));
     t.world
         .reports
         .insert("r1-n1".into(), with_layout(reported(), 0, &layout));
@@ -553,10 +555,7 @@ fn a_repartition_is_placed_only_once_the_node_shows_its_devices() {
     t.world.demand = mig_pods(3);
     t.round(1);
     let rec = t.command("r1-n1");
-    let layout = match &rec.action {
-        CommandAction::ApplyMig { gpus } => gpus[0].layout.clone(),
-        CommandAction::Rediscover => unreachable!(),
-    };
+    let layout = first_layout(&rec);
     t.world
         .reports
         .insert("r1-n1".into(), with_layout(reported(), 0, &layout));
@@ -652,10 +651,7 @@ fn the_gpu_operators_operands_are_paused_around_an_agent_repartition() {
     assert_eq!(d.commands.release, [("r1-n1".to_owned(), 1)]);
     t.world.commands[0].deliver = true;
     // Done: the paused labels are set back to true, dcgm stays false.
-    let layout = match &rec.action {
-        CommandAction::ApplyMig { gpus } => gpus[0].layout.clone(),
-        CommandAction::Rediscover => unreachable!(),
-    };
+    let layout = first_layout(&rec);
     t.world
         .reports
         .insert("r1-n1".into(), with_layout(reported(), 0, &layout));

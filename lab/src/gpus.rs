@@ -172,12 +172,7 @@ async fn operator_device_plugin(ctx: Ctx, name: String, gpus: ReplayedGpus) {
         if let (true, Some(v)) = (running, enumerated) {
             if gpus.version() != v {
                 enumerated = Some(gpus.version());
-                let mut r = ctx.record.lock().expect("lock");
-                r.device_plugin
-                    .entry(name.clone())
-                    .or_default()
-                    .changed_under_it += 1;
-                drop(r);
+                count(&ctx, &name, |s| s.changed_under_it += 1);
                 say!(ctx, node = %name, "its GPUs changed under the running device plugin: it does not see the change");
             }
         }
@@ -195,29 +190,23 @@ async fn operator_device_plugin(ctx: Ctx, name: String, gpus: ReplayedGpus) {
                     "status": {"phase": "Running"}
                 }));
                 enumerated = Some(gpus.version());
-                ctx.record
-                    .lock()
-                    .expect("lock")
-                    .device_plugin
-                    .entry(name.clone())
-                    .or_default()
-                    .starts += 1;
+                count(&ctx, &name, |s| s.starts += 1);
                 republish(&ctx, &name, &gpus).await;
                 say!(ctx, node = %name, "the GPU Operator's device plugin started ({LABEL}=true) and enumerated the GPUs");
             }
             (false, true) => {
                 ctx.api.delete("v1", "Pod", NAMESPACE, &pod_name);
                 enumerated = None;
-                ctx.record
-                    .lock()
-                    .expect("lock")
-                    .device_plugin
-                    .entry(name.clone())
-                    .or_default()
-                    .stops += 1;
+                count(&ctx, &name, |s| s.stops += 1);
                 say!(ctx, node = %name, "the GPU Operator's device plugin stopped ({LABEL}={label})");
             }
             _ => {}
         }
     }
+}
+
+/// Notes what the device plugin stand-in saw on `name`.
+fn count(ctx: &Ctx, name: &str, change: impl FnOnce(&mut crate::DevicePluginSeen)) {
+    let mut r = ctx.record.lock().expect("lock");
+    change(r.device_plugin.entry(name.to_owned()).or_default());
 }

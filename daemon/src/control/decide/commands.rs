@@ -280,6 +280,21 @@ impl Commands {
         out
     }
 
+    /// Whether `rec`'s labels are to be sent now (first for its
+    /// generation, or [`RELABEL_S`] since they last were); if so, noted
+    /// as sent.
+    fn relabel_due(&mut self, rec: &CommandRecord, now: u64) -> bool {
+        let due = match self.labelled.get(&rec.node) {
+            Some((g, at)) => *g != rec.generation || now >= at + RELABEL_S,
+            None => true,
+        };
+        if due {
+            self.labelled
+                .insert(rec.node.clone(), (rec.generation, now));
+        }
+        due
+    }
+
     /// Agent mode on a GPU Operator node: keep its operands' deploy labels
     /// paused; once none of their pods runs there, hand the agent its
     /// command ([`gpu_clients`]).
@@ -290,13 +305,7 @@ impl Commands {
         };
         let pause = gpu_clients::to_pause(&view.labels);
         if !pause.is_empty() {
-            let due = match self.labelled.get(node) {
-                Some((g, at)) => *g != rec.generation || snap.now >= at + RELABEL_S,
-                None => true,
-            };
-            if due {
-                self.labelled
-                    .insert(node.clone(), (rec.generation, snap.now));
+            if self.relabel_due(rec, snap.now) {
                 effects
                     .labels
                     .extend(pause.into_iter().map(|(k, v)| (node.clone(), k, v)));
@@ -421,13 +430,7 @@ impl Commands {
         let shown = labels.and_then(|l| l.get(mig_parted::CONFIG_LABEL));
         let state = labels.and_then(|l| l.get(mig_parted::STATE_LABEL));
         if shown != Some(name) {
-            let due = match self.labelled.get(node) {
-                Some((g, at)) => *g != rec.generation || snap.now >= at + RELABEL_S,
-                None => true,
-            };
-            if due {
-                self.labelled
-                    .insert(node.clone(), (rec.generation, snap.now));
+            if self.relabel_due(rec, snap.now) {
                 effects.labels.push((
                     node.clone(),
                     mig_parted::CONFIG_LABEL.to_owned(),
