@@ -4,6 +4,7 @@
 //! kept (`daemon/src/api/limits.rs`): one accordd refused would hold up
 //! every report after it.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use accord::hardware::NodeHardware;
@@ -182,6 +183,7 @@ impl Commands {
         in_heartbeat: bool,
         backend: &MigBackend,
         config: &AgentConfig,
+        held: &BTreeMap<u32, String>,
     ) -> Option<NodeHardware> {
         if let Some(last) = self
             .last
@@ -206,6 +208,16 @@ impl Commands {
             CommandAction::Rediscover => "discover again".to_owned(),
         };
         info!(generation = cmd.generation, command = %what, "command from accordd");
+        if let Some(reason) = held_refusal(&cmd.action, held) {
+            warn!(generation = cmd.generation, %reason, "command refused");
+            self.last = Some(CommandOutcome {
+                generation: cmd.generation,
+                result: CommandResult::Failed { reason },
+            });
+            self.unsent = true;
+            self.refused = false;
+            return None;
+        }
         let b = backend.clone();
         let action = cmd.action.clone();
         let config = config.clone();
@@ -243,12 +255,134 @@ impl Commands {
     }
 }
 
+/// Why a repartition must not run: a GPU it would change holds a device
+/// the kubelet assigned to a pod (`held`: GPU index → the pod), whether
+/// or not the pod has started a process on it yet (NVML shows only
+/// processes). `None`: nothing held, or not a repartition.
+pub(crate) fn held_refusal(action: &CommandAction, held: &BTreeMap<u32, String>) -> Option<String> {
+    let CommandAction::ApplyMig { gpus } = action else {
+        return None;
+    };
+    let taken: Vec<String> = gpus
+        .iter()
+        .filter_map(|t| {
+            held.get(&t.index)
+                .map(|pod| format!("GPU {} (pod {pod})", t.index))
+        })
+        .collect();
+    (!taken.is_empty()).then(|| {
+        format!(
+            "the kubelet has assigned {} to running pods (pod-resources API): not repartitioned",
+            taken.join(", ")
+        )
+    })
+}
+
+/// GPU index → a pod holding it (or one of its MIG devices), from the
+/// kubelet's assignments and the machine's model (GPU and MIG UUIDs; a
+/// shared replica's `UUID::N` is its GPU).
+pub(crate) fn held_gpus(
+    hw: &NodeHardware,
+    pods: &[accord_api::agent::PodDevices],
+) -> BTreeMap<u32, String> {
+    let mut by_uuid: BTreeMap<&str, u32> = BTreeMap::new();
+    for g in &hw.gpus {
+        if let Some(u) = &g.uuid {
+            by_uuid.insert(u, g.index);
+        }
+        for gi in g.mig.iter().flat_map(|m| &m.gpu_instances) {
+            for ci in &gi.compute_instances {
+                if let Some(u) = &ci.uuid {
+                    by_uuid.insert(u, g.index);
+                }
+            }
+        }
+    }
+    let mut held = BTreeMap::new();
+    for p in pods {
+        for id in &p.ids {
+            let uuid = id.split_once("::").map_or(id.as_str(), |(u, _)| u);
+            if let Some(&g) = by_uuid.get(uuid) {
+                held.entry(g)
+                    .or_insert_with(|| format!("{}/{}", p.namespace, p.name));
+            }
+        }
+    }
+    held
+}
+
 #[cfg(test)]
 mod tests {
     use accord_api::agent::BusyGpu;
     use accordd::api::limits::{self, max};
 
     use super::*;
+
+    /// What the agent reads from the kubelet fits what accordd takes in a
+    /// heartbeat.
+    #[test]
+    fn the_kubelets_caps_are_accordds_heartbeat_limits() {
+        use crate::pod_resources as pr;
+        assert_eq!(pr::MAX_PODS, max::ASSIGNED_PODS);
+        assert_eq!(pr::MAX_IDS_PER_POD, max::IDS_PER_POD);
+        assert_eq!(pr::MAX_ID_BYTES, max::DEVICE_ID_BYTES);
+    }
+
+    /// A pod holding a MIG device (or a shared replica of a GPU) holds its
+    /// GPU; a repartition of it is refused, naming the pod.
+    #[test]
+    fn a_gpu_whose_device_a_pod_holds_is_not_repartitioned() {
+        const H100: &str = "NVIDIA H100 80GB HBM3";
+        let profile = accord::fleet::HardwareProfile {
+            gpus: 2,
+            gpu_model: Some(H100.into()),
+            gpu_memory_gib: 80,
+            ..accord::fleet::HardwareProfile::new("8", "64Gi")
+        };
+        let mut hw = accord::fleet::hardware_from_profile(&profile, &[]);
+        for (i, g) in hw.gpus.iter_mut().enumerate() {
+            g.uuid = Some(["GPU-a", "GPU-b"][i].into());
+        }
+        // GPU 1 in MIG mode, one 7g.80gb instance: MIG-b1.
+        let state = accord::hardware::MigState {
+            capable: true,
+            current_mode: accord::hardware::MigMode::Enabled,
+            pending_mode: accord::hardware::MigMode::Enabled,
+            profiles: accord::hardware::mig::catalog::profiles_for_model(H100).unwrap(),
+            gpu_instances: Vec::new(),
+        };
+        let mut state = state.with_layout(&["7g.80gb@0".to_owned()]).unwrap();
+        state.gpu_instances[0].compute_instances = vec![accord::hardware::ComputeInstance {
+            id: 0,
+            uuid: Some("MIG-b1".into()),
+            sm_count: None,
+            memory_mib: None,
+        }];
+        hw.gpus[1].mig = Some(state);
+        let pod = |name: &str, id: &str| accord_api::agent::PodDevices {
+            namespace: "ml".into(),
+            name: name.into(),
+            ids: vec![id.into()],
+        };
+        let held = held_gpus(
+            &hw,
+            &[pod("a", "GPU-a::3"), pod("b", "MIG-b1"), pod("c", "GPU-zz")],
+        );
+        assert_eq!(held.get(&0).map(String::as_str), Some("ml/a"));
+        assert_eq!(held.get(&1).map(String::as_str), Some("ml/b"));
+        assert_eq!(held.len(), 2);
+        let on = |index| CommandAction::ApplyMig {
+            gpus: vec![accord_api::agent::MigTarget {
+                index,
+                uuid: None,
+                layout: vec!["7g.80gb@0".into()],
+            }],
+        };
+        let why = held_refusal(&on(1), &held).unwrap();
+        assert!(why.contains("GPU 1 (pod ml/b)"), "{why}");
+        assert_eq!(held_refusal(&on(2), &held), None);
+        assert_eq!(held_refusal(&CommandAction::Rediscover, &held), None);
+    }
 
     /// The agent's caps are accordd's limits (or below them).
     #[test]

@@ -576,8 +576,18 @@ impl Machine {
             busy = self.busy.lock() => busy,
             () = stopping(stop) => return false,
         };
+        // The GPUs running pods hold, as the kubelet says now: never
+        // repartitioned, whatever accordd planned with.
+        let held = match &cmd.action {
+            accord_api::agent::CommandAction::ApplyMig { .. } => {
+                let pods = self.assigned().await.unwrap_or_default();
+                let model = self.model.borrow().clone();
+                model.map_or_else(Default::default, |hw| crate::command::held_gpus(&hw, &pods))
+            }
+            accord_api::agent::CommandAction::Rediscover => Default::default(),
+        };
         if let Some(hw) = commands
-            .receive(cmd, in_heartbeat, &self.backend, &self.config)
+            .receive(cmd, in_heartbeat, &self.backend, &self.config, &held)
             .await
         {
             self.model.send_replace(Some(hw));

@@ -671,6 +671,7 @@ async fn a_command_from_one_replica_changes_the_model_every_replica_gets() {
 /// (`podresources-kubelet`, built from the pinned k8s.io/kubernetes by
 /// scripts/controlplane) over its unix socket. Only `nvidia.com/…`
 /// devices, pod by pod; a pod that goes is gone from the next heartbeat;
+/// a GPU a pod holds is never repartitioned, even on accordd's command;
 /// a kubelet that stops answering makes the agent say nothing (accordd
 /// then falls back), and the heartbeats go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -693,7 +694,10 @@ async fn the_kubelets_device_assignments_ride_each_heartbeat() {
         ]})
         .to_string()
     };
-    std::fs::write(&state, pods(&["GPU-2", "GPU-1"])).unwrap();
+    // train-0 holds GPUs 0 and 1 of the replayed H100 board.
+    const GPU0: &str = "GPU-00005a17-0000-4000-a100-d6cc78506ee0";
+    const GPU1: &str = "GPU-00005a18-0001-4000-a100-d6cc78506ef0";
+    std::fs::write(&state, pods(&[GPU1, GPU0])).unwrap();
     let mut kubelet = accord_testkit::process::Process::spawn(
         "podresources-kubelet",
         std::process::Command::new(&kubelet_bin)
@@ -706,9 +710,9 @@ async fn the_kubelets_device_assignments_ride_each_heartbeat() {
     let (url, stub) = stub().await;
     let node = "gpu-k";
     let file = dir.path().join("agent.toml");
-    let cfg = config(dir.path(), &url, node, Some("h100-8gpu"));
-    drop(cfg);
-    // The same configuration with the kubelet's socket.
+    // The usual configuration (written to {node}.toml), with the
+    // kubelet's socket.
+    let _ = config(dir.path(), &url, node, Some("h100-8gpu"));
     let text = std::fs::read_to_string(dir.path().join(format!("{node}.toml"))).unwrap();
     std::fs::write(
         &file,
@@ -729,7 +733,7 @@ async fn the_kubelets_device_assignments_ride_each_heartbeat() {
     };
     let both = vec![
         pod("infer", &["MIG-7c1e::2"]),
-        pod("train-0", &["GPU-1", "GPU-2"]),
+        pod("train-0", &[GPU0, GPU1]),
     ];
     wait(
         &stub,
@@ -739,6 +743,23 @@ async fn the_kubelets_device_assignments_ride_each_heartbeat() {
         |n| (n.assigned.as_ref() == Some(&both)).then_some(()),
     )
     .await;
+    // A repartition of a GPU the kubelet assigned is refused, whatever
+    // accordd planned with (train-0 has started no process on it: NVML
+    // alone would not know).
+    set_command(&stub, node, Some(apply_mig(1, 1, None, &["7g.80gb@0"])));
+    let (result, _, _) = wait(
+        &stub,
+        node,
+        &mut agent,
+        "the outcome of generation 1",
+        outcome_of(1),
+    )
+    .await;
+    let CommandResult::Failed { reason } = &result else {
+        panic!("{result:?}");
+    };
+    assert!(reason.contains("GPU 1 (pod ml/train-0)"), "{reason}");
+    assert_eq!(gpus.repartitions(), 0);
     // The kubelet releases train-0's GPUs (the pod ended).
     std::fs::write(&state, pods(&[])).unwrap();
     let one = vec![pod("infer", &["MIG-7c1e::2"])];
@@ -750,6 +771,18 @@ async fn the_kubelets_device_assignments_ride_each_heartbeat() {
         |n| (n.assigned.as_ref() == Some(&one)).then_some(()),
     )
     .await;
+    // Free now: the same repartition is carried out.
+    set_command(&stub, node, Some(apply_mig(2, 1, None, &["7g.80gb@0"])));
+    let (result, _, _) = wait(
+        &stub,
+        node,
+        &mut agent,
+        "the outcome of generation 2",
+        outcome_of(2),
+    )
+    .await;
+    assert_eq!(result, CommandResult::Done);
+    assert_eq!(gpus.repartitions(), 1);
     // The kubelet goes: heartbeats go on, saying nothing.
     kubelet.kill();
     let beats = stub.lock().unwrap()[node].heartbeats;
