@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::demand::{Taint, TaintEffect};
 use crate::device::{devices_from_hardware, CounterSets, Device, NodeDevices, PlannerGpu, Sharing};
 use crate::hardware::{
+    limits,
     mig::catalog, Gpu, MigMode, MigProfile, MigState, Nic, NicKind, NodeHardware, NumaNode,
     PciBusId, Source,
 };
@@ -267,29 +268,12 @@ fn default_pods() -> i64 {
 const DEFAULT_GPUS_PER_PCIE_ROOT: u32 = 1;
 const DEFAULT_NUMA_NODES: u32 = 2;
 
-/// Plausibility limits on the fleet file's numbers, each far above any real
-/// machine (like accordd's on agent reports, `daemon/src/api/limits.rs`):
-/// a declaration past one is a typo or hostile, and the synthetic model of
-/// a profile allocates by these numbers. `validate` refuses what is past
-/// them; building the fleet clamps to them as well, so nothing allocates
-/// or overflows by an unchecked number even without `validate`.
+/// The fleet file's own plausibility limits, far above any real fleet; a
+/// machine's (GPUs, NICs, NUMA nodes, pods, power) are the one table in
+/// [`crate::hardware::limits`]. `validate` refuses what is past them;
+/// building the fleet clamps to them as well, so nothing allocates or
+/// overflows by an unchecked number even without `validate`.
 pub mod max {
-    /// GPUs per node (an HGX/DGX board has 8, the largest systems 16).
-    pub const GPUS: u32 = 64;
-    /// RDMA NICs per node.
-    pub const NICS: u32 = 1024;
-    /// NUMA nodes per node.
-    pub const NUMA_NODES: u32 = 64;
-    /// GPUs under one PCIe root: the synthetic model makes them PCI
-    /// devices 0.. on the root's bus, its NIC device 0x1f.
-    pub const GPUS_PER_PCIE_ROOT: u32 = 16;
-    /// Memory per GPU, GiB (the largest today have under 300).
-    pub const GPU_MEMORY_GIB: u64 = 4096;
-    /// Pods per node (kubelet's default is 110; large nodes run a few
-    /// hundred).
-    pub const PODS: i64 = 10_000;
-    /// A node's draw when on, kW (an 8-GPU node draws about 10).
-    pub const NODE_POWER_KW: f64 = 1_000.0;
     /// A rack's power budget, kW (a liquid-cooled rack takes about 130).
     pub const RACK_POWER_KW: f64 = 1_000_000.0;
     /// Seconds an idle node waits for its power-off: ten years.
@@ -297,6 +281,11 @@ pub mod max {
     /// Warm spares kept per rack or per profile.
     pub const WARM_SPARES: u32 = 10_000;
 }
+
+/// A machine's limits as the fleet file's `u32` fields count them.
+const MAX_GPUS: u32 = limits::GPUS as u32;
+const MAX_NICS: u32 = limits::NICS as u32;
+const MAX_NUMA_NODES: u32 = limits::NUMA_NODES as u32;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -909,27 +898,27 @@ impl FleetFile {
                 &mut problems,
                 &key("gpus"),
                 u64::from(p.gpus),
-                u64::from(max::GPUS),
+                u64::from(MAX_GPUS),
             );
             at_most(
                 &mut problems,
                 &key("gpu_memory_gib"),
                 p.gpu_memory_gib,
-                max::GPU_MEMORY_GIB,
+                limits::GPU_MEMORY_GIB,
             );
             if let Some(nics) = p.nics {
                 at_most(
                     &mut problems,
                     &key("nics"),
                     u64::from(nics),
-                    u64::from(max::NICS),
+                    u64::from(MAX_NICS),
                 );
             }
-            if !(0..=max::PODS).contains(&p.pods) {
+            if !(0..=limits::PODS).contains(&p.pods) {
                 problems.push(format!(
                     "profiles.{name}.pods: {} is not a pod limit (0 to {})",
                     p.pods,
-                    max::PODS
+                    limits::PODS
                 ));
             }
             problems.extend(power_problem(&key("power_kw"), p.power_kw));
@@ -937,9 +926,9 @@ impl FleetFile {
                 (
                     "gpus_per_pcie_root",
                     p.gpus_per_pcie_root,
-                    max::GPUS_PER_PCIE_ROOT,
+                    limits::GPUS_PER_PCIE_ROOT,
                 ),
-                ("numa_nodes", p.numa_nodes, max::NUMA_NODES),
+                ("numa_nodes", p.numa_nodes, MAX_NUMA_NODES),
             ] {
                 match value {
                     Some(0) => problems.push(format!("profiles.{name}.{k}: must be at least 1")),
@@ -1096,7 +1085,7 @@ impl FleetFile {
                         Stated::profile(prof, self.dynamic_mig(cfg)),
                         allocatable(&prof.cpu).unwrap_or(0),
                         allocatable(&prof.memory).unwrap_or(0),
-                        prof.pods.clamp(0, max::PODS),
+                        prof.pods.clamp(0, limits::PODS),
                         prof.power_kw,
                     )
                 }
@@ -1321,9 +1310,9 @@ fn allocatable(q: &str) -> Option<Milli> {
 /// limit (never as free), a negative one as none.
 fn power_draw(kw: f64) -> f64 {
     if kw.is_nan() {
-        max::NODE_POWER_KW
+        limits::NODE_POWER_KW
     } else {
-        kw.clamp(0.0, max::NODE_POWER_KW)
+        kw.clamp(0.0, limits::NODE_POWER_KW)
     }
 }
 
@@ -1344,12 +1333,12 @@ fn quantity_problem(key: &str, q: &str) -> Option<String> {
 }
 
 /// Why `kw` is no node's power draw: not a number (NaN would pass every
-/// rack budget), infinite, negative, or past [`max::NODE_POWER_KW`].
+/// rack budget), infinite, negative, or past [`limits::NODE_POWER_KW`].
 fn power_problem(key: &str, kw: f64) -> Option<String> {
-    (!(kw.is_finite() && (0.0..=max::NODE_POWER_KW).contains(&kw))).then(|| {
+    (!(kw.is_finite() && (0.0..=limits::NODE_POWER_KW).contains(&kw))).then(|| {
         format!(
             "{key}: {kw} is not a power draw (kW, 0 to {})",
-            max::NODE_POWER_KW
+            limits::NODE_POWER_KW
         )
     })
 }
@@ -1445,16 +1434,16 @@ pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> Node
     let mut hw = NodeHardware::empty();
     hw.machine.memory_bytes =
         u64::try_from(quantity::parse(&p.memory).unwrap_or(0).max(0) / 1000).unwrap_or(0);
-    let gpus = p.gpus.min(max::GPUS);
+    let gpus = p.gpus.min(MAX_GPUS);
     let per_root = p
         .gpus_per_pcie_root
         .unwrap_or(DEFAULT_GPUS_PER_PCIE_ROOT)
-        .clamp(1, max::GPUS_PER_PCIE_ROOT);
+        .clamp(1, limits::GPUS_PER_PCIE_ROOT);
     let roots = gpus.div_ceil(per_root).max(1);
     let numa = p
         .numa_nodes
         .unwrap_or(DEFAULT_NUMA_NODES)
-        .clamp(1, max::NUMA_NODES);
+        .clamp(1, MAX_NUMA_NODES);
     // Both at most 64: no overflow.
     let root_numa = |r: u32| (r * numa / roots).min(numa - 1);
     for id in 0..numa {
@@ -1465,7 +1454,7 @@ pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> Node
             memory_bytes: hw.machine.memory_bytes / u64::from(numa),
         });
     }
-    let memory_bytes = p.gpu_memory_gib.min(max::GPU_MEMORY_GIB) << 30;
+    let memory_bytes = p.gpu_memory_gib.min(limits::GPU_MEMORY_GIB) << 30;
     for i in 0..gpus {
         let r = i / per_root;
         let (domain, bus) = root_bus(r);
@@ -1488,7 +1477,7 @@ pub fn hardware_from_profile(p: &HardwareProfile, mig_layout: &[String]) -> Node
             sources: vec![Source::Hwloc],
         });
     }
-    for k in 0..p.nics.unwrap_or(0).min(max::NICS) {
+    for k in 0..p.nics.unwrap_or(0).min(MAX_NICS) {
         let r = k % roots;
         let (domain, bus) = root_bus(r);
         hw.nics.push(Nic {

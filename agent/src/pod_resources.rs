@@ -3,7 +3,7 @@
 //! exactly those GPUs and MIG devices as held (and never plans pending
 //! work on them or repartitions them).
 //!
-//! Why this source (docs/agent.md says it for admins): the kubelet is the
+//! Why this source (docs/kubernetes.md says it for admins): the kubelet is the
 //! one that assigns device-plugin devices, and `PodResourcesLister/List`
 //! (`k8s.io/kubelet/pkg/apis/podresources/v1`, GA since Kubernetes 1.28)
 //! is its supported, read-only monitoring API for exactly this question.
@@ -18,7 +18,7 @@
 //! requires), so the agent needs no protobuf compiler or gRPC framework.
 //! Everything read is bounded: the answer (16 MiB, the size upstream's
 //! clients allow), the time (a deadline per call), the pods and the IDs
-//! (accordd's plausibility limits).
+//! (the plausibility limits accordd checks, `accord::hardware::limits`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -39,9 +39,9 @@ pub const CALL_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Pods and IDs accepted from the kubelet: accordd's limits, so that what
 /// the agent sends is never refused for size.
-pub const MAX_PODS: usize = 4096;
-pub const MAX_IDS_PER_POD: usize = 1024;
-pub const MAX_ID_BYTES: usize = 128;
+pub const MAX_PODS: usize = accord::hardware::limits::ASSIGNED_PODS;
+pub const MAX_IDS_PER_POD: usize = accord::hardware::limits::IDS_PER_POD;
+pub const MAX_ID_BYTES: usize = accord::hardware::limits::DEVICE_ID_BYTES;
 
 /// Resource names whose devices are reported: NVIDIA's device plugin's
 /// (`nvidia.com/gpu`, `nvidia.com/mig-…`, renamed shared resources).

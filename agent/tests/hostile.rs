@@ -1,7 +1,7 @@
 //! Hostile input for everything the agent reads: hwloc XML, NVML
 //! snapshots, `nvidia-smi -q -x` XML and agent.toml. Each parser runs a
 //! small seeded count of cases mutated from the recorded fixtures
-//! (`accord_testkit::hostile`): no panic, no hang (5 s a case), no case
+//! (`accord_testkit::hostile`): no panic, no hang (the harness deadline, 10 s a case), no case
 //! over 256 MiB of heap. A failure names the parser, seed and case;
 //! `ACCORD_HOSTILE_SEED` and `ACCORD_HOSTILE_SCALE` change the seed and
 //! scale the counts; `fuzz-figures` (benches) runs large counts.

@@ -45,7 +45,7 @@ use accord::fleet::{FleetFile, HardwareProfile, NodeConfig, PowerState};
 /// Rows per file (the published lists have about 10,000).
 pub const MAX_ROWS: usize = 10_000_000;
 /// GPUs of a pod or a node: Accord's per-node limit.
-pub const MAX_GPUS: u32 = accord::fleet::max::GPUS;
+pub const MAX_GPUS: u32 = accord::hardware::limits::GPUS as u32;
 /// A pod's share of each GPU, milli-GPU: one whole GPU.
 pub const MAX_GPU_MILLI: u32 = 1000;
 /// CPU of a pod or node, milli-CPU: 100,000 cores (the trace's largest

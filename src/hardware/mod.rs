@@ -7,6 +7,7 @@
 //! (by PCI bus id, NUMA id or index) so the same machine always serialises to
 //! the same bytes.
 
+pub mod limits;
 pub mod mig;
 pub mod pci;
 mod queries;

@@ -62,10 +62,10 @@ const MAX_INSTANCES: u32 = 64;
 /// Placements of one GPU-instance profile: at most one per memory slice
 /// (8).
 const MAX_PLACEMENTS: u32 = 64;
-/// Processes on one GPU: accordd takes at most 1024 pids per busy GPU in
-/// an outcome (`max::PIDS_PER_GPU`); a GPU runs far fewer compute
-/// processes (MPS: tens of clients). 24 KiB of buffer.
-pub(crate) const MAX_PROCESSES: u32 = 1024;
+/// Processes on one GPU: as many pids per busy GPU as accordd takes in an
+/// outcome (1024); a GPU runs far fewer compute processes (MPS: tens of
+/// clients). 24 KiB of buffer.
+pub(crate) const MAX_PROCESSES: u32 = accord::hardware::limits::PIDS_PER_GPU as u32;
 
 /// The length of a buffer for `count` things NVML reported, or an error
 /// past `cap`.

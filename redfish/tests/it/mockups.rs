@@ -2,7 +2,7 @@
 //! public rack-mount mockup, a Dell iDRAC (R6515) and a Supermicro HGX B200
 //! capture, plus a written tree of firmware quirks.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

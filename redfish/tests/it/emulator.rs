@@ -2,7 +2,7 @@
 //! changes land 1–11 s after the Reset, like real BMCs. Assertions on what
 //! the emulator itself logged.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! certificate. Typed errors, retries as configured, nothing hangs past
 //! its timeout.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -939,7 +939,7 @@ name = "n1"
 profile = "h100"
 "#;
     let mut f = Fleet::from_toml(fleet_toml, "fleet.toml", &mut |_| Err("none".into())).unwrap();
-    let text = include_str!("fixtures/models/h100-8gpu-mig.json");
+    let text = include_str!("../fixtures/models/h100-8gpu-mig.json");
     let hw: accord::hardware::NodeHardware = serde_json::from_str(text).unwrap();
     assert!(hw.gpus.iter().all(|g| g.vendor.is_none()));
     f.apply_report("n1", &hw).unwrap();

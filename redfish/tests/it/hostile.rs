@@ -5,7 +5,7 @@
 //! the rest being read or held, on every read path: GETs, the service
 //! root, task monitors and session creation.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -281,7 +281,7 @@ async fn a_crd_the_cluster_lacks_is_said_once_and_the_rest_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_and_provisioning_conditions_land_on_the_server() {
-    // Node labels and taints: kube/tests/publish.rs.
+    // Node labels and taints: kube/tests/it/publish.rs.
     let api = FakeApi::start().await;
     api.apply(
         json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",

@@ -1,0 +1,14 @@
+//! kube's integration tests, one binary (each test binary is linked on
+//! its own: one per crate keeps CI's link time down).
+
+mod cluster;
+mod deploy;
+mod hostile_yaml;
+mod limits;
+mod plan;
+mod publish;
+mod rbac;
+mod translate;
+mod versions;
+mod watch;
+mod writes_provisioning;

@@ -1,0 +1,5 @@
+//! sim's integration tests, one binary (each test binary is linked on
+//! its own: one per crate keeps CI's link time down).
+
+mod report;
+mod simulate;
