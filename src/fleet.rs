@@ -13,8 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::demand::{Taint, TaintEffect};
 use crate::device::{devices_from_hardware, CounterSets, Device, NodeDevices, PlannerGpu, Sharing};
 use crate::hardware::{
-    limits,
-    mig::catalog, Gpu, MigMode, MigProfile, MigState, Nic, NicKind, NodeHardware, NumaNode,
+    limits, mig::catalog, Gpu, MigMode, MigProfile, MigState, Nic, NicKind, NodeHardware, NumaNode,
     PciBusId, Source,
 };
 use crate::quantity::{self, Milli};

@@ -704,7 +704,7 @@ fn reference_config_files_parse() {
                 assert!(policy.idle_power_off_after_s > 0);
             }
             // The daemon's, the agent's and the BMC inventory: checked by
-            // daemon/tests/config.rs, agent/tests/it/run.rs and
+            // daemon/tests/it/config.rs, agent/tests/it/run.rs and
             // redfish/tests/it/inventory.rs.
             "accordd.toml" | "agent.toml" | "bmcs.toml" => {}
             other => panic!("config/{other}: no test knows this file; add it here"),

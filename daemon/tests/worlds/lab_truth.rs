@@ -11,7 +11,7 @@ use accord_api::control::ModelSource;
 use accord_lab::fixtures::gang;
 use accord_lab::Lab;
 
-mod support;
+use crate::support;
 use support::lab::*;
 
 /// Rack r1 has four nodes, one of which (r1-n1, on from the start: it ran

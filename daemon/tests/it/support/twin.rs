@@ -1,4 +1,4 @@
-//! What the twin binaries (`decide` on hand-made snapshots, no I/O)
+//! What the twin tests (`decide` on hand-made snapshots, no I/O)
 //! share: a decider on a fleet text, one round at a given time, the power
 //! actions a decision sends, a workload of identical pods.
 #![allow(dead_code)]

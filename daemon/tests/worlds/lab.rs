@@ -14,7 +14,7 @@ use accord_api::text::render_explain;
 use accord_lab::fixtures::{gang, FLEET};
 use accord_lab::{Lab, Scenario};
 
-mod support;
+use crate::support;
 use support::lab::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

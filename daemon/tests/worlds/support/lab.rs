@@ -1,6 +1,6 @@
-//! What the lab's end-to-end test binaries share: the scenario they
+//! What the `worlds` binary's lab tests share: the scenario they
 //! build, starting a lab with the real accordd, and waits (each with a
-//! deadline that names what it waited for). Not every binary uses every
+//! deadline that names what it waited for). Not every module uses every
 //! helper.
 #![allow(dead_code)]
 
@@ -119,7 +119,7 @@ pub async fn bound(lab: &Lab, name: &str, within: Duration) -> f64 {
 
 /// Waits until accordd's status shows `workload` in `state`. 90 s: on a
 /// loaded two-core CI machine a 30 s deadline was once passed (observe
-/// mode's first PoweringOn, in one of seven runs of daemon/tests/lab.rs).
+/// mode's first PoweringOn, in one of seven runs of daemon/tests/worlds/lab.rs).
 pub async fn workload_in(lab: &Lab, workload: &str, state: WorkloadState) -> ControlStatus {
     lab.wait_status(
         &format!("{workload} {state} in accordd's status"),

@@ -12,7 +12,7 @@ use accord_api::agent::{CommandAction, CommandResult, CommandState};
 use accord_api::control::ControlStatus;
 use accord_lab::Lab;
 
-mod support;
+use crate::support;
 use support::lab::*;
 
 /// r1-n1 is on (it ran something earlier), replaying 8 x H100 with MIG

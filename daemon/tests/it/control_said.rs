@@ -11,7 +11,7 @@ use accordd::control::decide::{Decider, Decision, Snapshot};
 use accordd::execute::{Executed, PowerError};
 use accordd::store::Store;
 
-mod support;
+use crate::support;
 use support::twin::{decide_at, decider, pods, T0};
 
 const FLEET: &str = r#"

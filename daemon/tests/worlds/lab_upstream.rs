@@ -6,7 +6,7 @@
 //! accordd failing the lab. Every wait has a condition, a deadline and
 //! says what it waited for.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -15,7 +15,7 @@ use accordd::control::decide::{Decider, Decision, Repair, Snapshot};
 use accordd::execute::Requested;
 use accordd::shared::{AdminReply, RefusalKind};
 
-mod support;
+use crate::support;
 use support::twin::{decide_at, decider, pods, power_offs, power_ons, T0};
 
 const FLEET: &str = r#"

@@ -60,7 +60,7 @@ fn acknowledged_intents_survive_kill_9() {
             .args([
                 "--ignored",
                 "--exact",
-                "journal_child_writer",
+                "journal::journal_child_writer",
                 "--nocapture",
                 "--test-threads=1",
             ])

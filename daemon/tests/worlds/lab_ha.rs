@@ -20,7 +20,7 @@ use accord_lab::fixtures::FLEET;
 use accord_lab::Lab;
 use tokio::time::Instant;
 
-mod support;
+use crate::support;
 use support::lab::*;
 
 /// `[lab.ha]` with two replicas and the given Lease timings (s).

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use accord_lab::chaos::ChaosOptions;
 
-mod support;
+use crate::support;
 use support::lab::*;
 
 /// One rack of four, r1-n1 on at the start: a two-pod gang that needs a

@@ -11,7 +11,7 @@ use accord::lifecycle::Stage;
 use accord_lab::fixtures::{gang, FLEET};
 use accord_lab::Scenario;
 
-mod support;
+use crate::support;
 use support::lab::*;
 
 /// Unhealthy 3 s after the Node goes NotReady; evicted after 5 s; repair

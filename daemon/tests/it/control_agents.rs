@@ -7,7 +7,7 @@
 use accord::lifecycle::{Deadlines, Stage};
 use accordd::control::decide::Snapshot;
 
-mod support;
+use crate::support;
 use support::twin::{decide_at, decider, pods, power_ons, T0};
 
 const FLEET: &str = r#"

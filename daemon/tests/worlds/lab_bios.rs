@@ -14,7 +14,7 @@ use accord_api::control::{BiosResult, BiosState, ControlStatus};
 use accord_lab::fixtures::FLEET;
 use accord_lab::Lab;
 
-mod support;
+use crate::support;
 use support::lab::*;
 
 /// The scenario's BIOS: one profile, and r1-n1's BIOS drops what is

@@ -157,9 +157,9 @@ fn daemon_set() -> Value {
     })
 }
 
-/// One control plane at a time: each runs etcd, three components and two
-/// accordd replicas on CI's two cores.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// One control plane at a time, and never beside a lab: each runs etcd,
+/// three components and two accordd replicas on CI's two cores.
+use crate::support::lab::ONE_LAB_AT_A_TIME as ONE_AT_A_TIME;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accordd_runs_on_the_upstream_control_plane_with_its_own_rbac() {

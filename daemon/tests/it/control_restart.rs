@@ -34,7 +34,7 @@ rack = "r1"
 profile = "h100"
 "#;
 
-mod support;
+use crate::support;
 use support::twin::{decide_at, power_offs, T0};
 
 fn decider() -> Decider {

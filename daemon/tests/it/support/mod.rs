@@ -1,0 +1,2 @@
+//! Helpers shared by the modules of the `it` binary.
+pub mod twin;

@@ -1,3 +1,0 @@
-//! Helpers shared by the daemon's test binaries.
-pub mod lab;
-pub mod twin;

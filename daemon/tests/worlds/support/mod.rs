@@ -1,0 +1,2 @@
+//! Helpers shared by the modules of the `worlds` binary.
+pub mod lab;
