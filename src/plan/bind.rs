@@ -1,0 +1,148 @@
+//! What is already bound: pods the scheduler placed, devices running pods hold,
+//! and reservations whose owners have nothing on them.
+
+use super::*;
+
+impl Planner<'_> {
+    pub(super) fn bind(&mut self, demand: &Demand) {
+        let mut bound: Vec<&crate::demand::BoundPod> = demand.bound.iter().collect();
+        bound.sort_by(|a, b| {
+            (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name))
+        });
+        let mut owner_busy = BTreeSet::new();
+        for pod in bound {
+            let Some(i) = self.node_index(&pod.node) else {
+                self.notes.push(format!(
+                    "bound pod {}/{} is on unknown node {}",
+                    pod.namespace, pod.name, pod.node
+                ));
+                continue;
+            };
+            let spec = PodSpec {
+                requests: pod.requests.clone(),
+                ..PodSpec::default()
+            };
+            // GPUs and MIG devices the pod holds through the device plugin;
+            // those it names are marked below, the rest after that.
+            let mut unnamed: Vec<(Option<String>, u32)> = Vec::new();
+            match PodRequest::parse(&spec) {
+                Ok(mut req) => {
+                    unnamed.push((None, req.gpus));
+                    unnamed.extend(req.mig.iter().map(|(p, n)| (Some(p.clone()), *n)));
+                    req.gpus = 0;
+                    req.mig.clear();
+                    let use_ = Rc::make_mut(&mut self.uses[i]);
+                    use_.add(&req);
+                    if !pod.keeps_node_busy() {
+                        use_.node_agents = use_.node_agents.saturating_add(1);
+                    }
+                }
+                Err(e) => self
+                    .notes
+                    .push(format!("bound pod {}/{}: {e}", pod.namespace, pod.name)),
+            }
+            for dev in &pod.devices {
+                let Some(di) = self.nodes[i]
+                    .devices
+                    .iter()
+                    .position(|d| *d.name == *dev.name)
+                else {
+                    self.notes.push(format!(
+                        "bound pod {}/{} holds unknown device {} on {}",
+                        pod.namespace, pod.name, dev.name, pod.node
+                    ));
+                    continue;
+                };
+                let device = &self.nodes[i].devices[di];
+                let profile = match device.kind {
+                    DeviceKind::Mig => device.mig_profile().map(str::to_owned),
+                    _ => None,
+                };
+                if dev.capacity.is_empty()
+                    && matches!(device.kind, DeviceKind::Gpu | DeviceKind::Mig)
+                {
+                    if let Some(n) = unnamed.iter_mut().find(|(p, _)| *p == profile) {
+                        n.1 = n.1.saturating_sub(1);
+                    }
+                }
+                let use_ = &mut Rc::make_mut(&mut self.uses[i]).devices[di];
+                if dev.capacity.is_empty() {
+                    use_.exclusive = true;
+                } else {
+                    use_.shares += 1;
+                    for (k, q) in &dev.capacity {
+                        // Checked: a negative share frees nothing.
+                        let v = quantity::parse(q).unwrap_or(0).max(0);
+                        let c = use_.consumed.entry(k.clone()).or_insert(0);
+                        *c = c.saturating_add(v);
+                    }
+                }
+            }
+            // The ones the kubelet assigned, where the node's agent says.
+            for id in &pod.device_ids {
+                let Some(di) = plugin_device(&self.nodes[i], id) else {
+                    self.notes.push(format!(
+                        "bound pod {}/{} holds device-plugin device {id} that {} does not have",
+                        pod.namespace, pod.name, pod.node
+                    ));
+                    continue;
+                };
+                let device = &self.nodes[i].devices[di];
+                let profile = match device.kind {
+                    DeviceKind::Mig => device.mig_profile().map(str::to_owned),
+                    _ => None,
+                };
+                if let Some(n) = unnamed.iter_mut().find(|(p, _)| *p == profile) {
+                    n.1 = n.1.saturating_sub(1);
+                }
+                Rc::make_mut(&mut self.uses[i]).devices[di].exclusive = true;
+            }
+            // The device plugin chose which ones; not knowing, take the
+            // first free ones, so the count at least is right.
+            for (profile, mut n) in unnamed {
+                for di in 0..self.nodes[i].devices.len() {
+                    if n == 0 {
+                        break;
+                    }
+                    let d = &self.nodes[i].devices[di];
+                    let fits = match &profile {
+                        None => d.kind == DeviceKind::Gpu,
+                        Some(p) => d.kind == DeviceKind::Mig && d.mig_profile() == Some(p.as_str()),
+                    };
+                    if fits && self.uses[i].devices[di].is_free() {
+                        Rc::make_mut(&mut self.uses[i]).devices[di].exclusive = true;
+                        n -= 1;
+                    }
+                }
+                if n > 0 {
+                    self.notes.push(format!(
+                        "bound pod {}/{} holds {n} more {} than {} has free",
+                        pod.namespace,
+                        pod.name,
+                        profile
+                            .as_deref()
+                            .map_or("GPUs".to_owned(), |p| format!("MIG {p} devices")),
+                        pod.node
+                    ));
+                }
+            }
+            if let Some(ri) = self.reserved_by[i] {
+                if self.reservations[ri].owns(&pod.namespace, &pod.labels) {
+                    owner_busy.insert(ri);
+                }
+            }
+        }
+        for w in &demand.workloads {
+            for (ri, r) in self.reservations.iter().enumerate() {
+                if r.active(self.now) && r.owns(&w.namespace, &w.labels) {
+                    owner_busy.insert(ri);
+                }
+            }
+        }
+        for (ri, r) in self.reservations.iter().enumerate() {
+            if r.lendable && r.active(self.now) && !owner_busy.contains(&ri) {
+                self.idle_reservations.insert(ri);
+            }
+        }
+    }
+}
