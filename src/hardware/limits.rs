@@ -1,7 +1,8 @@
 //! Plausibility limits on one machine, each far above any real one (the
 //! largest today: 32 sockets, 16 NUMA nodes, 8-16 GPUs, a few dozen NICs,
 //! a few hundred PCI functions). One table for every reader: the fleet
-//! file's validation and synthetic model (`fleet.rs`), accordd's check of
+//! file's validation and synthetic model (`fleet/validate.rs`,
+//! `fleet/install.rs`), accordd's check of
 //! agents' reports and heartbeats (`daemon/src/api/limits.rs`), and the
 //! agent's own caps on what it reads and sends (so what it sends is never
 //! refused for size). Something past a limit is a typo or hostile; no
