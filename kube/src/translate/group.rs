@@ -1,0 +1,269 @@
+//! Gangs: which pods belong together (owner, PodGroup, Kueue, coscheduling,
+//! JobSet) and the workload a group becomes, with its topology.
+
+use super::pod::{marked_group, pod_spec};
+use super::*;
+
+/// The group a template's pods belong to: a named gang, else its owner.
+pub(super) fn owner_group(
+    t: &core::PodTemplateSpec,
+    kind: &'static str,
+    ns: &str,
+    name: &str,
+    index: &Index,
+) -> GroupKey {
+    marked_group(t.metadata.as_ref(), t.spec.as_ref(), ns, index)
+        .unwrap_or_else(|| GroupKey::Owner(kind, ns.to_owned(), name.to_owned()))
+}
+
+/// The workload a controller-made pod belongs to: its JobSet (by label),
+/// its Job, or its ReplicaSet.
+pub(super) fn owner_of(meta: &ObjectMeta) -> Option<GroupKey> {
+    let ns = ns_of(meta);
+    if let Some(js) = label(Some(meta), JOBSET_NAME) {
+        return Some(GroupKey::Owner("JobSet", ns, js.to_owned()));
+    }
+    let owner = meta
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let kind = match owner.kind.as_str() {
+        "Job" => "Job",
+        "ReplicaSet" => "ReplicaSet",
+        "StatefulSet" => "StatefulSet",
+        _ => return None,
+    };
+    Some(GroupKey::Owner(kind, ns, owner.name.clone()))
+}
+
+pub(super) fn workload(
+    key: &GroupKey,
+    group: Group,
+    options: &Options,
+    index: &Index,
+) -> Result<Workload, CannotPlan> {
+    let (ns, name) = key.name();
+    let mut sources: Vec<ObjectRef> = match key {
+        GroupKey::SchedPodGroup(ns, g) => {
+            vec![ObjectRef::new(
+                "scheduling.k8s.io/v1beta1",
+                "PodGroup",
+                ns,
+                g,
+            )]
+        }
+        GroupKey::Cosched(ns, g) => {
+            vec![ObjectRef::new(
+                "scheduling.x-k8s.io/v1alpha1",
+                "PodGroup",
+                ns,
+                g,
+            )]
+        }
+        // A Kueue pod group is a label on its pods, not an object.
+        GroupKey::Kueue(ns, g) => vec![ObjectRef::new("", "KueuePodGroup", ns, g)],
+        _ => Vec::new(),
+    };
+    for s in &group.sources {
+        if !sources.contains(s) {
+            sources.push(s.clone());
+        }
+    }
+    for u in &group.units {
+        if !sources.contains(&u.source) {
+            sources.push(u.source.clone());
+        }
+    }
+    let fail = |reason: String| CannotPlan {
+        workload: format!("{ns}/{name}"),
+        sources: sources.clone(),
+        reason,
+    };
+    if let Some(e) = group.errors.first() {
+        return Err(fail(e.clone()));
+    }
+    let present: u64 = group.units.iter().map(|u| u64::from(u.count)).sum();
+    if present == 0 {
+        return Err(fail("no pods".to_owned()));
+    }
+    let limit = options.limits.per_workload();
+    if present > u64::from(limit) {
+        let what = match sources.first() {
+            Some(s) => s.to_string(),
+            None => format!("workload {ns}/{name}"),
+        };
+        return Err(fail(format!(
+            "{what}: {present} pods in all exceed the limit of {limit} pods per workload"
+        )));
+    }
+    // Within a u32 limit from here on.
+    let present = present as u32;
+    let min_count;
+    let mut topology = None;
+    let mut priority = group.owner_priority;
+    match key {
+        GroupKey::SchedPodGroup(ns, g) => {
+            let pg = index
+                .sched_groups
+                .get(&(ns.clone(), g.clone()))
+                .ok_or_else(|| fail(format!("PodGroup {ns}/{g} (scheduling.k8s.io) not found")))?;
+            let spec = &pg.spec;
+            if let Some(gang) = &spec.scheduling_policy.gang {
+                if gang.min_count < 0 {
+                    return Err(fail(format!(
+                        "PodGroup {ns}/{g}: negative minCount {}",
+                        gang.min_count
+                    )));
+                }
+                min_count = Some(gang.min_count as u32);
+            } else {
+                min_count = Some(1);
+            }
+            if let Some(t) = spec
+                .scheduling_constraints
+                .as_ref()
+                .and_then(|c| c.topology.as_ref())
+                .and_then(|t| t.first())
+            {
+                topology = Some(level_for(&t.key, TopologyMode::Required, options).map_err(&fail)?);
+            }
+            priority = priority.or(spec.priority);
+        }
+        GroupKey::Cosched(ns, g) => {
+            let pg = index
+                .cosched_groups
+                .get(&(ns.clone(), g.clone()))
+                .ok_or_else(|| {
+                    fail(format!("PodGroup {ns}/{g} (scheduling.x-k8s.io) not found"))
+                })?;
+            let m = pg.spec.min_member.unwrap_or(1);
+            if m < 0 {
+                return Err(fail(format!("PodGroup {ns}/{g}: negative minMember {m}")));
+            }
+            min_count = Some(m as u32);
+        }
+        GroupKey::Kueue(ns, g) => {
+            let total = group
+                .units
+                .iter()
+                .find_map(|u| annotation(u.meta, KUEUE_POD_GROUP_COUNT))
+                .ok_or_else(|| {
+                    fail(format!(
+                        "Kueue pod group {ns}/{g}: no {KUEUE_POD_GROUP_COUNT} annotation"
+                    ))
+                })?;
+            let total: u32 = total.parse().map_err(|_| {
+                fail(format!(
+                    "Kueue pod group {ns}/{g}: {KUEUE_POD_GROUP_COUNT} {total:?} is not a count"
+                ))
+            })?;
+            min_count = Some(total);
+        }
+        GroupKey::Owner(..) | GroupKey::Single(..) => {
+            // A Kueue-admitted Job's pods go together; those already
+            // running are bound, so the gang is what is still pending.
+            min_count = Some(group.owner_min.unwrap_or(1).min(u64::from(present)) as u32);
+        }
+    }
+    let min: u32 = min_count.unwrap_or(present);
+    if min > present {
+        return Err(fail(format!(
+            "gang needs {min} pods, {present} exist (waiting for the rest)"
+        )));
+    }
+    // Pod sets: units of the same translated shape merge.
+    let mut pod_sets: Vec<PodSet> = Vec::new();
+    let mut created_at = u64::MAX;
+    for u in &group.units {
+        created_at = created_at.min(u.created);
+        let pod = pod_spec(&u.namespace, u.spec, index)
+            .map_err(|e| fail(format!("{}: {e}", u.source)))?;
+        priority = Some(
+            priority
+                .unwrap_or(i32::MIN)
+                .max(u.spec.priority.unwrap_or(0)),
+        );
+        for (ann, mode) in [
+            (KUEUE_REQUIRED, TopologyMode::Required),
+            (KUEUE_PREFERRED, TopologyMode::Preferred),
+        ] {
+            if let Some(k) = annotation(u.meta, ann) {
+                let t = level_for(k, mode, options).map_err(&fail)?;
+                match &topology {
+                    Some(existing) if existing != &t => {
+                        return Err(fail(format!(
+                            "pod sets ask for different topology ({} {:?} and {} {:?}); Accord plans one per workload",
+                            existing.level, existing.mode, t.level, t.mode
+                        )))
+                    }
+                    _ => topology = Some(t),
+                }
+            }
+        }
+        // Units of the same translated shape merge (a gang has a handful of
+        // shapes: comparing beats hashing a serialization).
+        match pod_sets.iter().position(|s| s.pod == pod) {
+            Some(i) => pod_sets[i].count = pod_sets[i].count.saturating_add(u.count),
+            None => {
+                // `worker-3` → `worker`: pods of one shape share a set.
+                let trimmed = u.set_name.trim_end_matches(|c: char| c.is_ascii_digit());
+                let mut set_name = match trimmed.strip_suffix('-') {
+                    Some(base) if trimmed.len() < u.set_name.len() && !base.is_empty() => {
+                        base.to_owned()
+                    }
+                    _ => u.set_name.clone(),
+                };
+                if pod_sets.iter().any(|s| s.name == set_name) {
+                    set_name = format!("{set_name}-{}", pod_sets.len());
+                }
+                pod_sets.push(PodSet {
+                    name: set_name,
+                    count: u.count,
+                    pod,
+                });
+            }
+        }
+    }
+    let first_meta = group.units.first().and_then(|u| u.meta);
+    Ok(Workload {
+        name: name.to_owned(),
+        namespace: ns.to_owned(),
+        labels: first_meta
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default(),
+        min_count: Some(min),
+        priority: priority.unwrap_or(0),
+        created: if created_at == u64::MAX {
+            0
+        } else {
+            created_at
+        },
+        topology,
+        reservation: None,
+        sources,
+        pod_sets,
+    })
+}
+
+pub(super) fn level_for(
+    key: &str,
+    mode: TopologyMode,
+    options: &Options,
+) -> Result<TopologyRequirement, String> {
+    match options.topology_keys.get(key) {
+        Some(level) => Ok(TopologyRequirement {
+            level: level.clone(),
+            mode,
+        }),
+        None => Err(format!(
+            "topology key {key} is not a label Accord puts on nodes (known: {})",
+            options
+                .topology_keys
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}

@@ -1,0 +1,456 @@
+//! Kubernetes objects → the planner's [`Demand`], the way kube-scheduler
+//! sees them: effective requests (max of init containers vs. the sum of
+//! containers, sidecars counted, plus overhead; limits stand in for missing
+//! requests as the API server defaults them), node selector, required node
+//! affinity, tolerations, priority, DRA claims (exactly / firstAvailable,
+//! count / All, CEL selectors, matchAttribute, capacity), and gangs from
+//! scheduling.k8s.io/v1beta1 PodGroups, the coscheduling plugin, Kueue pod groups,
+//! Kueue-managed Jobs and JobSets, and ProvisioningRequests. Pure: objects
+//! in, demand and reasons out. Anything that cannot be planned becomes a
+//! per-workload "cannot plan: reason"; it never stops the rest.
+
+mod claim;
+mod group;
+mod pod;
+mod provisioning;
+mod render;
+
+use std::collections::BTreeMap;
+
+use accord::demand::{sources_text, Limits, ObjectRef};
+use accord::demand::{
+    AllocationMode, BoundDevice, BoundPod, Claim, Constraint, Demand, DeviceClass, DeviceRequest,
+    ExactRequest, NodeSelectorRequirement, NodeSelectorTerm, PodSet, PodSpec, SelectorOperator,
+    TaintEffect, Toleration, TolerationOperator, TopologyMode, TopologyRequirement, Workload,
+};
+use accord::quantity::{self, Milli};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::resource::v1 as dra;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+
+use crate::manifests::{Manifests, Object};
+use claim::{device_class, CelCache};
+use group::{owner_group, owner_of, workload};
+use pod::pod_unit;
+use provisioning::provisioning_request;
+
+pub const KUEUE_QUEUE: &str = "kueue.x-k8s.io/queue-name";
+pub const KUEUE_POD_GROUP: &str = "kueue.x-k8s.io/pod-group-name";
+pub const KUEUE_POD_GROUP_COUNT: &str = "kueue.x-k8s.io/pod-group-total-count";
+pub const KUEUE_REQUIRED: &str = "kueue.x-k8s.io/podset-required-topology";
+pub const KUEUE_PREFERRED: &str = "kueue.x-k8s.io/podset-preferred-topology";
+pub const COSCHED_POD_GROUP: &str = "scheduling.x-k8s.io/pod-group";
+pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
+pub const CHECK_CAPACITY: &str = "check-capacity.autoscaling.x-k8s.io";
+pub const BEST_EFFORT_ATOMIC: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
+/// Accord's own ProvisioningRequest class: all or nothing, held until used.
+pub const ACCORD_STRICT: &str = "strict-atomic.accord.dev";
+
+/// How objects are read.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Node label key → Accord topology level, for topology constraints.
+    pub topology_keys: BTreeMap<String, String>,
+    /// Count unbound pods without a status as pending (manifests). A live
+    /// reader leaves this off: only pods the scheduler marked
+    /// Unschedulable are.
+    pub pending_without_status: bool,
+    /// Pods per workload and per round (defaults: 50,000 and 100,000). A
+    /// workload over either is a "cannot plan" reason, refused before it
+    /// becomes pod sets.
+    pub limits: Limits,
+}
+
+impl Options {
+    /// The keys Accord labels nodes with: `<prefix><level>` and the
+    /// fleet's `also_label` keys (and `kubernetes.io/hostname` for a
+    /// `hostname` level).
+    pub fn for_topology(topology: &accord::fleet::TopologyConfig) -> Options {
+        let mut keys = BTreeMap::new();
+        for l in &topology.levels {
+            keys.insert(format!("{}{l}", topology.label_prefix), l.clone());
+            for k in topology.also_label.get(l).into_iter().flatten() {
+                keys.insert(k.clone(), l.clone());
+            }
+            if l == "hostname" {
+                keys.insert("kubernetes.io/hostname".to_owned(), l.clone());
+            }
+        }
+        Options {
+            topology_keys: keys,
+            pending_without_status: true,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A workload that cannot be planned, and why.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CannotPlan {
+    pub workload: String,
+    pub sources: Vec<ObjectRef>,
+    pub reason: String,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Translation {
+    pub demand: Demand,
+    pub cannot_plan: Vec<CannotPlan>,
+    /// `apiVersion kind` not modelled, once each.
+    pub unsupported: Vec<String>,
+    pub invalid: Vec<String>,
+    pub ignored: BTreeMap<String, usize>,
+    /// Pods neither pending nor bound (finished, or not yet tried by the
+    /// scheduler).
+    pub skipped_pods: usize,
+}
+
+/// What a workload was built from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum GroupKey {
+    SchedPodGroup(String, String),
+    Cosched(String, String),
+    Kueue(String, String),
+    Owner(&'static str, String, String),
+    Single(String, String),
+}
+
+impl GroupKey {
+    fn name(&self) -> (&str, &str) {
+        match self {
+            GroupKey::SchedPodGroup(ns, n)
+            | GroupKey::Cosched(ns, n)
+            | GroupKey::Kueue(ns, n)
+            | GroupKey::Owner(_, ns, n)
+            | GroupKey::Single(ns, n) => (ns, n),
+        }
+    }
+}
+
+/// Pods of one shape from one source.
+struct Unit<'a> {
+    namespace: String,
+    set_name: String,
+    meta: Option<&'a ObjectMeta>,
+    spec: &'a core::PodSpec,
+    count: u32,
+    created: u64,
+    source: ObjectRef,
+}
+
+#[derive(Default)]
+struct Group<'a> {
+    units: Vec<Unit<'a>>,
+    /// Gang minimum the owner implies (Kueue-managed Job: all pods); a
+    /// sum of outside counts, so wide.
+    owner_min: Option<u64>,
+    owner_priority: Option<i32>,
+    errors: Vec<String>,
+    sources: Vec<ObjectRef>,
+}
+
+struct Index<'a> {
+    claims: BTreeMap<(String, String), &'a dra::ResourceClaim>,
+    templates: BTreeMap<(String, String), &'a dra::ResourceClaimTemplate>,
+    pod_templates: BTreeMap<(String, String), &'a core::PodTemplate>,
+    sched_groups: BTreeMap<(String, String), &'a k8s_openapi::api::scheduling::v1beta1::PodGroup>,
+    cosched_groups: BTreeMap<(String, String), &'a crate::manifests::CoschedPodGroup>,
+    /// CEL check results by expression: a thousand pods share a handful
+    /// of selectors. Only looked up, never iterated.
+    cel: CelCache,
+    /// Allocated claims whose devices a bound pod already holds: a claim
+    /// shared by several pods holds its devices once.
+    held_claims: std::cell::RefCell<std::collections::BTreeSet<(String, String)>>,
+}
+
+fn ns_of(meta: &ObjectMeta) -> String {
+    meta.namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+fn name_of(meta: &ObjectMeta) -> String {
+    meta.name
+        .clone()
+        .or_else(|| {
+            meta.generate_name
+                .clone()
+                .map(|g| g.trim_end_matches('-').to_owned())
+        })
+        .unwrap_or_else(|| "unnamed".to_owned())
+}
+
+fn created(meta: &ObjectMeta) -> u64 {
+    meta.creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second().max(0) as u64)
+        .unwrap_or(0)
+}
+
+fn label<'a>(meta: Option<&'a ObjectMeta>, key: &str) -> Option<&'a str> {
+    meta?.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn annotation<'a>(meta: Option<&'a ObjectMeta>, key: &str) -> Option<&'a str> {
+    meta?.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Translates everything in `m`.
+pub fn translate(m: &Manifests, options: &Options) -> Translation {
+    let mut out = Translation {
+        unsupported: m.unsupported.clone(),
+        invalid: m.invalid.clone(),
+        ignored: m.ignored.clone(),
+        ..Default::default()
+    };
+    let mut index = Index {
+        claims: BTreeMap::new(),
+        templates: BTreeMap::new(),
+        pod_templates: BTreeMap::new(),
+        sched_groups: BTreeMap::new(),
+        cosched_groups: BTreeMap::new(),
+        cel: Default::default(),
+        held_claims: Default::default(),
+    };
+    for o in &m.objects {
+        match o {
+            Object::ResourceClaim(c) => {
+                index
+                    .claims
+                    .insert((ns_of(&c.metadata), name_of(&c.metadata)), c);
+            }
+            Object::ResourceClaimTemplate(t) => {
+                index
+                    .templates
+                    .insert((ns_of(&t.metadata), name_of(&t.metadata)), t);
+            }
+            Object::PodTemplate(t) => {
+                index
+                    .pod_templates
+                    .insert((ns_of(&t.metadata), name_of(&t.metadata)), t);
+            }
+            Object::PodGroup(g) => {
+                index
+                    .sched_groups
+                    .insert((ns_of(&g.metadata), name_of(&g.metadata)), g);
+            }
+            Object::CoschedPodGroup(g) => {
+                index
+                    .cosched_groups
+                    .insert((ns_of(&g.metadata), name_of(&g.metadata)), g);
+            }
+            Object::DeviceClass(c) => out
+                .demand
+                .device_classes
+                .push(device_class(c, &mut out.cannot_plan)),
+            _ => {}
+        }
+    }
+    // Owners whose pods exist: their pods are the demand, not their
+    // templates (a live cluster shows both the Job and its pods).
+    let mut owned: std::collections::BTreeSet<(&'static str, String, String)> = Default::default();
+    for o in &m.objects {
+        if let Object::Pod(p) = o {
+            if let Some(GroupKey::Owner(kind, ns, name)) = owner_of(&p.metadata) {
+                if kind == "ReplicaSet" {
+                    // owner-of-owner: Deployment `web` owns ReplicaSet `web-<hash>`.
+                    if let Some((d, _)) = name.rsplit_once('-') {
+                        owned.insert(("Deployment", ns.clone(), d.to_owned()));
+                    }
+                }
+                owned.insert((kind, ns, name));
+            }
+        }
+    }
+    let synthesize = |kind: &'static str, ns: &str, name: &str| {
+        options.pending_without_status && !owned.contains(&(kind, ns.to_owned(), name.to_owned()))
+    };
+    let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
+    for o in &m.objects {
+        match o {
+            Object::Pod(p) => pod_unit(p, options, &index, &mut groups, &mut out),
+            Object::Job(j) => {
+                let Some(spec) = &j.spec else { continue };
+                let (ns, name) = (ns_of(&j.metadata), name_of(&j.metadata));
+                let source = ObjectRef::new("batch/v1", "Job", &ns, &name);
+                let parallelism = i64::from(spec.parallelism.unwrap_or(1));
+                let kueue = label(Some(&j.metadata), KUEUE_QUEUE).is_some();
+                let key = owner_group(&spec.template, "Job", &ns, &name, &index);
+                let g = groups.entry(key).or_default();
+                if parallelism < 0 {
+                    g.sources.push(source.clone());
+                    g.errors
+                        .push(format!("{source}: parallelism {parallelism} is negative"));
+                    continue;
+                }
+                if kueue {
+                    // Kueue admits a Job's pods all together.
+                    g.owner_min = Some(g.owner_min.unwrap_or(0).saturating_add(parallelism as u64));
+                }
+                if !synthesize("Job", &ns, &name) {
+                    continue;
+                }
+                let count = match within_limit(&source, "parallelism", parallelism, options) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        g.sources.push(source.clone());
+                        g.errors.push(e);
+                        continue;
+                    }
+                };
+                g.units.push(Unit {
+                    namespace: ns.clone(),
+                    set_name: name.clone(),
+                    meta: spec.template.metadata.as_ref(),
+                    spec: match &spec.template.spec {
+                        Some(s) => s,
+                        None => continue,
+                    },
+                    count,
+                    created: created(&j.metadata),
+                    source,
+                });
+            }
+            Object::Deployment(d) => {
+                let spec = &d.spec;
+                let (ns, name) = (ns_of(&d.metadata), name_of(&d.metadata));
+                let source = ObjectRef::new("apps/v1", "Deployment", &ns, &name);
+                let key = owner_group(&spec.template, "Deployment", &ns, &name, &index);
+                let Some(pod) = &spec.template.spec else {
+                    continue;
+                };
+                let g = groups.entry(key).or_default();
+                let replicas = i64::from(spec.replicas.unwrap_or(1));
+                let count = match within_limit(&source, "replicas", replicas, options) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        g.sources.push(source);
+                        g.errors.push(e);
+                        continue;
+                    }
+                };
+                g.units.push(Unit {
+                    namespace: ns.clone(),
+                    set_name: name.clone(),
+                    meta: spec.template.metadata.as_ref(),
+                    spec: pod,
+                    count,
+                    created: created(&d.metadata),
+                    source,
+                });
+            }
+            Object::JobSet(js) => {
+                let (ns, name) = (ns_of(&js.metadata), name_of(&js.metadata));
+                let kueue = label(Some(&js.metadata), KUEUE_QUEUE).is_some();
+                let key = GroupKey::Owner("JobSet", ns.clone(), name.clone());
+                let source = ObjectRef::new("jobset.x-k8s.io/v1alpha2", "JobSet", &ns, &name);
+                let g = groups.entry(key).or_default();
+                for rj in &js.spec.replicated_jobs {
+                    let jspec = &rj.template.spec;
+                    let Some(pod) = &jspec.template.spec else {
+                        continue;
+                    };
+                    let replicas = i64::from(rj.replicas);
+                    let parallelism = i64::from(jspec.parallelism.unwrap_or(1));
+                    if replicas < 0 || parallelism < 0 {
+                        g.sources.push(source.clone());
+                        g.errors.push(format!(
+                            "{source}: replicatedJob {}: replicas {replicas} or parallelism {parallelism} is negative",
+                            rj.name
+                        ));
+                        continue;
+                    }
+                    // Two i32s: their product fits in an i64.
+                    let pods = replicas * parallelism;
+                    if kueue {
+                        g.owner_min = Some(g.owner_min.unwrap_or(0).saturating_add(pods as u64));
+                    }
+                    if !synthesize("JobSet", &ns, &name) {
+                        continue;
+                    }
+                    let what = format!(
+                        "replicatedJob {} replicas {replicas} × parallelism {parallelism} =",
+                        rj.name
+                    );
+                    let count = match within_limit(&source, &what, pods, options) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            g.sources.push(source.clone());
+                            g.errors.push(e);
+                            continue;
+                        }
+                    };
+                    g.units.push(Unit {
+                        namespace: ns.clone(),
+                        set_name: rj.name.clone(),
+                        meta: jspec.template.metadata.as_ref(),
+                        spec: pod,
+                        count,
+                        created: created(&js.metadata),
+                        source: source.clone(),
+                    });
+                }
+            }
+            Object::ProvisioningRequest(pr) => {
+                provisioning_request(pr, options, &index, &mut groups);
+            }
+            _ => {}
+        }
+    }
+    for (key, group) in groups {
+        match workload(&key, group, options, &index) {
+            Ok(w) => out.demand.workloads.push(w),
+            Err(c) => out.cannot_plan.push(c),
+        }
+    }
+    out.demand.workloads.sort_by_key(|w| w.key());
+    round_limit(&mut out, &options.limits);
+    out.demand
+        .device_classes
+        .sort_by(|a, b| a.name.cmp(&b.name));
+    out.demand
+        .bound
+        .sort_by(|a, b| (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name)));
+    out
+}
+
+/// An outside count of pods, checked before anything is sized by it:
+/// not negative and within the per-workload limit.
+fn within_limit(source: &ObjectRef, what: &str, n: i64, options: &Options) -> Result<u32, String> {
+    let limit = options.limits.per_workload();
+    if n < 0 {
+        return Err(format!("{source}: {what} {n} is negative"));
+    }
+    if n > i64::from(limit) {
+        return Err(format!(
+            "{source}: {what} {n} exceeds the limit of {limit} pods per workload"
+        ));
+    }
+    // Within a u32 limit.
+    Ok(n as u32)
+}
+
+/// The per-round limit: workloads in key order are planned while their
+/// pods stay within it; the rest get a "cannot plan" reason.
+fn round_limit(out: &mut Translation, limits: &Limits) {
+    let max = u64::from(limits.max_pods_per_round);
+    let mut taken: u64 = 0;
+    let mut kept = Vec::with_capacity(out.demand.workloads.len());
+    for w in std::mem::take(&mut out.demand.workloads) {
+        let n = w.pod_count_u64();
+        if taken.saturating_add(n) <= max {
+            taken += n;
+            kept.push(w);
+        } else {
+            out.cannot_plan.push(CannotPlan {
+                workload: w.key(),
+                reason: format!(
+                    "{n} pods would take this round past the limit of {max} pending pods per round ({taken} taken by workloads before it in key order)"
+                ),
+                sources: w.sources,
+            });
+        }
+    }
+    out.demand.workloads = kept;
+}

@@ -1,0 +1,385 @@
+//! One pod as kube-scheduler sees it: pending or bound, its effective
+//! requests and spec, the devices it holds, and whether it makes a node busy.
+
+use super::claim::claim;
+use super::*;
+
+/// A pod that runs because its node does, as cluster-autoscaler tells
+/// them (utils/pod/pod.go `IsDaemonSetPod`, `IsMirrorPod`): its controller
+/// is a DaemonSet, or it says it is one
+/// (`cluster-autoscaler.kubernetes.io/daemonset-pod: "true"`), or it is
+/// the kubelet's mirror of a static pod (`kubernetes.io/config.mirror`;
+/// its owner is the Node).
+pub(super) fn is_node_agent(meta: &ObjectMeta) -> bool {
+    let annotations = meta.annotations.as_ref();
+    let annotation = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    let controller_kind = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.kind.as_str());
+    matches!(controller_kind, Some("DaemonSet" | "Node"))
+        || annotation(DAEMONSET_POD) == Some("true")
+        || annotation(MIRROR_POD).is_some()
+}
+
+/// The opt-outs Karpenter and cluster-autoscaler honour on a pod: its
+/// node is not to be disrupted while it runs.
+pub(super) fn asks_not_to_be_disrupted(meta: &ObjectMeta) -> bool {
+    let annotation = |k: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(String::as_str)
+    };
+    annotation(KARPENTER_DO_NOT_DISRUPT) == Some("true")
+        || annotation(SAFE_TO_EVICT) == Some("false")
+}
+
+pub(super) const DAEMONSET_POD: &str = "cluster-autoscaler.kubernetes.io/daemonset-pod";
+
+pub(super) const MIRROR_POD: &str = "kubernetes.io/config.mirror";
+
+pub(super) const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+
+pub(super) const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+
+pub(super) fn marked_group(
+    meta: Option<&ObjectMeta>,
+    spec: Option<&core::PodSpec>,
+    ns: &str,
+    _index: &Index,
+) -> Option<GroupKey> {
+    if let Some(g) = spec
+        .and_then(|s| s.scheduling_group.as_ref())
+        .and_then(|g| g.pod_group_name.clone())
+    {
+        return Some(GroupKey::SchedPodGroup(ns.to_owned(), g));
+    }
+    if let Some(g) = label(meta, COSCHED_POD_GROUP) {
+        return Some(GroupKey::Cosched(ns.to_owned(), g.to_owned()));
+    }
+    if let Some(g) = label(meta, KUEUE_POD_GROUP) {
+        return Some(GroupKey::Kueue(ns.to_owned(), g.to_owned()));
+    }
+    None
+}
+
+pub(super) fn pod_unit<'a>(
+    p: &'a core::Pod,
+    options: &Options,
+    index: &Index,
+    groups: &mut BTreeMap<GroupKey, Group<'a>>,
+    out: &mut Translation,
+) {
+    let Some(spec) = &p.spec else {
+        out.skipped_pods += 1;
+        return;
+    };
+    let (ns, name) = (ns_of(&p.metadata), name_of(&p.metadata));
+    if let Some(node) = &spec.node_name {
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            out.skipped_pods += 1;
+            return;
+        }
+        match effective_requests(spec) {
+            Ok(requests) => out.demand.bound.push(BoundPod {
+                node: node.clone(),
+                devices: held_devices(p, &ns, index),
+                namespace: ns,
+                name,
+                labels: p.metadata.labels.clone().unwrap_or_default(),
+                requests,
+                node_agent: is_node_agent(&p.metadata),
+                do_not_disrupt: asks_not_to_be_disrupted(&p.metadata),
+                // The node's agent says (accordd fills them in observe).
+                device_ids: Vec::new(),
+            }),
+            Err(reason) => out.invalid.push(format!("bound pod {ns}/{name}: {reason}")),
+        }
+        return;
+    }
+    if !is_pending(p, options) {
+        out.skipped_pods += 1;
+        return;
+    }
+    let key = marked_group(Some(&p.metadata), Some(spec), &ns, index)
+        .or_else(|| owner_of(&p.metadata))
+        .unwrap_or_else(|| GroupKey::Single(ns.clone(), name.clone()));
+    let set_name = p
+        .metadata
+        .generate_name
+        .clone()
+        .map(|g| g.trim_end_matches('-').to_owned())
+        .or_else(|| p.metadata.name.clone())
+        .unwrap_or_else(|| "pod".to_owned());
+    groups.entry(key).or_default().units.push(Unit {
+        namespace: ns.clone(),
+        set_name,
+        meta: Some(&p.metadata),
+        spec,
+        count: 1,
+        created: created(&p.metadata),
+        source: ObjectRef::new("v1", "Pod", &ns, &name),
+    });
+}
+
+/// Pending: the scheduler said Unschedulable (PodScheduled=False), or —
+/// for manifests — nothing says anything yet.
+pub(super) fn is_pending(p: &core::Pod, options: &Options) -> bool {
+    let status = p.status.as_ref();
+    if matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed" | "Running")
+    ) {
+        return false;
+    }
+    let scheduled = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+    match scheduled {
+        Some(c) => c.status == "False" && c.reason.as_deref() == Some("Unschedulable"),
+        None => options.pending_without_status,
+    }
+}
+
+/// kube-scheduler's effective requests: per resource, the larger of the
+/// sum of containers (plus restartable init containers, i.e. sidecars) and
+/// the largest init container (plus the sidecars started before it), plus
+/// the pod overhead. A container's limit stands in for a missing request.
+pub fn effective_requests(spec: &core::PodSpec) -> Result<BTreeMap<String, String>, String> {
+    let mut sum: BTreeMap<String, Milli> = BTreeMap::new();
+    let mut sidecars: BTreeMap<String, Milli> = BTreeMap::new();
+    let mut init_max: BTreeMap<String, Milli> = BTreeMap::new();
+    // Quantities from outside: every sum is checked.
+    let add = |to: &mut Milli, k: &str, v: Milli| -> Result<(), String> {
+        *to = to
+            .checked_add(v)
+            .ok_or_else(|| format!("{k}: the pod's total is out of range"))?;
+        Ok(())
+    };
+    for c in spec.init_containers.iter().flatten() {
+        let r = container_requests(c)?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            for (k, v) in r {
+                add(sidecars.entry(k.clone()).or_default(), &k, v)?;
+            }
+        } else {
+            for (k, v) in r {
+                let mut with_sidecars = v;
+                add(
+                    &mut with_sidecars,
+                    &k,
+                    sidecars.get(&k).copied().unwrap_or(0),
+                )?;
+                let e = init_max.entry(k).or_default();
+                *e = (*e).max(with_sidecars);
+            }
+        }
+    }
+    for c in &spec.containers {
+        for (k, v) in container_requests(c)? {
+            add(sum.entry(k.clone()).or_default(), &k, v)?;
+        }
+    }
+    for (k, v) in &sidecars {
+        add(sum.entry(k.clone()).or_default(), k, *v)?;
+    }
+    for (k, v) in init_max {
+        let e = sum.entry(k).or_default();
+        *e = (*e).max(v);
+    }
+    for (k, q) in spec.overhead.iter().flatten() {
+        let v = quantity::parse(&q.0).map_err(|e| format!("overhead {k}: {e}"))?;
+        if v < 0 {
+            return Err(format!("overhead {k}: negative quantity {}", q.0));
+        }
+        add(sum.entry(k.clone()).or_default(), k, v)?;
+    }
+    Ok(sum
+        .into_iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(k, v)| (k, quantity::Display(v).to_string()))
+        .collect())
+}
+
+pub(super) fn container_requests(c: &core::Container) -> Result<BTreeMap<String, Milli>, String> {
+    let mut raw: BTreeMap<String, String> = BTreeMap::new();
+    let Some(res) = &c.resources else {
+        return Ok(BTreeMap::new());
+    };
+    for (k, q) in res.limits.iter().flatten() {
+        raw.insert(k.clone(), q.0.clone());
+    }
+    for (k, q) in res.requests.iter().flatten() {
+        raw.insert(k.clone(), q.0.clone());
+    }
+    raw.into_iter()
+        .map(|(k, q)| {
+            let v = quantity::parse(&q).map_err(|e| format!("container {}: {k}: {e}", c.name))?;
+            if v < 0 {
+                return Err(format!("container {}: {k}: negative quantity {q}", c.name));
+            }
+            Ok((k, v))
+        })
+        .collect()
+}
+
+pub(super) fn pod_spec(ns: &str, spec: &core::PodSpec, index: &Index) -> Result<PodSpec, String> {
+    let mut pod = PodSpec {
+        requests: effective_requests(spec)?,
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    if let Some(terms) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+    {
+        for t in &terms.node_selector_terms {
+            if t.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+                return Err("node affinity matchFields is not supported".to_owned());
+            }
+            let mut exprs = Vec::new();
+            for e in t.match_expressions.iter().flatten() {
+                let operator = match e.operator.as_str() {
+                    "In" => SelectorOperator::In,
+                    "NotIn" => SelectorOperator::NotIn,
+                    "Exists" => SelectorOperator::Exists,
+                    "DoesNotExist" => SelectorOperator::DoesNotExist,
+                    "Gt" => SelectorOperator::Gt,
+                    "Lt" => SelectorOperator::Lt,
+                    other => return Err(format!("node affinity operator {other:?}")),
+                };
+                exprs.push(NodeSelectorRequirement {
+                    key: e.key.clone(),
+                    operator,
+                    values: e.values.clone().unwrap_or_default(),
+                });
+            }
+            pod.affinity.push(NodeSelectorTerm {
+                match_expressions: exprs,
+            });
+        }
+    }
+    for t in spec.tolerations.iter().flatten() {
+        pod.tolerations.push(Toleration {
+            key: t.key.clone().filter(|k| !k.is_empty()),
+            operator: match t.operator.as_deref() {
+                Some("Exists") => TolerationOperator::Exists,
+                None | Some("Equal") => TolerationOperator::Equal,
+                Some(other) => return Err(format!("toleration operator {other:?}")),
+            },
+            value: t.value.clone().filter(|v| !v.is_empty()),
+            effect: match t.effect.as_deref() {
+                None | Some("") => None,
+                Some("NoSchedule") => Some(TaintEffect::NoSchedule),
+                Some("PreferNoSchedule") => Some(TaintEffect::PreferNoSchedule),
+                Some("NoExecute") => Some(TaintEffect::NoExecute),
+                Some(other) => return Err(format!("toleration effect {other:?}")),
+            },
+        });
+    }
+    for rc in spec.resource_claims.iter().flatten() {
+        let claim_spec = match (&rc.resource_claim_name, &rc.resource_claim_template_name) {
+            (Some(n), None) => index
+                .claims
+                .get(&(ns.to_owned(), n.clone()))
+                .ok_or_else(|| format!("ResourceClaim {ns}/{n} not found"))?
+                .spec
+                .as_ref()
+                .ok_or_else(|| format!("ResourceClaim {ns}/{n} has no spec"))?,
+            (None, Some(t)) => index
+                .templates
+                .get(&(ns.to_owned(), t.clone()))
+                .ok_or_else(|| format!("ResourceClaimTemplate {ns}/{t} not found"))?
+                .spec
+                .as_ref()
+                .and_then(|s| s.spec.as_ref())
+                .ok_or_else(|| format!("ResourceClaimTemplate {ns}/{t} has no spec"))?,
+            _ => {
+                return Err(format!(
+                    "resourceClaims {}: set exactly one of resourceClaimName and resourceClaimTemplateName",
+                    rc.name
+                ))
+            }
+        };
+        pod.claims.push(
+            claim(&rc.name, claim_spec, &index.cel)
+                .map_err(|e| format!("claim {}: {e}", rc.name))?,
+        );
+    }
+    Ok(pod)
+}
+
+/// The DRA devices a bound pod holds: the allocation results of its
+/// ResourceClaims (by name, or made from a template: the name in the pod's
+/// `status.resourceClaimStatuses`), as kube-scheduler wrote them; each
+/// claim once however many pods share it. A result with admin access
+/// holds nothing (the device stays allocatable, as the scheduler's
+/// allocator treats it); consumed capacity is a share of a device that
+/// allows multiple allocations. A claim not found or not allocated holds
+/// nothing yet.
+pub(super) fn held_devices(p: &core::Pod, ns: &str, index: &Index) -> Vec<BoundDevice> {
+    let mut out = Vec::new();
+    let statuses = p
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref());
+    for rc in p
+        .spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+    {
+        let name = rc.resource_claim_name.clone().or_else(|| {
+            statuses
+                .into_iter()
+                .flatten()
+                .find(|s| s.name == rc.name)
+                .and_then(|s| s.resource_claim_name.clone())
+        });
+        let Some(name) = name else { continue };
+        let key = (ns.to_owned(), name);
+        let Some(claim) = index.claims.get(&key) else {
+            continue;
+        };
+        let Some(results) = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.as_ref())
+        else {
+            continue;
+        };
+        if !index.held_claims.borrow_mut().insert(key) {
+            continue;
+        }
+        for r in results.iter().filter(|r| r.admin_access != Some(true)) {
+            let capacity = r
+                .consumed_capacity
+                .iter()
+                .flatten()
+                .map(|(k, q)| {
+                    let k = if k.contains('/') {
+                        k.clone()
+                    } else {
+                        format!("{}/{k}", r.driver)
+                    };
+                    (k, q.0.clone())
+                })
+                .collect();
+            out.push(BoundDevice {
+                name: r.device.clone(),
+                capacity,
+            });
+        }
+    }
+    out
+}
