@@ -23,7 +23,7 @@ use accord_api::control::{
 };
 use tracing::{debug, info, warn};
 
-use super::provisioning::{self, Condition, ProvisioningClass, ProvisioningSeen};
+use super::provisioning::{self, Condition, ProvisioningSeen};
 use crate::execute::Executed;
 pub use crate::metrics::RoundMetrics;
 use truth::drift_text;
@@ -33,6 +33,7 @@ mod bios;
 mod commands;
 pub mod gpu_clients;
 mod power_off;
+mod round;
 mod said;
 mod truth;
 
@@ -40,6 +41,7 @@ use crate::store::SaidKey;
 pub use bios::BiosEffects;
 pub use commands::CommandEffects;
 pub use power_off::DEFAULT_SETTLE_S as DEFAULT_POWER_OFF_SETTLE_S;
+use round::Round;
 pub use said::SaidChanges;
 
 /// Everything one round knows about the world, gathered by *observe*.
@@ -378,225 +380,32 @@ impl Decider {
         }
     }
 
-    /// One round.
+    /// One round, in this order: what happened since the last is absorbed,
+    /// the fleet as it shows now is planned, power is chosen and requested,
+    /// and what to say, publish and keep follows.
     pub fn decide(&mut self, snap: &Snapshot) -> Decision {
         let now = snap.now;
         self.clock = now;
         self.round += 1;
         self.busy = busy_pods(snap);
-        let mut events = Vec::new();
-        let mut metrics = RoundMetrics::default();
-        self.absorb(&snap.executed, now, &mut metrics);
-        let mut bios_effects = BiosEffects::default();
-        self.absorb_bios(snap, &mut events, &mut metrics, &mut bios_effects);
-        let repartitioned: BTreeSet<String> = snap
-            .commands
-            .iter()
-            .filter(|c| {
-                matches!(
-                    &c.state,
-                    accord_api::agent::CommandState::Closed {
-                        result: accord_api::agent::CommandResult::Done,
-                        ..
-                    }
-                )
-            })
-            .map(|c| c.node.clone())
-            .collect();
-        self.absorb_reports(&snap.reports, &repartitioned, &mut events);
-        let views_changed = self.absorb_views(&snap.views);
         let act = self.settings.mode == Mode::Act;
-        let mut command_effects = CommandEffects::default();
-        let absorbed = self
-            .commands
-            .absorb(snap, &self.fleet, act, &mut command_effects);
-        events.extend(absorbed.events);
-        metrics.commands.extend(absorbed.metrics);
-        for (node, reason) in absorbed.fail {
-            if let Some(life) = self.lives.get_mut(&node) {
-                let t = life.fail(now, reason);
-                self.note(&node, &t);
-            }
-        }
-        self.step_lifecycles(snap, &mut events);
-        let lives = &self.lives;
-        self.commands
-            .release_off(|n| lives.get(n).is_some_and(|l| l.stage == Stage::Off));
-
-        // Plan on the fleet as the lifecycles, the reports and the
-        // scheduler show it.
-        let (seen, scheduler_drift) = self.fleet_as_seen(snap);
-        let agreeing: BTreeSet<String> = self
-            .views
-            .keys()
-            .filter(|n| !scheduler_drift.contains_key(*n))
-            .cloned()
-            .collect();
-        self.commands.settled(&agreeing);
-        self.scheduler_drift_events(&scheduler_drift, &mut events);
-        self.scheduler_drift = scheduler_drift;
-        // check-capacity requests never power anything on: they are
-        // planned apart, on the nodes that are up.
-        let check_capacity: BTreeSet<String> = snap
-            .provisioning
-            .iter()
-            .filter(|p| p.class == ProvisioningClass::CheckCapacity)
-            .map(|p| p.request.key())
-            .collect();
-        let mut demand = snap.demand.clone();
-        // A workload is a check-capacity request's when it came from that
-        // ProvisioningRequest (not merely when a Job shares its name).
-        let (cc_workloads, rest): (Vec<_>, Vec<_>) = demand.workloads.drain(..).partition(|w| {
-            w.sources.first().is_some_and(|s| {
-                s.kind == "ProvisioningRequest" && check_capacity.contains(&s.key())
-            })
-        });
-        demand.workloads = rest;
-        let started = std::time::Instant::now();
-        let plan = accord::plan::plan(&seen, &demand, &seen.policy, now);
-        metrics.planner_seconds = started.elapsed().as_secs_f64();
-        let mut workloads = self.workload_status(&plan, &demand, snap.mono);
-        // Workloads a repartition makes room for wait for it: those of
-        // commands in flight, and of this round's (issued in act mode).
-        let mut repartitioning = self.commands.waiting();
-        repartitioning.extend(self.commands.unshown(&self.views, &agreeing));
-        if act && !snap.commands_unreadable {
-            let mut said = commands::Absorbed::default();
-            repartitioning.extend(self.commands.issue(
-                &plan,
-                &seen,
-                now,
-                self.settings.command_deadline_s,
-                &mut command_effects,
-                &mut said,
-            ));
-            events.extend(said.events);
-            metrics.commands.extend(said.metrics);
-        } else {
-            repartitioning.extend(plan.actions.iter().flat_map(|a| match a {
-                Action::ReconfigureMig { for_workloads, .. } => for_workloads.clone(),
-                _ => Vec::new(),
-            }));
-        }
-        for w in &mut workloads {
-            if w.state == WorkloadState::Placed && repartitioning.contains(&w.workload) {
-                w.state = WorkloadState::Repartitioning;
-            }
-        }
-        if !cc_workloads.is_empty() {
-            let mut up_only = seen.clone();
-            // A check: nothing is changed for it, MIG layouts included.
-            up_only.policy.reconfigure_mig = false;
-            for n in &mut up_only.nodes {
-                if !n.is_up() {
-                    n.failed = Some("check-capacity: only nodes that are up".into());
-                }
-            }
-            let cc = Demand {
-                workloads: cc_workloads,
-                ..snap.demand.clone()
-            };
-            let cc_plan = accord::plan::plan(&up_only, &cc, &up_only.policy, now);
-            workloads.extend(self.workload_status(&cc_plan, &cc, snap.mono));
-        }
-
-        let admin = self.admin_round(&plan, snap, &mut events);
-        metrics.commands.extend(admin.counted.iter().copied());
-        let mut power = self.choose_power(&plan, snap, &mut events);
-        if act {
-            power.extend(self.repairs(snap, &mut events, &mut metrics));
-        }
-        for a in admin.now {
-            if !power.iter().any(|p| p.node() == a.node()) {
-                power.push(a);
-            }
-        }
+        let mut r = Round::default();
+        let views_changed = self.absorb_round(snap, &mut r);
+        let (plan, workloads) = self.plan_round(snap, act, &mut r);
+        let mut admin = self.admin_round(&plan, snap, &mut r.events);
+        r.metrics.commands.extend(admin.counted.iter().copied());
+        let power = self.power_round(&plan, snap, act, std::mem::take(&mut admin.now), &mut r);
         let requested = self.admin_requested();
-        self.track_latency(&plan, &workloads, snap.mono, &mut metrics);
+        self.track_latency(&plan, &workloads, snap.mono, &mut r.metrics);
         let conditions = self.provision(snap, &workloads);
-
-        if self.settings.mode == Mode::Act {
-            for a in &power {
-                let node = a.node().to_owned();
-                let life = self.lives.get_mut(&node).expect("a fleet node");
-                let t = match a {
-                    Action::PowerOn { for_workloads, .. } => {
-                        info!(node = %node, workloads = %for_workloads.join(","), "powering on");
-                        events.push(Event {
-                            regarding: node_ref(&node),
-                            reason: "PoweringOn",
-                            action: "PowerOn",
-                            note: if requested.contains_key(&node) {
-                                format!(
-                                    "powering on node {node}: asked by an admin (accordctl power)"
-                                )
-                            } else if for_workloads.is_empty() {
-                                format!("powering on node {node} again (repair power cycle)")
-                            } else {
-                                format!("powering on node {node} for {}", for_workloads.join(", "))
-                            },
-                            warning: false,
-                        });
-                        life.power_on_requested(now)
-                    }
-                    // Staged by the executor with the node's power-on.
-                    Action::ApplyBiosProfile { .. } => continue,
-                    Action::PowerOff { reason, .. } => {
-                        info!(node = %node, reason = %reason, "powering off");
-                        life.power_off_requested(now)
-                    }
-                    Action::ReconfigureMig { .. } => continue,
-                };
-                self.note(&node, &t);
-            }
+        if act {
+            self.request_power(&power, &requested, now, &mut r.events);
         } else {
-            for a in &plan.actions {
-                self.say_once(
-                    SaidKey::new(said::OBSERVE, a.node(), format!("{a:?}")),
-                    format!("observe mode: would {}", describe(a)),
-                );
-            }
+            self.say_what_would_be_done(&plan);
         }
-        self.cannot_place_events(&workloads, &mut events);
-
-        for life in self.lives.values() {
-            *metrics
-                .nodes_by_stage
-                .entry(stage_label(life.stage))
-                .or_default() += 1;
-        }
-        for u in &plan.unsatisfied {
-            *metrics
-                .pending_by_reason
-                .entry(crate::metrics::reason_class(&u.reason))
-                .or_default() += 1;
-        }
-        let transitional = self
-            .lives
-            .iter()
-            .filter(|(_, l)| {
-                matches!(
-                    l.stage,
-                    Stage::PoweringOn | Stage::Booting | Stage::PoweringOff
-                )
-            })
-            .map(|(n, _)| n.clone())
-            .collect();
-        for (node, d) in &self.declared_drift {
-            if !d.is_empty() {
-                metrics
-                    .drift
-                    .insert((node.clone(), "declaration"), d.len() as u32);
-            }
-        }
-        for (node, d) in &self.scheduler_drift {
-            if !d.is_empty() {
-                metrics
-                    .drift
-                    .insert((node.clone(), "scheduler"), d.len() as u32);
-            }
-        }
-        self.bios_checks(now, &mut metrics, &mut bios_effects);
+        self.cannot_place_events(&workloads, &mut r.events);
+        let transitional = self.count_round(&plan, &mut r.metrics);
+        self.bios_checks(now, &mut r.metrics, &mut r.bios);
         let publish = if act {
             self.publications(snap)
         } else {
@@ -605,28 +414,27 @@ impl Decider {
         // Observe mode is read-only: what it would write is said in the
         // status (and `explain`), not written.
         let (events, conditions) = if act {
-            (events, conditions)
+            (r.events, conditions)
         } else {
-            self.would_write(events, conditions);
+            self.would_write(r.events, conditions);
             (Vec::new(), Vec::new())
         };
-        let status = self.status(snap, &plan, workloads, metrics.planner_seconds);
+        let status = self.status(snap, &plan, workloads, r.metrics.planner_seconds);
         let (lives_changed, bookings) = self.state_changes();
-        let said = self.said.end_round();
         Decision {
             power: if act { power } else { Vec::new() },
             events,
             conditions,
             status,
-            metrics,
+            metrics: r.metrics,
             transitional,
             publish,
             views_changed,
-            commands: command_effects,
-            bios: bios_effects,
+            commands: r.commands,
+            bios: r.bios,
             lives_changed,
             bookings,
-            said,
+            said: self.said.end_round(),
             admin_replies: admin.replies,
             requested: if act { requested } else { BTreeMap::new() },
         }
