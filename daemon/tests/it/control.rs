@@ -552,10 +552,16 @@ fn decide_imports_nothing_async_nor_any_client() {
     // Every module of decide, listed from the directory so a new one is
     // held too (until decide is a crate of its own and the compiler holds it).
     let mut files = vec!["decide.rs".to_owned(), "provisioning.rs".to_owned()];
-    for entry in std::fs::read_dir(dir.join("decide")).unwrap() {
-        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        if name.ends_with(".rs") {
-            files.push(format!("decide/{name}"));
+    let mut dirs = vec!["decide".to_owned()];
+    while let Some(sub) = dirs.pop() {
+        for entry in std::fs::read_dir(dir.join(&sub)).unwrap() {
+            let entry = entry.unwrap();
+            let name = format!("{sub}/{}", entry.file_name().to_string_lossy());
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(name);
+            } else if name.ends_with(".rs") {
+                files.push(name);
+            }
         }
     }
     assert!(files.len() > 10, "decide's modules not found: {files:?}");
