@@ -25,7 +25,6 @@
 //! ([`Executor::read_bios`]); comparing them is *decide*'s.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use accord::plan::Action as PlanAction;
@@ -34,48 +33,7 @@ use tracing::{info, warn};
 
 use crate::journal::{reconcile, Intent, IntentAction as Action, IntentState, Journal, Resume};
 use crate::store::StoreError;
-
-/// Why a power action or reading failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PowerError {
-    #[error("node {node}: no BMC in the inventory")]
-    NoBmc { node: String },
-    #[error("node {node}: BMC")]
-    Bmc {
-        node: String,
-        #[source]
-        source: Arc<accord_redfish::RedfishError>,
-    },
-    /// A power control that is not Redfish (the simulated twin) refused.
-    #[error("node {node}: {reason}")]
-    Refused { node: String, reason: String },
-    /// Not sent: this replica does not lead, or its intent could not be
-    /// written to the shared state under its term.
-    #[error("node {node}: not sent")]
-    NotSent {
-        node: String,
-        #[source]
-        source: Arc<crate::ha::shared_state::SharedStateError>,
-    },
-    #[error("node {node}: BIOS profile {profile:?} is not in the BMC inventory (its [bios_profiles]: {known})")]
-    UnknownBiosProfile {
-        node: String,
-        profile: String,
-        /// The inventory's profiles, for the message.
-        known: String,
-    },
-}
-
-/// A node's BIOS as read back after a power-on that staged `profile`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct BiosSeen {
-    /// The profile's attributes, as the inventory has them now.
-    pub wanted: Map<String, Value>,
-    /// The Bios resource's current attributes.
-    pub current: Map<String, Value>,
-    /// Attributes still staged in the `@Redfish.Settings` object.
-    pub pending: Map<String, Value>,
-}
+pub use accord_redfish::power::{unknown_bios_profile, BiosSeen, PowerControl, PowerError};
 
 /// A BIOS read the loop asked for: the node and the profile staged on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,34 +48,6 @@ pub struct BiosRead {
     pub node: String,
     pub profile: String,
     pub result: Result<BiosSeen, PowerError>,
-}
-
-/// What the executor needs from the machines' BMCs.
-pub trait PowerControl: Send + Sync {
-    /// Whether the node's machine is on (`Err`: unreadable).
-    fn is_on(&self, node: &str) -> impl Future<Output = Result<bool, PowerError>> + Send;
-    /// Reads, sends a Reset if needed, waits until reached.
-    fn power_on(&self, node: &str) -> impl Future<Output = Result<(), PowerError>> + Send;
-    fn power_off(
-        &self,
-        node: &str,
-        force: bool,
-    ) -> impl Future<Output = Result<(), PowerError>> + Send;
-    /// Waits for a change already asked for (resends only if nothing moves).
-    fn verify(&self, node: &str, on: bool) -> impl Future<Output = Result<(), PowerError>> + Send;
-    /// Stages BIOS profile `profile` (by name) so that it applies at the
-    /// next Reset; reads first and sends only what differs.
-    fn stage_bios(
-        &self,
-        node: &str,
-        profile: &str,
-    ) -> impl Future<Output = Result<(), PowerError>> + Send;
-    /// The node's BIOS now, with what is staged and what `profile` wants.
-    fn read_bios(
-        &self,
-        node: &str,
-        profile: &str,
-    ) -> impl Future<Output = Result<BiosSeen, PowerError>> + Send;
 }
 
 /// The Redfish implementation: one `Bmc` per node from the inventory.
@@ -211,24 +141,6 @@ impl RedfishPower {
         self.bios_profiles
             .get(profile)
             .ok_or_else(|| unknown_bios_profile(node, profile, self.bios_profiles.keys()))
-    }
-}
-
-/// The error for a profile the inventory does not define.
-pub fn unknown_bios_profile<'a>(
-    node: &str,
-    profile: &str,
-    known: impl Iterator<Item = &'a String>,
-) -> PowerError {
-    let known: Vec<&str> = known.map(String::as_str).collect();
-    PowerError::UnknownBiosProfile {
-        node: node.to_owned(),
-        profile: profile.to_owned(),
-        known: if known.is_empty() {
-            "none".to_owned()
-        } else {
-            known.join(", ")
-        },
     }
 }
 

@@ -5,7 +5,8 @@
 //! - [`client`]: one BMC over HTTP (sessions, limits, retries, tasks);
 //! - [`model`]: tolerant parsing of what firmware sends (pure);
 //! - [`ops`]: idempotent, verified power, boot and BIOS actions;
-//! - [`probe`]: `accordctl bmc probe`.
+//! - [`probe`]: `accordctl bmc probe`;
+//! - [`power`]: the `PowerControl` trait accordd's executor drives.
 //!
 //! A thin client over reqwest rather than `nv-redfish`: see
 //! docs/ARCHITECTURE.md ("Decisions").
@@ -16,6 +17,7 @@ pub mod inventory;
 pub mod login;
 pub mod model;
 pub mod ops;
+pub mod power;
 pub mod probe;
 
 pub use client::{Bmc, BmcSettings, BmcTarget, Credentials, HttpPool, TlsMode, WriteGate};

@@ -1,6 +1,7 @@
-//! The in-memory power twin: accordd's [`PowerControl`] over machines that
-//! change state the moment they are told (or never, for the ones set to
-//! fail), with a log of every Reset sent. For the executor and control-loop
+//! The in-memory power twin: the [`PowerControl`] that accordd's executor
+//! drives, over machines that change state the moment they are told (or
+//! never, for the ones set to fail), with a log of every Reset sent. For
+//! the executor and control-loop
 //! tests that need no BMC at all. Its BIOS is a map of attributes per
 //! machine: staged attributes apply at the next power-on, except on
 //! machines set to drop them, to apply them late (a slow POST, with or
@@ -10,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use accordd::execute::{BiosSeen, PowerControl, PowerError};
+use accord_redfish::power::{unknown_bios_profile, BiosSeen, PowerControl, PowerError};
 use serde_json::{Map, Value};
 
 /// Machines by node name: on or off.
@@ -171,7 +172,7 @@ impl SimulatedPower {
         profiles
             .get(profile)
             .cloned()
-            .ok_or_else(|| accordd::execute::unknown_bios_profile(node, profile, profiles.keys()))
+            .ok_or_else(|| unknown_bios_profile(node, profile, profiles.keys()))
     }
 }
 
