@@ -11,9 +11,9 @@ use accord::hardware::NodeHardware;
 use accord_api::agent::{AgentCommand, CommandAction, CommandOutcome, CommandResult};
 use tracing::{debug, info, warn};
 
+use crate::config::AgentConfig;
 use crate::mig::replay::ReplayedGpus;
 use crate::mig::ApplyOptions;
-use crate::run::AgentConfig;
 
 /// Where the agent's MIG commands go, and where its NVML view comes from.
 #[derive(Debug, Clone)]

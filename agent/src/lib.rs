@@ -7,6 +7,7 @@
 
 pub mod capture;
 pub mod command;
+pub mod config;
 pub mod error;
 pub mod hwloc;
 pub mod merge;

@@ -111,7 +111,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Run { config } => {
-            let config = accord_agent::run::AgentConfig::load(&config)?;
+            let config = accord_agent::config::AgentConfig::load(&config)?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
@@ -122,7 +122,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             })?;
         }
         Command::CheckConfig { file } => {
-            accord_agent::run::AgentConfig::load(&file)?;
+            accord_agent::config::AgentConfig::load(&file)?;
             println!("{}: ok", file.display());
         }
         Command::ImportNvidiaSmi { file } => {
@@ -145,7 +145,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line: the whole error chain.
             eprintln!("accord-agent: error: {e:#}");
-            if e.downcast_ref::<accord_agent::run::AgentConfigError>()
+            if e.downcast_ref::<accord_agent::config::AgentConfigError>()
                 .is_some()
             {
                 ExitCode::from(EX_CONFIG)

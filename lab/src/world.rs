@@ -26,7 +26,7 @@ async fn power_state(ctx: &Ctx, node: &str) -> Option<bool> {
 }
 
 /// The machine's agent.toml: accordd, and its recording to replay.
-fn agent_config(ctx: &Ctx, node: &str) -> anyhow::Result<accord_agent::run::AgentConfig> {
+fn agent_config(ctx: &Ctx, node: &str) -> anyhow::Result<accord_agent::config::AgentConfig> {
     let d = &ctx.dir;
     let rec = &ctx
         .recordings
@@ -53,7 +53,7 @@ fn agent_config(ctx: &Ctx, node: &str) -> anyhow::Result<accord_agent::run::Agen
         quoted(&rec.hwloc_xml),
         ctx.scenario.lab.heartbeat_ms
     );
-    Ok(accord_agent::run::AgentConfig::parse(
+    Ok(accord_agent::config::AgentConfig::parse(
         &text,
         &d.join(format!("agent-{node}.toml")),
     )?)

@@ -127,7 +127,7 @@ pub fn agent_config() -> Target {
             accord::config_file::parse_valid(
                 text(input)?,
                 "agent.toml",
-                accord_agent::run::AgentConfig::validate,
+                accord_agent::config::AgentConfig::validate,
             )
             .map(|_| ())
             .map_err(|e| accord::config_file::error_chain(&e))

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use accord::hardware::{MigMode, NodeHardware};
+use accord_agent::config::AgentConfig;
 use accord_agent::mig::replay::ReplayedGpus;
-use accord_agent::run::AgentConfig;
 use accord_api::agent::{
     AgentCommand, AgentReply, BusyGpu, CommandAction, CommandResult, Heartbeat, MigTarget,
     PodDevices, Report,

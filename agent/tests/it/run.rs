@@ -6,7 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use accord_agent::run::{AgentConfig, Backoff};
+use accord_agent::config::AgentConfig;
+use accord_agent::run::Backoff;
 use accord_testkit::daemon::{command, nodes, secret};
 use accord_testkit::process::Process;
 

@@ -15,11 +15,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::run::Wake;
+use super::wake::{Readings, Wake};
 use crate::execute::PowerControl;
-
-/// One pass's changed readings: node → on (`None`: cannot be read).
-pub type Readings = Vec<(String, Option<bool>)>;
 
 /// How often a follower replica reads every BMC.
 pub const FOLLOWER_EVERY: Duration = Duration::from_secs(300);

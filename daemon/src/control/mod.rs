@@ -21,6 +21,7 @@ pub mod mig_parted;
 pub mod observe;
 pub mod provisioning;
 pub mod run;
+pub mod wake;
 pub mod write;
 
 pub use accord_api::control::Mode;

@@ -16,9 +16,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::bmc::{BmcPoller, Readings};
+use super::bmc::BmcPoller;
 use super::decide::{Decider, Decision, Settings};
 use super::observe::Observer;
+pub use super::wake::Wake;
 use super::write::{KubeWriter, Writes};
 use super::{Batcher, Mode};
 use crate::config::{ControlConfig, DaemonConfig};
@@ -28,27 +29,6 @@ use crate::shared::Shared;
 
 mod bios;
 mod ha;
-
-/// Why the loop woke; results travel with the wake-up.
-#[derive(Debug)]
-pub enum Wake {
-    Kubernetes,
-    Agent,
-    /// BMC readings that changed (all of them on the poller's first pass).
-    Bmc {
-        readings: Readings,
-        first_pass: bool,
-    },
-    /// Power actions finished (or failed) in the background.
-    Executed(Vec<Executed>),
-    /// BIOS read back after a power-on that staged a profile.
-    Bios(Vec<BiosRead>),
-    /// This replica's term changed (taken, lost).
-    Leadership,
-    /// An admin's power request (`accordctl power`): answered by the
-    /// next round, or at once by a follower.
-    Admin(crate::shared::AdminCall),
-}
 
 /// SIGHUP: every BMC's credentials file read again now (they are also
 /// read again whenever a file changes, before the next login).
