@@ -18,6 +18,7 @@
 use std::os::raw::c_uint;
 use std::ptr::null_mut;
 
+use accord::hardware::mig::catalog;
 use accord::hardware::{MigMode, MigPlacement, MigProfile};
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device, Nvml};
@@ -370,7 +371,7 @@ impl LiveMig {
     pub fn open() -> Result<LiveMig, String> {
         Nvml::init()
             .map(|nvml| LiveMig { nvml: Some(nvml) })
-            .map_err(|e| crate::nvml::live::unavailable_reason(&e))
+            .map_err(|e| unavailable_reason(&e))
     }
 
     fn nvml(&self) -> CallResult<&Nvml> {
@@ -488,7 +489,7 @@ impl MigControl for LiveMig {
     fn gpu_instance_profiles(&mut self, gpu: u32) -> CallResult<Vec<MigProfile>> {
         let device = self.device(gpu)?;
         let model = device.name().ok();
-        Ok(crate::nvml::live::mig_profiles(&device, model.as_deref()).0)
+        Ok(mig_profiles(&device, model.as_deref()).0)
     }
 
     fn gpu_instances(&mut self, gpu: u32) -> CallResult<Vec<GpuInstanceInfo>> {
@@ -566,6 +567,68 @@ impl MigControl for LiveMig {
         check(unsafe { create(gi, full.id, &mut ci) })?;
         Ok(ci_info(lib, ci)?.id)
     }
+}
+
+/// `NVML_GPU_INSTANCE_PROFILE_COUNT` in the bindings `nvml-wrapper` ships.
+const GPU_INSTANCE_PROFILE_COUNT: u32 = 17;
+/// `NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1`: the `+me` (media extensions)
+/// one-slice profile.
+const PROFILE_1_SLICE_MEDIA: u32 = 7;
+
+/// Why NVML cannot be used, for the admin.
+pub(crate) fn unavailable_reason(e: &NvmlError) -> String {
+    match e {
+        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => {
+            "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver on this host".to_owned()
+        }
+        NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".to_owned(),
+        NvmlError::NoPermission => "no permission to use NVML".to_owned(),
+        other => format!("NVML initialisation failed: {other}"),
+    }
+}
+
+/// The GPU's GPU-instance profiles: NVML's, named as NVIDIA's published
+/// table names them (else from their slices and memory), placed where
+/// NVML says (else where the table says); and whether the table knew the
+/// model.
+pub(crate) fn mig_profiles(device: &Device<'_>, model: Option<&str>) -> (Vec<MigProfile>, bool) {
+    let published = model.and_then(catalog::profiles_for_model);
+    let mut profiles = Vec::new();
+    for profile in 0..GPU_INSTANCE_PROFILE_COUNT {
+        let Ok(info) = device.profile_info(profile) else {
+            continue;
+        };
+        if info.instance_count == 0 {
+            continue;
+        }
+        let known = published
+            .as_ref()
+            .and_then(|table| table.iter().find(|p| p.id == info.id));
+        let name = known.map(|p| p.name.clone()).unwrap_or_else(|| {
+            let gb = info.memory_size_mb.div_ceil(1024);
+            let suffix = if profile == PROFILE_1_SLICE_MEDIA {
+                "+me"
+            } else {
+                ""
+            };
+            format!("{}g.{gb}gb{suffix}", info.slice_count)
+        });
+        let placements = possible_placements(device, info.id)
+            .ok()
+            .filter(|p| !p.is_empty())
+            .or_else(|| known.map(|p| p.placements.clone()))
+            .unwrap_or_default();
+        profiles.push(MigProfile {
+            id: info.id,
+            name,
+            slices: info.slice_count,
+            memory_mib: info.memory_size_mb,
+            max_count: info.instance_count,
+            sm_count: Some(info.multiprocessor_count),
+            placements,
+        });
+    }
+    (profiles, published.is_some())
 }
 
 #[cfg(test)]

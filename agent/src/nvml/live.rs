@@ -13,24 +13,18 @@
 //! - the fabric (clique) info is not wrapped, so `fabric` stays unknown.
 //!   Snapshot files carry it.
 
-use accord::hardware::mig::catalog;
 use accord::hardware::{
     ComputeInstance, GpuInstance, MigMode, MigProfile, MigState, NvLinkPeerKind, PciBusId,
 };
 use nvml_wrapper::enum_wrappers::nv_link::IntDeviceType;
-use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
+
+use crate::mig::nvml::{instances_of, mig_device_ids, mig_profiles, unavailable_reason};
 
 use super::{NvmlDevice, NvmlLink, NvmlSnapshot, SNAPSHOT_VERSION};
 
 /// NVML's `NVML_NVLINK_MAX_LINKS` for current GPUs (Blackwell has 18).
 const MAX_NVLINKS: u32 = 18;
-/// `NVML_GPU_INSTANCE_PROFILE_COUNT` in the bindings `nvml-wrapper` ships.
-const GPU_INSTANCE_PROFILE_COUNT: u32 = 17;
-/// `NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1`: the `+me` (media extensions)
-/// one-slice profile.
-const PROFILE_1_SLICE_MEDIA: u32 = 7;
-
 #[derive(Debug)]
 pub enum LiveNvml {
     Available(NvmlSnapshot),
@@ -71,17 +65,6 @@ pub fn collect() -> LiveNvml {
         }
     }
     LiveNvml::Available(snapshot)
-}
-
-pub(crate) fn unavailable_reason(e: &NvmlError) -> String {
-    match e {
-        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => {
-            "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver on this host".to_owned()
-        }
-        NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".to_owned(),
-        NvmlError::NoPermission => "no permission to use NVML".to_owned(),
-        other => format!("NVML initialisation failed: {other}"),
-    }
 }
 
 fn read_device(index: u32, device: &Device<'_>) -> (Option<NvmlDevice>, Vec<String>) {
@@ -149,50 +132,6 @@ fn read_nvlinks(device: &Device<'_>) -> Vec<NvmlLink> {
     links
 }
 
-/// The GPU's GPU-instance profiles: NVML's, named as NVIDIA's published
-/// table names them (else from their slices and memory), placed where
-/// NVML says (else where the table says); and whether the table knew the
-/// model.
-pub(crate) fn mig_profiles(device: &Device<'_>, model: Option<&str>) -> (Vec<MigProfile>, bool) {
-    let published = model.and_then(catalog::profiles_for_model);
-    let mut profiles = Vec::new();
-    for profile in 0..GPU_INSTANCE_PROFILE_COUNT {
-        let Ok(info) = device.profile_info(profile) else {
-            continue;
-        };
-        if info.instance_count == 0 {
-            continue;
-        }
-        let known = published
-            .as_ref()
-            .and_then(|table| table.iter().find(|p| p.id == info.id));
-        let name = known.map(|p| p.name.clone()).unwrap_or_else(|| {
-            let gb = info.memory_size_mb.div_ceil(1024);
-            let suffix = if profile == PROFILE_1_SLICE_MEDIA {
-                "+me"
-            } else {
-                ""
-            };
-            format!("{}g.{gb}gb{suffix}", info.slice_count)
-        });
-        let placements = crate::mig::nvml::possible_placements(device, info.id)
-            .ok()
-            .filter(|p| !p.is_empty())
-            .or_else(|| known.map(|p| p.placements.clone()))
-            .unwrap_or_default();
-        profiles.push(MigProfile {
-            id: info.id,
-            name,
-            slices: info.slice_count,
-            memory_mib: info.memory_size_mb,
-            max_count: info.instance_count,
-            sm_count: Some(info.multiprocessor_count),
-            placements,
-        });
-    }
-    (profiles, published.is_some())
-}
-
 fn read_mig(device: &Device<'_>, model: Option<&str>, notes: &mut Vec<String>) -> Option<MigState> {
     let mode = device.mig_mode().ok()?;
     let as_mode = |m: u32| {
@@ -211,7 +150,7 @@ fn read_mig(device: &Device<'_>, model: Option<&str>, notes: &mut Vec<String>) -
     }
     let mut gpu_instances = Vec::new();
     if mode.current == 1 {
-        gpu_instances = match crate::mig::nvml::instances_of(device) {
+        gpu_instances = match instances_of(device) {
             Ok(list) => placed_instances(device, list, &profiles),
             Err(e) => {
                 notes.push(format!(
@@ -264,7 +203,7 @@ fn placed_instances(
         let Ok(mig_dev) = device.mig_device_by_index(i) else {
             continue;
         };
-        let Ok((gi, ci)) = crate::mig::nvml::mig_device_ids(&mig_dev) else {
+        let Ok((gi, ci)) = mig_device_ids(&mig_dev) else {
             continue;
         };
         if let Some(c) = out
