@@ -4,8 +4,6 @@
 use accord::hardware::NodeHardware;
 use serde::{Deserialize, Serialize};
 
-use crate::nodes::ReportOutcome;
-
 /// What an agent sends when its hardware is (re)discovered.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -234,4 +232,13 @@ impl CommandRecord {
             action: self.action.clone(),
         }
     }
+}
+
+/// What a report did to the stored record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportOutcome {
+    Registered,
+    Changed,
+    Unchanged,
 }

@@ -156,15 +156,6 @@ pub fn stale(last_seen: u64, now: u64, stale_after_s: u64) -> bool {
     now.saturating_sub(last_seen) > stale_after_s
 }
 
-/// What a report did to the stored record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReportOutcome {
-    Registered,
-    Changed,
-    Unchanged,
-}
-
 /// One node as the admin API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeView {

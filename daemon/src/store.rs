@@ -46,7 +46,8 @@ pub use state::Booking;
 pub const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 
 // The records the store keeps are the admin API's node views too.
-pub use accord_api::nodes::{stale, MachineIdentity, NodeRecord, ReportOutcome};
+pub use accord_api::agent::ReportOutcome;
+pub use accord_api::nodes::{stale, MachineIdentity, NodeRecord};
 
 /// The part of a node that changes with reports: flushed before a report
 /// is acknowledged.

@@ -300,44 +300,6 @@ pub(crate) fn registration_taint(fleet: &Fleet, name: &str, first: bool, node: &
     }
 }
 
-/// BIOS profiles in the lab's summary: Settings PATCHes accordd sent
-/// (from the BMC proxy's log), nodes whose profile accordd verified and
-/// nodes it failed for theirs (its last status).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct BiosSummary {
-    pub staged: usize,
-    pub verified: usize,
-    pub failed: usize,
-}
-
-pub(crate) fn summary(
-    log: &[crate::proxy::Logged],
-    status: Option<&accord_api::control::ControlStatus>,
-) -> BiosSummary {
-    use accord_api::control::BiosState;
-    let staged = log
-        .iter()
-        .filter(|l| l.method == "PATCH" && l.path.ends_with("/Bios/Settings"))
-        .count();
-    let states = status
-        .into_iter()
-        .flat_map(|s| &s.nodes)
-        .filter_map(|n| n.bios.as_ref());
-    let (mut verified, mut failed) = (0, 0);
-    for b in states {
-        match b.state {
-            BiosState::Applied if b.verified_at.is_some() => verified += 1,
-            BiosState::Failed => failed += 1,
-            _ => {}
-        }
-    }
-    BiosSummary {
-        staged,
-        verified,
-        failed,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

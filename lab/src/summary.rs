@@ -97,7 +97,7 @@ pub struct Summary {
     pub nodes: Vec<NodeSummary>,
     /// BIOS profiles: Settings PATCHes accordd sent, nodes it verified
     /// and nodes it failed for theirs.
-    pub bios: crate::bios::BiosSummary,
+    pub bios: BiosSummary,
     /// MIG repartitions the machines' GPUs went through, by who carried
     /// them out (`agent`, `gpu-operator`); none: absent.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -177,7 +177,7 @@ impl Summary {
                 out.push_str(&format!("  {:<8} {}\n", n.name, n.drift.join("; ")));
             }
         }
-        if self.bios != crate::bios::BiosSummary::default() {
+        if self.bios != BiosSummary::default() {
             out.push_str(&format!(
                 "\nBIOS profiles: staged {} (Settings PATCHes), verified on {} node(s), failed on {}\n",
                 self.bios.staged, self.bios.verified, self.bios.failed
@@ -386,7 +386,7 @@ impl Lab {
             gpu_hours_used: used_gpu_s / 3600.0,
             resets_sent: resets,
             bmc_requests: log.len(),
-            bios: crate::bios::summary(&log, status),
+            bios: bios_summary(&log, status),
             workloads,
             nodes,
         }
@@ -453,4 +453,42 @@ fn model_label(m: ModelSource) -> String {
         ModelSource::Held => "held",
     }
     .to_owned()
+}
+
+/// BIOS profiles in the lab's summary: Settings PATCHes accordd sent
+/// (from the BMC proxy's log), nodes whose profile accordd verified and
+/// nodes it failed for theirs (its last status).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BiosSummary {
+    pub staged: usize,
+    pub verified: usize,
+    pub failed: usize,
+}
+
+fn bios_summary(
+    log: &[proxy::Logged],
+    status: Option<&accord_api::control::ControlStatus>,
+) -> BiosSummary {
+    use accord_api::control::BiosState;
+    let staged = log
+        .iter()
+        .filter(|l| l.method == "PATCH" && l.path.ends_with("/Bios/Settings"))
+        .count();
+    let states = status
+        .into_iter()
+        .flat_map(|s| &s.nodes)
+        .filter_map(|n| n.bios.as_ref());
+    let (mut verified, mut failed) = (0, 0);
+    for b in states {
+        match b.state {
+            BiosState::Applied if b.verified_at.is_some() => verified += 1,
+            BiosState::Failed => failed += 1,
+            _ => {}
+        }
+    }
+    BiosSummary {
+        staged,
+        verified,
+        failed,
+    }
 }
