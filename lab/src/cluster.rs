@@ -138,8 +138,9 @@ pub struct Upstream {
     pub url: String,
     /// The processes (killed when the lab is dropped).
     pub plane: Mutex<ControlPlane>,
-    /// Kueue's manager, where the scenario runs it (killed with the lab).
-    pub kueue: Mutex<Option<crate::kueue::Kueue>>,
+    /// Processes that run against it and go with it (Kueue's manager,
+    /// where the scenario runs it): each is killed when it is dropped.
+    pub companions: Mutex<Vec<Box<dyn std::fmt::Debug + Send>>>,
     calls: Mutex<mpsc::Sender<Call>>,
 }
 
@@ -166,7 +167,7 @@ impl Upstream {
         Ok(Upstream {
             url,
             plane: Mutex::new(plane),
-            kueue: Mutex::new(None),
+            companions: Mutex::new(Vec::new()),
             calls: Mutex::new(tx),
         })
     }

@@ -68,7 +68,7 @@ impl Lab {
     /// several replicas, every one ([`Lab::kill_replica`]: one).
     pub fn kill_daemon(&self) {
         for r in &self.replicas.list {
-            kill(r);
+            r.kill();
         }
     }
 
@@ -229,30 +229,6 @@ fn state(r: &Replica, name: &str) -> String {
             Err(e) => format!("{name}: cannot tell whether it runs: {e}"),
         },
     }
-}
-
-/// `kill -9` one accordd (stopped or not) and reaps it.
-pub(crate) fn kill(r: &Replica) {
-    if let Some(mut c) = r.child.lock().expect("lock").take() {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    r.paused.store(false, Ordering::SeqCst);
-}
-
-/// Sends `signal` to one running accordd.
-pub(crate) fn signal(r: &Replica, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
-    use nix::unistd::Pid;
-    let mut child = r.child.lock().expect("lock");
-    let Some(c) = child.as_mut() else {
-        anyhow::bail!("{signal} to accordd {}: it is not running", r.identity);
-    };
-    if !matches!(c.try_wait(), Ok(None)) {
-        anyhow::bail!("{signal} to accordd {}: it has exited", r.identity);
-    }
-    let pid = Pid::from_raw(i32::try_from(c.id()).context("accordd's pid")?);
-    nix::sys::signal::kill(pid, signal)
-        .with_context(|| format!("{signal} to accordd {} ({pid})", r.identity))
 }
 
 /// Where accordd's stdout and stderr go: the log file, else this

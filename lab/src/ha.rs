@@ -241,6 +241,32 @@ pub(crate) struct Replica {
     pub paused: AtomicBool,
 }
 
+impl Replica {
+    /// `kill -9` this accordd (stopped or not) and reaps it.
+    pub(crate) fn kill(&self) {
+        if let Some(mut c) = self.child.lock().expect("lock").take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Sends `signal` to this accordd, running.
+    pub(crate) fn signal(&self, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
+        use nix::unistd::Pid;
+        let mut child = self.child.lock().expect("lock");
+        let Some(c) = child.as_mut() else {
+            anyhow::bail!("{signal} to accordd {}: it is not running", self.identity);
+        };
+        if !matches!(c.try_wait(), Ok(None)) {
+            anyhow::bail!("{signal} to accordd {}: it has exited", self.identity);
+        }
+        let pid = Pid::from_raw(i32::try_from(c.id()).context("accordd's pid")?);
+        nix::sys::signal::kill(pid, signal)
+            .with_context(|| format!("{signal} to accordd {} ({pid})", self.identity))
+    }
+}
+
 /// The lab's accordd replicas (one without HA), and how the lab reads
 /// the Lease.
 #[derive(Debug)]
@@ -542,7 +568,7 @@ impl Lab {
     /// error for an unknown identity; nothing when it is not running.
     pub fn kill_replica(&self, identity: &str) -> anyhow::Result<()> {
         let r = self.replicas.get(identity)?;
-        crate::daemon::kill(r);
+        r.kill();
         info!(target: "lab", replica = identity, "accordd replica killed (SIGKILL)");
         Ok(())
     }
@@ -567,7 +593,7 @@ impl Lab {
         } else {
             Signal::SIGCONT
         };
-        crate::daemon::signal(r, signal)?;
+        r.signal(signal)?;
         r.paused.store(pause, Ordering::SeqCst);
         let what = if pause { "paused" } else { "resumed" };
         info!(target: "lab", replica = identity, %signal, "accordd replica {what}");
@@ -579,7 +605,7 @@ impl Lab {
     /// database) before the start.
     pub fn restart_replica(&self, identity: &str, wipe_store: bool) -> anyhow::Result<()> {
         let r = self.replicas.get(identity)?;
-        crate::daemon::kill(r);
+        r.kill();
         if wipe_store && r.store.exists() {
             std::fs::remove_dir_all(&r.store)
                 .with_context(|| format!("{}: cannot delete", r.store.display()))?;

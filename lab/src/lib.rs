@@ -45,6 +45,7 @@ macro_rules! say {
 
 pub mod binder;
 pub mod bios;
+pub mod builtins;
 pub mod chaos;
 pub mod cli;
 pub mod cluster;

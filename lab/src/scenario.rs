@@ -84,7 +84,7 @@ pub struct LabSettings {
     pub feature_gates: Vec<String>,
     /// Per fleet profile: the recording its machines replay. A machine
     /// whose profile has none (and that names none itself) replays
-    /// [`crate::recordings::DEFAULT_BUILTIN`].
+    /// [`crate::builtins::DEFAULT_BUILTIN`].
     pub recordings: BTreeMap<String, RecordingSpec>,
     /// Per fleet node: what differs for that machine.
     pub machines: BTreeMap<String, MachineSettings>,
@@ -153,10 +153,10 @@ impl RecordingSpec {
             ));
         }
         if let Some(b) = &self.builtin {
-            if crate::recordings::builtin(b).is_none() {
+            if crate::builtins::builtin(b).is_none() {
                 out.push(format!(
                     "{key}.builtin: no built-in recording {b:?} (there are: {})",
-                    crate::recordings::builtin_names()
+                    crate::builtins::builtin_names()
                 ));
             }
         }
@@ -378,7 +378,7 @@ impl Scenario {
             return (r.clone(), format!("lab.recordings.{p}"));
         }
         (
-            RecordingSpec::builtin(crate::recordings::DEFAULT_BUILTIN),
+            RecordingSpec::builtin(crate::builtins::DEFAULT_BUILTIN),
             "the default recording".to_owned(),
         )
     }
@@ -875,10 +875,7 @@ mod tests {
         // No entry for its profile: the documented default.
         let s = with_lab("[lab]\n").unwrap();
         let (r, from) = s.recording_of("n2");
-        assert_eq!(
-            r,
-            RecordingSpec::builtin(crate::recordings::DEFAULT_BUILTIN)
-        );
+        assert_eq!(r, RecordingSpec::builtin(crate::builtins::DEFAULT_BUILTIN));
         assert_eq!(from, "the default recording");
         assert_eq!(s.kube_version().unwrap(), KubeVersion::NEWEST);
     }

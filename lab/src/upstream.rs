@@ -177,7 +177,11 @@ pub async fn start(
     if scenario.lab.kueue {
         let kueue = crate::kueue::start(&run, &upstream, &admin_kubeconfig, dir).await?;
         components.push(format!("kueue {}", kueue.version));
-        *upstream.kueue.lock().expect("lock") = Some(kueue);
+        upstream
+            .companions
+            .lock()
+            .expect("lock")
+            .push(Box::new(kueue));
     }
 
     // The namespaces the admin's and the scenario's objects go in, each

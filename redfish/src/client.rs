@@ -20,7 +20,7 @@ use tokio::sync::{OnceCell, Semaphore};
 use tracing::{debug, info, warn};
 
 use crate::error::{RedfishError, Secret};
-use crate::login::{LoginPolicy, Logins};
+use crate::login::{Credentials, LoginPolicy, Logins};
 use crate::model::{self, ServiceRoot};
 
 /// How a BMC is talked to: limits, timeouts, retries, verification.
@@ -98,12 +98,6 @@ impl Default for BmcSettings {
             login_backoff: DEFAULT_LOGIN_BACKOFF,
         }
     }
-}
-
-#[derive(Debug, Clone)]
-pub struct Credentials {
-    pub username: String,
-    pub password: Secret,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

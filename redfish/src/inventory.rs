@@ -13,8 +13,8 @@ use reqwest::Url;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::client::{BmcSettings, BmcTarget, Credentials, TlsMode};
-use crate::error::Secret;
+use crate::client::{BmcSettings, BmcTarget, TlsMode};
+pub use crate::login::read_credentials;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
@@ -486,40 +486,6 @@ impl Inventory {
             })
             .unwrap_or_default()
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CredentialsFile {
-    username: String,
-    password: String,
-}
-
-/// Reads a credentials file (TOML `username`, `password`), refusing one
-/// readable by group or others. The problem never quotes the file.
-pub fn read_credentials(path: &Path) -> Result<Credentials, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let key = "credentials_file";
-    let meta = std::fs::metadata(path).map_err(|e| format!("{key}: {}: {e}", path.display()))?;
-    if let Some(p) =
-        accord::config_file::secret_mode_problem(key, path, meta.permissions().mode(), false)
-    {
-        return Err(p);
-    }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("{key}: {}: {e}", path.display()))?;
-    let c: CredentialsFile = accord::config_file::parse(&text, &path.display().to_string())
-        .map_err(|e| match e {
-            // A TOML error can quote the offending line: the password.
-            accord::config_file::ConfigFileError::Parse {
-                file, line, column, ..
-            } => format!("{key}: {file}:{line}:{column}: not TOML with `username` and `password`"),
-            other => format!("{key}: {other}"),
-        })?;
-    Ok(Credentials {
-        username: c.username,
-        password: Secret::new(c.password),
-    })
 }
 
 #[cfg(test)]

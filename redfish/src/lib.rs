@@ -20,7 +20,8 @@ pub mod ops;
 pub mod power;
 pub mod probe;
 
-pub use client::{Bmc, BmcSettings, BmcTarget, Credentials, HttpPool, TlsMode, WriteGate};
+pub use client::{Bmc, BmcSettings, BmcTarget, HttpPool, TlsMode, WriteGate};
 pub use error::{RedfishError, Secret};
 pub use inventory::Inventory;
+pub use login::Credentials;
 pub use model::PowerState;

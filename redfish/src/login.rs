@@ -10,10 +10,19 @@
 //! the BMC ([`crate::RedfishError::LoginHeld`]). A changed credentials file
 //! lifts the hold: new credentials deserve a try.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::client::Credentials;
+use serde::Deserialize;
+
+use crate::error::Secret;
+
+/// A BMC account: user name and password (never shown).
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub username: String,
+    pub password: Secret,
+}
 
 /// The bound on failed logins (from [`crate::BmcSettings`]).
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +81,7 @@ impl Logins {
         if !force && now == self.stamp {
             return Ok(false);
         }
-        let read = crate::inventory::read_credentials(file)?;
+        let read = read_credentials(file)?;
         self.stamp = now;
         let changed = self.current.as_ref().is_none_or(|c| {
             c.username != read.username || c.password.expose() != read.password.expose()
@@ -115,6 +124,40 @@ impl Logins {
     pub fn succeeded(&mut self) {
         self.failures.clear();
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CredentialsFile {
+    username: String,
+    password: String,
+}
+
+/// Reads a credentials file (TOML `username`, `password`), refusing one
+/// readable by group or others. The problem never quotes the file.
+pub fn read_credentials(path: &Path) -> Result<Credentials, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let key = "credentials_file";
+    let meta = std::fs::metadata(path).map_err(|e| format!("{key}: {}: {e}", path.display()))?;
+    if let Some(p) =
+        accord::config_file::secret_mode_problem(key, path, meta.permissions().mode(), false)
+    {
+        return Err(p);
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("{key}: {}: {e}", path.display()))?;
+    let c: CredentialsFile = accord::config_file::parse(&text, &path.display().to_string())
+        .map_err(|e| match e {
+            // A TOML error can quote the offending line: the password.
+            accord::config_file::ConfigFileError::Parse {
+                file, line, column, ..
+            } => format!("{key}: {file}:{line}:{column}: not TOML with `username` and `password`"),
+            other => format!("{key}: {other}"),
+        })?;
+    Ok(Credentials {
+        username: c.username,
+        password: Secret::new(c.password),
+    })
 }
 
 #[cfg(test)]
