@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 use crate::hardware::{MigMode, MigState, NicKind, NodeHardware};
 use crate::quantity::Milli;
 
+/// The device plugin's whole-GPU resource, and the prefix of its MIG
+/// resources (`nvidia.com/mig-1g.10gb`), as Nodes advertise them.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
 pub const GPU_DRIVER: &str = "gpu.nvidia.com";
 pub const NIC_DRIVER: &str = "rdma.accord.dev";
 pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";

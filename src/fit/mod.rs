@@ -27,8 +27,7 @@ pub use devices::{
     DeviceUse, PodDevices, MAX_CONSTRAINT_COMBINATIONS,
 };
 
-pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
-pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
+pub use crate::device::{GPU_RESOURCE, MIG_RESOURCE_PREFIX};
 
 /// Why a pod does not fit a node. `category` groups nodes in explanations
 /// ("12 nodes: insufficient nvidia.com/gpu"); `detail` is one example.

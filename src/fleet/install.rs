@@ -6,6 +6,7 @@ use super::schema::{
 };
 use super::validate::{empty_mig, model_layout_problem};
 use super::*;
+use crate::truth::PcieStated;
 
 impl FleetFile {
     /// Validates, then resolves profiles, racks and reservations into the
@@ -504,4 +505,54 @@ pub(super) fn root_bus(r: u32) -> (u32, u8) {
 pub(super) fn root_name(r: u32) -> String {
     let (domain, bus) = root_bus(r);
     format!("pci{domain:04x}:{bus:02x}")
+}
+
+impl Stated {
+    /// What a profile states: GPU count always; model, memory (when > 0),
+    /// NUMA nodes, GPUs per PCIe root and NICs when set; MIG mode and
+    /// layout unless MIG is dynamic.
+    pub fn profile(p: &HardwareProfile, mig_dynamic: bool) -> Stated {
+        Stated {
+            gpu_count: true,
+            gpu_model: p.gpu_model.is_some(),
+            gpu_memory: p.gpu_memory_gib > 0,
+            mig: !mig_dynamic,
+            numa_nodes: p.numa_nodes.is_some(),
+            pcie: p.gpus_per_pcie_root.map(PcieStated::GpusPerRoot),
+            nics: p.nics.is_some(),
+            nvlink: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_states_only_its_set_keys() {
+        let p = HardwareProfile::new("1", "1Gi");
+        let s = Stated::profile(&p, false);
+        assert_eq!(
+            s,
+            Stated {
+                gpu_count: true,
+                mig: true,
+                ..Stated::default()
+            }
+        );
+        assert!(!Stated::profile(&p, true).mig);
+        let p = HardwareProfile {
+            gpu_model: Some("X".into()),
+            gpu_memory_gib: 1,
+            nics: Some(0),
+            gpus_per_pcie_root: Some(2),
+            numa_nodes: Some(1),
+            ..p
+        };
+        let s = Stated::profile(&p, false);
+        assert!(s.gpu_model && s.gpu_memory && s.nics && s.numa_nodes && !s.nvlink);
+        assert_eq!(s.pcie, Some(PcieStated::GpusPerRoot(2)));
+        assert_eq!(Stated::model(false).pcie, Some(PcieStated::Roots));
+    }
 }

@@ -11,6 +11,7 @@
 mod install;
 mod schema;
 mod validate;
+mod view;
 
 pub use install::{hardware_from_profile, parse_layout_entry};
 pub use schema::{
@@ -32,11 +33,12 @@ use crate::hardware::{
 use crate::quantity::{self, Milli};
 use crate::truth::{compare, Drift, Stated};
 
-pub use crate::truth::{owns_label, owns_taint};
+pub use crate::truth::owns_taint;
 use crate::truth::{
     valid_label_key, valid_label_value, GPU_COUNT_LABEL, GPU_MODEL_LABEL, KUBERNETES_SET_LABELS,
     RESERVATION_KEY,
 };
+pub use view::owns_label;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {

@@ -10,25 +10,19 @@
 
 mod publish;
 mod report;
-mod view;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::demand::{Taint, TaintEffect};
-use crate::device::{
-    fingerprint, AttrValue, CounterSets, Device, DeviceKind, GPU_DRIVER, NIC_DRIVER, PCI_BUS_ID,
-};
-use crate::fit::{GPU_RESOURCE, MIG_RESOURCE_PREFIX};
-use crate::fleet::{Fleet, HardwareProfile, Node, TopologyConfig};
+use crate::demand::Taint;
+use crate::device::Device;
 use crate::hardware::{Gpu, MigMode, NicKind, NodeHardware};
-use crate::quantity;
 
 pub use publish::{
-    label_value, owns_label, owns_taint, valid_label_key, valid_label_value, DO_NOT_DISRUPT,
-    KUBERNETES_SET_LABELS, READINESS_TAINTS,
+    is_readiness_taint, label_value, owns_taint, valid_label_key, valid_label_value,
+    DO_NOT_DISRUPT, KUBERNETES_SET_LABELS, READINESS_TAINTS,
 };
 pub use report::{compare, PcieStated, Stated};
 

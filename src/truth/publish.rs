@@ -3,25 +3,6 @@
 
 use super::*;
 
-/// Whether Accord owns the Node label `key`: exactly the topology labels
-/// (`<label_prefix><level>` for each of `topology.levels`, and every
-/// `also_label` key), [`GPU_MODEL_LABEL`], [`GPU_COUNT_LABEL`] and
-/// [`RESERVATION_KEY`]. Owned keys are set to what Accord publishes and
-/// removed when it publishes none; other keys under `label_prefix` are
-/// not Accord's (the prefix may be shared, e.g. `topology.kubernetes.io/`
-/// with the cloud provider's zone and region). Keys Kubernetes sets
-/// ([`KUBERNETES_SET_LABELS`]) are never owned.
-pub fn owns_label(topology: &TopologyConfig, key: &str) -> bool {
-    if KUBERNETES_SET_LABELS.contains(&key) {
-        return false;
-    }
-    matches!(key, GPU_MODEL_LABEL | GPU_COUNT_LABEL | RESERVATION_KEY)
-        || key
-            .strip_prefix(topology.label_prefix.as_str())
-            .is_some_and(|level| topology.levels.iter().any(|l| l == level))
-        || topology.also_label.values().flatten().any(|k| k == key)
-}
-
 /// Node labels the kubelet or the cloud provider sets, that Accord never
 /// owns (validation rejects a topology key naming one).
 /// `topology.kubernetes.io/zone` and `/region` are not here: an admin may
@@ -88,7 +69,7 @@ pub const READINESS_TAINTS: [&str; 2] = [
 /// powering the node off or repairing it.
 pub const DO_NOT_DISRUPT: &str = "accord.dev/do-not-disrupt";
 
-pub(super) fn is_readiness_taint(key: &str) -> bool {
+pub fn is_readiness_taint(key: &str) -> bool {
     READINESS_TAINTS.contains(&key)
 }
 
@@ -114,61 +95,4 @@ pub fn label_value(s: &str) -> String {
         .collect();
     kept.trim_matches(|c: char| !c.is_ascii_alphanumeric())
         .to_owned()
-}
-
-impl Fleet {
-    /// What Accord publishes on node `name`'s Kubernetes Node at `now`:
-    /// its topology labels (`<label_prefix><level>` and the level's
-    /// `also_label` keys, for the levels of `topology.levels`: the keys
-    /// Accord owns), its GPU model and count (from the model it is
-    /// planned with), and for a node of a non-lendable reservation active
-    /// at `now`, the reservation's label and `NoSchedule` taint (the first
-    /// such reservation by name). `None` when there is no such node.
-    pub fn publication(&self, name: &str, now: u64) -> Option<Publication> {
-        let node = self.node(name)?;
-        let mut p = Publication::default();
-        for (level, value) in &node.domains {
-            if !self.topology.levels.contains(level) {
-                continue;
-            }
-            let value = label_value(value);
-            if value.is_empty() {
-                continue;
-            }
-            p.labels.insert(
-                format!("{}{level}", self.topology.label_prefix),
-                value.clone(),
-            );
-            for key in self.topology.also_label.get(level).into_iter().flatten() {
-                p.labels.insert(key.clone(), value.clone());
-            }
-        }
-        if let Some(g) = node.gpus.first() {
-            let model = label_value(&g.model);
-            if !model.is_empty() {
-                p.labels.insert(GPU_MODEL_LABEL.to_owned(), model);
-            }
-            p.labels
-                .insert(GPU_COUNT_LABEL.to_owned(), node.gpus.len().to_string());
-        }
-        let reservation = self
-            .reservations
-            .iter()
-            .filter(|r| {
-                !r.lendable
-                    && r.active(now)
-                    && r.nodes.binary_search_by(|n| n.as_str().cmp(name)).is_ok()
-            })
-            .min_by(|a, b| a.name.cmp(&b.name));
-        if let Some(r) = reservation {
-            let value = label_value(&r.name);
-            p.labels.insert(RESERVATION_KEY.to_owned(), value.clone());
-            p.taints.push(Taint {
-                key: RESERVATION_KEY.to_owned(),
-                value: Some(value),
-                effect: TaintEffect::NoSchedule,
-            });
-        }
-        Some(p)
-    }
 }

@@ -8,12 +8,13 @@ use std::collections::BTreeMap;
 use accord::demand::{Demand, Taint, TaintEffect};
 use accord::device::DeviceKind;
 use accord::fit::{static_fit, DeviceContext, NodeUse, PodRequest};
+use accord::fleet::owns_label;
 use accord::fleet::{hardware_from_profile, Fleet, HardwareProfile, Node, OnDrift};
 use accord::hardware::{GpuInstance, MigMode, MigPlacement, MigState, NodeHardware};
 use accord::plan::{plan, Plan};
 use accord::truth::{
-    label_value, owns_label, owns_taint, Drift, DriftKind, Publication, SchedulerView,
-    GPU_COUNT_LABEL, GPU_MODEL_LABEL, RESERVATION_KEY,
+    label_value, owns_taint, Drift, DriftKind, Publication, SchedulerView, GPU_COUNT_LABEL,
+    GPU_MODEL_LABEL, RESERVATION_KEY,
 };
 
 const H100: &str = "NVIDIA H100 80GB HBM3";
