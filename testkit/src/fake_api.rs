@@ -178,7 +178,7 @@ impl KubeVersion {
     /// (`--runtime-config scheduling.k8s.io/v1beta1=true`, with the
     /// `GenericWorkload` gate): a beta API introduced after 1.24, it is off
     /// by default, as kube-apiserver v1.37.2 shows
-    /// (testkit/tests/fake_api_discovery.rs).
+    /// (testkit/tests/it/fake_api_discovery.rs).
     pub fn can_serve_pod_group_v1beta1(self) -> bool {
         self >= KubeVersion::V1_37
     }
