@@ -10,6 +10,7 @@
 pub mod agent;
 #[cfg(feature = "cli")]
 pub mod cli_docs;
+#[cfg(feature = "client")]
 pub mod client;
 pub mod control;
 #[cfg(feature = "cli")]
@@ -21,5 +22,6 @@ pub mod nodes;
 pub mod signals;
 pub mod text;
 
+#[cfg(feature = "client")]
 pub use client::{Client, ClientError};
 pub use names::{validate_node_name, NodeNameError};

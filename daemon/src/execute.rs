@@ -35,19 +35,11 @@ use crate::journal::{reconcile, Intent, IntentAction as Action, IntentState, Jou
 use crate::store::StoreError;
 pub use accord_redfish::power::{unknown_bios_profile, BiosSeen, PowerControl, PowerError};
 
-/// A BIOS read the loop asked for: the node and the profile staged on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BiosCheck {
-    pub node: String,
-    pub profile: String,
-}
+pub use accord_decide::{BiosCheck, BiosRead, Executed, Failure};
 
-/// What a BIOS read found (returned to the loop as power results are).
-#[derive(Debug, Clone)]
-pub struct BiosRead {
-    pub node: String,
-    pub profile: String,
-    pub result: Result<BiosSeen, PowerError>,
+/// A power error as the decider takes it (typed, behind a shared `dyn`).
+pub fn failure(e: PowerError) -> Failure {
+    Arc::new(e)
 }
 
 /// The Redfish implementation: one `Bmc` per node from the inventory.
@@ -216,14 +208,6 @@ impl PowerControl for RedfishPower {
 
 pub use accord_api::control::Requested;
 
-/// What executing did, per intent.
-#[derive(Debug, Clone)]
-pub struct Executed {
-    pub intent: u64,
-    pub node: String,
-    pub result: Result<(), PowerError>,
-}
-
 pub struct Executor<P> {
     journal: Journal,
     power: Arc<P>,
@@ -361,10 +345,10 @@ impl<P: PowerControl + 'static> Executor<P> {
                     return Ok(Executed {
                         intent: intent.id,
                         node: intent.node.clone(),
-                        result: Err(PowerError::NotSent {
+                        result: Err(Arc::new(PowerError::NotSent {
                             node: intent.node,
                             source: Arc::new(e),
-                        }),
+                        })),
                     });
                 }
             }
@@ -403,7 +387,7 @@ impl<P: PowerControl + 'static> Executor<P> {
         Ok(Executed {
             intent: intent.id,
             node: intent.node,
-            result,
+            result: result.map_err(failure),
         })
     }
 
@@ -616,7 +600,11 @@ impl<P: PowerControl + 'static> Executor<P> {
             BiosRead {
                 node: c.node.clone(),
                 profile: c.profile.clone(),
-                result: self.power.read_bios(&c.node, &c.profile).await,
+                result: self
+                    .power
+                    .read_bios(&c.node, &c.profile)
+                    .await
+                    .map_err(failure),
             }
         });
         futures::future::join_all(reads).await

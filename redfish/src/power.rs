@@ -7,8 +7,6 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
-
 use crate::RedfishError;
 
 /// Why a power action or reading failed.
@@ -43,16 +41,7 @@ pub enum PowerError {
     },
 }
 
-/// A node's BIOS as read back after a power-on that staged `profile`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct BiosSeen {
-    /// The profile's attributes, as the inventory has them now.
-    pub wanted: Map<String, Value>,
-    /// The Bios resource's current attributes.
-    pub current: Map<String, Value>,
-    /// Attributes still staged in the `@Redfish.Settings` object.
-    pub pending: Map<String, Value>,
-}
+pub use accord::hardware::BiosSeen;
 
 /// What the executor needs from the machines' BMCs.
 pub trait PowerControl: Send + Sync {

@@ -7,6 +7,7 @@
 //! (by PCI bus id, NUMA id or index) so the same machine always serialises to
 //! the same bytes.
 
+pub mod bios;
 pub mod limits;
 pub mod mig;
 pub mod pci;
@@ -14,6 +15,7 @@ mod queries;
 
 use serde::{Deserialize, Serialize};
 
+pub use bios::BiosSeen;
 pub use mig::{
     ComputeInstance, GpuInstance, MigLayoutError, MigMode, MigPlacement, MigProfile, MigQueryError,
     MigState,

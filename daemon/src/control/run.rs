@@ -180,6 +180,7 @@ fn seeded_decider(
     );
     decider.set_repair(control.repair.into());
     decider.set_power_off_settle_s(control.power_off_settle_s);
+    decider.set_stopwatch(since_start);
     // Where the loop was: lifecycles (with their deadlines) and
     // bookings, before the journal's open intents are resumed.
     match (shared.store.lives(), shared.store.bookings()) {
@@ -614,4 +615,11 @@ fn log_join(done: Result<(), tokio::task::JoinError>) {
             tracing::error!(error = %e, "a power action task failed; its intents stay open in the journal");
         }
     }
+}
+
+/// Monotonic time since this process first asked: the decider's
+/// stopwatch for the planner.
+fn since_start() -> Duration {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
 }

@@ -6,32 +6,13 @@
 
 use std::collections::BTreeSet;
 
-use serde::{Deserialize, Serialize};
-
 use super::{io, Store, StoreError};
 
-/// One thing said: what kind of thing, about which object (a workload
-/// `ns/name`, a node), and what exactly (the reason, the drift).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct SaidKey {
-    pub kind: String,
-    pub object: String,
-    pub what: String,
-}
+pub use accord_decide::SaidKey;
 
-impl SaidKey {
-    pub fn new(kind: &str, object: &str, what: impl Into<String>) -> SaidKey {
-        SaidKey {
-            kind: kind.to_owned(),
-            object: object.to_owned(),
-            what: what.into(),
-        }
-    }
-
-    /// The tree's key: the JSON of the key (the value is empty).
-    fn bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("plain strings serialize")
-    }
+/// The tree's key: the JSON of the key (the value is empty).
+fn key_bytes(key: &SaidKey) -> Vec<u8> {
+    serde_json::to_vec(key).expect("plain strings serialize")
 }
 
 impl Store {
@@ -41,11 +22,11 @@ impl Store {
             return Ok(());
         }
         for k in removed {
-            self.said.remove(k.bytes()).map_err(io("forget said"))?;
+            self.said.remove(key_bytes(k)).map_err(io("forget said"))?;
         }
         for k in added {
             self.said
-                .insert(k.bytes(), &[] as &[u8])
+                .insert(key_bytes(k), &[] as &[u8])
                 .map_err(io("write said"))?;
         }
         self.flush()

@@ -8,17 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use accord::lifecycle::NodeLife;
-use serde::{Deserialize, Serialize};
 
 use super::{io, Store, StoreError};
 
-/// A Provisioned request's nodes and until when they are held.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Booking {
-    pub nodes: BTreeSet<String>,
-    /// Unix seconds.
-    pub until: u64,
-}
+pub use accord_decide::Booking;
 
 impl Store {
     /// Keeps the lifecycles that changed and forgets `gone` (nodes no

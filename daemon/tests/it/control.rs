@@ -543,47 +543,6 @@ async fn check_capacity_powers_nothing_on_and_says_whether_it_fits_now() {
     );
 }
 
-/// *Decide* stays pure: its modules import nothing async and no client
-/// of the outside world (the running loop and these tests drive the same
-/// code because of it).
-#[test]
-fn decide_imports_nothing_async_nor_any_client() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/control");
-    // Every module of decide, listed from the directory so a new one is
-    // held too (until decide is a crate of its own and the compiler holds it).
-    let mut files = vec!["decide.rs".to_owned(), "provisioning.rs".to_owned()];
-    let mut dirs = vec!["decide".to_owned()];
-    while let Some(sub) = dirs.pop() {
-        for entry in std::fs::read_dir(dir.join(&sub)).unwrap() {
-            let entry = entry.unwrap();
-            let name = format!("{sub}/{}", entry.file_name().to_string_lossy());
-            if entry.file_type().unwrap().is_dir() {
-                dirs.push(name);
-            } else if name.ends_with(".rs") {
-                files.push(name);
-            }
-        }
-    }
-    assert!(files.len() > 10, "decide's modules not found: {files:?}");
-    for file in &files {
-        let text = std::fs::read_to_string(dir.join(file)).unwrap();
-        let uses: Vec<&str> = text
-            .lines()
-            .map(str::trim_start)
-            .filter(|l| l.starts_with("use ") || l.starts_with("pub use "))
-            .collect();
-        assert!(!uses.is_empty(), "{file}: no use lines found");
-        for line in uses {
-            for banned in ["tokio", "kube", "sled", "reqwest", "axum", "futures"] {
-                assert!(!line.contains(banned), "{file}: `{line}` imports {banned}");
-            }
-        }
-        for banned in ["async fn", ".await", "tokio::", "sled::", "reqwest::"] {
-            assert!(!text.contains(banned), "{file} uses {banned}");
-        }
-    }
-}
-
 /// An 8-GPU H100 node's model as its agent would report it, with `gpus`
 /// GPUs.
 fn reported_h100(gpus: u32) -> accord::hardware::NodeHardware {

@@ -8,7 +8,7 @@ use accord::demand::{Demand, ObjectRef};
 use accord::lifecycle::{Deadlines, Stage};
 use accord::plan::Action;
 use accordd::control::decide::{Decider, Decision, Snapshot};
-use accordd::execute::{Executed, PowerError};
+use accordd::execute::{failure, Executed, PowerError};
 use accordd::store::Store;
 
 use crate::support;
@@ -130,10 +130,10 @@ impl Churn {
                     self.world.executed.push(Executed {
                         intent: 0,
                         node: node.clone(),
-                        result: Err(PowerError::Refused {
+                        result: Err(failure(PowerError::Refused {
                             node: node.clone(),
                             reason: "power state still Off after the timeout".into(),
-                        }),
+                        })),
                     });
                 }
                 Action::PowerOn { node, .. } => self.up(node),

@@ -75,8 +75,12 @@ async fn a_deposed_leader_sends_no_reset_and_the_new_one_sends_one() {
 
     // a's power-on of n2 is refused at its intent's write: no Reset.
     let done = ex_a.apply(&[power_on("n2")], 20).await.unwrap();
-    match &done[0].result {
-        Err(PowerError::NotSent { node, .. }) => assert_eq!(node, "n2"),
+    match done[0]
+        .result
+        .as_ref()
+        .map_err(|e| e.downcast_ref::<PowerError>())
+    {
+        Err(Some(PowerError::NotSent { node, .. })) => assert_eq!(node, "n2"),
         other => panic!("a deposed leader's power-on: {other:?}"),
     }
     assert_eq!(

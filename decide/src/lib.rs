@@ -4,8 +4,9 @@
 //! skip (a node with pods, one not Idle, one booked), keeps bookings,
 //! works out ProvisioningRequest conditions and the events to write, and
 //! builds the status to publish and the metrics to record. It reads no
-//! clock for its decisions, does no I/O and imports nothing async: the
-//! running loop (`run`) and the twin tests drive the same code.
+//! clock, does no I/O and imports nothing async: its Cargo.toml has no
+//! runtime, client or store, so the compiler holds that. accordd's loop
+//! (`accordd::control::run`) and the twin tests drive the same code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -23,9 +24,11 @@ use accord_api::control::{
 };
 use tracing::{debug, info, warn};
 
-use super::provisioning::{self, Condition, ProvisioningSeen};
-use crate::execute::Executed;
-pub use crate::metrics::RoundMetrics;
+pub use metrics::RoundMetrics;
+pub use provisioning::Booking;
+use provisioning::{Condition, ProvisioningSeen};
+pub use results::{BiosCheck, BiosRead, Executed, Failure};
+pub use said::SaidKey;
 use truth::drift_text;
 
 mod admin;
@@ -33,14 +36,16 @@ mod bios;
 mod commands;
 pub mod gpu_clients;
 mod lifecycles;
+pub mod metrics;
 mod power;
 mod power_off;
+pub mod provisioning;
+mod results;
 mod round;
 mod said;
 mod truth;
 mod workloads;
 
-use crate::store::SaidKey;
 pub use bios::BiosEffects;
 pub use commands::CommandEffects;
 use power::busy_pods;
@@ -104,7 +109,7 @@ pub struct Snapshot {
     /// decided on (the last round's view is kept).
     pub commands_unreadable: bool,
     /// BIOS read back since the last round (asked for by `bios.checks`).
-    pub bios_reads: Vec<crate::execute::BiosRead>,
+    pub bios_reads: Vec<BiosRead>,
 }
 
 /// An object the translation cannot plan, and why.
@@ -157,7 +162,7 @@ pub struct Decision {
     /// Lifecycles that changed this round: kept in the store.
     pub lives_changed: Vec<(String, NodeLife)>,
     /// The bookings, when they changed this round: kept in the store.
-    pub bookings: Option<BTreeMap<String, crate::store::Booking>>,
+    pub bookings: Option<BTreeMap<String, Booking>>,
     /// BIOS reads to make and outcomes to keep (act mode only).
     pub bios: BiosEffects,
     /// What was said once and what no longer holds: kept in the store.
@@ -260,7 +265,14 @@ pub struct Decider {
     booted_at: BTreeMap<String, u64>,
     /// The time of the round (or start-up) under way, for `note`.
     clock: u64,
+    /// Times the planner for the status and metrics (never a decision);
+    /// none: reported as 0 (the simulator, whose bytes must repeat).
+    stopwatch: Option<Stopwatch>,
 }
+
+/// A monotonic clock the caller owns (time since some start), given to
+/// [`Decider::set_stopwatch`]: decide itself reads none.
+pub type Stopwatch = fn() -> Duration;
 
 impl Decider {
     /// Every node of `fleet` starts Off at `now`.
@@ -297,6 +309,7 @@ impl Decider {
             repairing: BTreeSet::new(),
             booted_at: BTreeMap::new(),
             clock: now,
+            stopwatch: None,
         }
     }
 
@@ -316,7 +329,7 @@ impl Decider {
     pub fn seed_state(
         &mut self,
         lives: BTreeMap<String, NodeLife>,
-        bookings: BTreeMap<String, crate::store::Booking>,
+        bookings: BTreeMap<String, Booking>,
     ) {
         for (node, life) in lives {
             if let Some(l) = self.lives.get_mut(&node) {
@@ -357,6 +370,12 @@ impl Decider {
     /// [`DEFAULT_POWER_OFF_SETTLE_S`]).
     pub fn set_power_off_settle_s(&mut self, s: u64) {
         self.drains.set_settle_s(s);
+    }
+
+    /// Times the planner with `stopwatch` (status `planner_ms`, metric
+    /// `accord_planner_seconds`).
+    pub fn set_stopwatch(&mut self, stopwatch: Stopwatch) {
+        self.stopwatch = Some(stopwatch);
     }
 
     pub fn fleet(&self) -> &Fleet {
@@ -447,12 +466,7 @@ impl Decider {
     /// What changed since the store was last given the lifecycles and
     /// bookings.
     #[allow(clippy::type_complexity)]
-    fn state_changes(
-        &mut self,
-    ) -> (
-        Vec<(String, NodeLife)>,
-        Option<BTreeMap<String, crate::store::Booking>>,
-    ) {
+    fn state_changes(&mut self) -> (Vec<(String, NodeLife)>, Option<BTreeMap<String, Booking>>) {
         let lives: Vec<(String, NodeLife)> = self
             .lives
             .iter()
@@ -469,7 +483,7 @@ impl Decider {
                 .map(|(k, (nodes, until))| {
                     (
                         k.clone(),
-                        crate::store::Booking {
+                        Booking {
                             nodes: nodes.clone(),
                             until: *until,
                         },

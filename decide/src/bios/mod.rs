@@ -41,7 +41,8 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use super::{node_ref, Decider, Event, RoundMetrics, Snapshot};
-use crate::execute::{BiosCheck, BiosSeen};
+use crate::results::BiosCheck;
+use accord::hardware::BiosSeen;
 
 /// A read that has not come back after this long is asked again (its
 /// task was lost).

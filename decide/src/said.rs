@@ -9,7 +9,27 @@
 
 use std::collections::BTreeSet;
 
-use crate::store::SaidKey;
+use serde::{Deserialize, Serialize};
+
+/// One thing said: what kind of thing, about which object (a workload
+/// `ns/name`, a node), and what exactly (the reason, the drift). accordd's
+/// store keeps them (tree `said`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SaidKey {
+    pub kind: String,
+    pub object: String,
+    pub what: String,
+}
+
+impl SaidKey {
+    pub fn new(kind: &str, object: &str, what: impl Into<String>) -> SaidKey {
+        SaidKey {
+            kind: kind.to_owned(),
+            object: object.to_owned(),
+            what: what.into(),
+        }
+    }
+}
 
 /// Kinds whose condition is not looked at every round (a node reporting
 /// that the fleet does not declare: seen only when its report changes):

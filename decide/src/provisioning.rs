@@ -16,8 +16,11 @@
 //!   at once (Failed=True).
 //! - A class Accord does not serve is left alone (another provisioner's).
 
+use std::collections::BTreeSet;
+
 use accord::demand::ObjectRef;
 use accord_api::control::{WorkloadState, WorkloadStatus};
+use serde::{Deserialize, Serialize};
 
 /// The classes Accord serves (`spec.provisioningClassName`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,6 +197,15 @@ pub fn conditions(s: &Seen) -> Vec<Condition> {
         })
     });
     want
+}
+
+/// A Provisioned request's nodes and until when they are held (kept by
+/// accordd's store, tree `bookings`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Booking {
+    pub nodes: BTreeSet<String>,
+    /// Unix seconds.
+    pub until: u64,
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@ use tracing::info;
 use super::bios::BiosEffects;
 use super::commands::{self, CommandEffects};
 use super::{node_ref, said, stage_label, Decider, Event, Snapshot};
-use crate::control::provisioning::ProvisioningClass;
 use crate::metrics::RoundMetrics;
-use crate::store::SaidKey;
+use crate::provisioning::ProvisioningClass;
+use crate::said::SaidKey;
 
 /// What one round gathers as it goes, for its `Decision`.
 #[derive(Default)]
@@ -79,9 +79,12 @@ impl Decider {
         self.scheduler_drift_events(&scheduler_drift, &mut r.events);
         self.scheduler_drift = scheduler_drift;
         let (demand, check_capacity) = split_check_capacity(snap);
-        let started = std::time::Instant::now();
+        let started = self.stopwatch.map(|now| now());
         let plan = accord::plan::plan(&seen, &demand, &seen.policy, snap.now);
-        r.metrics.planner_seconds = started.elapsed().as_secs_f64();
+        r.metrics.planner_seconds = match (self.stopwatch, started) {
+            (Some(now), Some(started)) => now().saturating_sub(started).as_secs_f64(),
+            _ => 0.0,
+        };
         let mut workloads = self.workload_status(&plan, &demand, snap.mono);
         let repartitioning = self.repartitioning(&plan, &seen, &agreeing, snap, act, r);
         for w in &mut workloads {

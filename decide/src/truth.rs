@@ -12,7 +12,7 @@ use accord_api::control::ModelSource;
 use tracing::{info, warn};
 
 use super::{node_ref, said, Decider, Event, Snapshot};
-use crate::store::SaidKey;
+use crate::said::SaidKey;
 
 impl Decider {
     /// Agents' new reports: each node is planned with its reported model

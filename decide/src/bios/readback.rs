@@ -10,7 +10,7 @@ impl Decider {
     /// one that is not, once the machine has booted, fails the node (a
     /// staged profile) or is said and left running (a checked one); a
     /// read that failed is tried again.
-    pub(in crate::control::decide) fn absorb_bios(
+    pub(crate) fn absorb_bios(
         &mut self,
         snap: &Snapshot,
         events: &mut Vec<Event>,
@@ -266,7 +266,7 @@ impl Decider {
     /// went through, or once its BMC shows it On (its lifecycle left
     /// PoweringOn): the staging came before its Reset, and the rest of its
     /// wave may take longer.
-    pub(in crate::control::decide) fn bios_checks(
+    pub(crate) fn bios_checks(
         &mut self,
         now: u64,
         metrics: &mut RoundMetrics,
