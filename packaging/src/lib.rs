@@ -25,7 +25,9 @@ pub struct Package {
     pub crate_dir: PathBuf,
     /// The crate's version (`0.1.0`).
     pub version: String,
-    /// The crate's binaries (`[[bin]]` names).
+    /// The binaries it ships: the crate's `[[bin]]` names, and any other
+    /// workspace binary it carries to /usr/bin (accordd's package carries
+    /// accordctl, its own crate).
     pub bins: Vec<String>,
     pub assets: Vec<Asset>,
     /// `maintainer-scripts`, resolved.
@@ -95,7 +97,7 @@ pub fn package(dir: &str) -> Result<Package, String> {
                 .to_owned()
         }
     };
-    let bins = doc
+    let mut bins: Vec<String> = doc
         .get("bin")
         .and_then(|b| b.as_array())
         .map(|bins| {
@@ -126,6 +128,13 @@ pub fn package(dir: &str) -> Result<Package, String> {
             dest: dest.to_owned(),
             mode,
         });
+    }
+    for a in &assets {
+        if let Some(bin) = a.source.strip_prefix("target/release/") {
+            if a.dest == "usr/bin/" && !bins.iter().any(|b| b == bin) {
+                bins.push(bin.to_owned());
+            }
+        }
     }
     Ok(Package {
         name: string(deb, "name").unwrap_or_else(|| string(pkg, "name").unwrap_or_default()),

@@ -8,6 +8,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// Another workspace binary, built beside `built` (a path cargo gave as
+/// `CARGO_BIN_EXE_*`): accordctl is its own crate, so accordd's tests
+/// find it in the same target directory (`cargo test --workspace` builds
+/// every crate's binaries before any test runs). Fails naming what to build.
+pub fn sibling_binary(built: &str, name: &str) -> PathBuf {
+    let path = Path::new(built).with_file_name(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "{} is not built: `cargo test --workspace` builds it, or `cargo build -p {name}`",
+        path.display()
+    );
+    path
+}
+
 /// Runs `cmd` to its end, with its output, as `Command::output` does (stdin
 /// is null); panics, with what it wrote, when it is still running after
 /// `within` (it is killed then).

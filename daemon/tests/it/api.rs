@@ -390,7 +390,7 @@ async fn agents_register_and_the_store_survives_a_restart() {
     // accordctl reads the same list.
     let admin = dir.path().join("admin-token");
     let out = output_within(
-        Command::new(env!("CARGO_BIN_EXE_accordctl"))
+        Command::new(crate::support::accordctl_bin())
             .args(["nodes", "--json", "--url", &d.url, "--token-file"])
             .arg(&admin),
     );
@@ -405,7 +405,7 @@ async fn agents_register_and_the_store_survives_a_restart() {
     assert_eq!(listed[0]["rack"], "r07");
     assert_eq!(listed[1]["rack"], Value::Null);
     let table = output_within(
-        Command::new(env!("CARGO_BIN_EXE_accordctl"))
+        Command::new(crate::support::accordctl_bin())
             .args(["nodes", "--url", &d.url, "--token-file"])
             .arg(&admin),
     );
@@ -979,7 +979,7 @@ async fn node_names_that_are_not_kubernetes_node_names_are_refused() {
         vec!["node", "replace", "x9drg-01\nforged"],
     ] {
         let out = output_within(
-            Command::new(env!("CARGO_BIN_EXE_accordctl"))
+            Command::new(crate::support::accordctl_bin())
                 .args(&args)
                 .args(["--url", &d.url, "--token-file"])
                 .arg(&admin),
@@ -993,7 +993,7 @@ async fn node_names_that_are_not_kubernetes_node_names_are_refused() {
     assert_eq!(after[0]["replacement_allowed"], false);
     // The good name still works through accordctl.
     let out = output_within(
-        Command::new(env!("CARGO_BIN_EXE_accordctl"))
+        Command::new(crate::support::accordctl_bin())
             .args([
                 "node",
                 "replace",

@@ -51,7 +51,7 @@ fn systemd_units_verify() {
             .unwrap()
             .replace("/usr/bin/accordd", env!("CARGO_BIN_EXE_accordd"))
             // Any executable stands in for the agent: verify checks paths.
-            .replace("/usr/bin/accord-agent", env!("CARGO_BIN_EXE_accordctl"));
+            .replace("/usr/bin/accord-agent", env!("CARGO_BIN_EXE_accordd"));
         let unit = tmp.path().join(path.file_name().unwrap());
         std::fs::write(&unit, text).unwrap();
         let out = std::process::Command::new("systemd-analyze")

@@ -7,7 +7,7 @@ use std::process::Command;
 fn binaries_print_help_and_refuse_unknown_arguments() {
     for (bin, words) in [
         (
-            env!("CARGO_BIN_EXE_accordd"),
+            std::path::PathBuf::from(env!("CARGO_BIN_EXE_accordd")),
             vec![
                 "run",
                 "check-config",
@@ -18,17 +18,21 @@ fn binaries_print_help_and_refuse_unknown_arguments() {
             ],
         ),
         (
-            env!("CARGO_BIN_EXE_accordctl"),
+            crate::support::accordctl_bin(),
             vec!["plan", "nodes", "status", "explain", "Exit status"],
         ),
     ] {
-        let out = Command::new(bin).arg("--help").output().unwrap();
+        let out = Command::new(&bin).arg("--help").output().unwrap();
         assert!(out.status.success());
         let text = String::from_utf8_lossy(&out.stdout);
         for w in words {
-            assert!(text.contains(w), "{bin} help lacks {w}:\n{text}");
+            assert!(
+                text.contains(w),
+                "{} help lacks {w}:\n{text}",
+                bin.display()
+            );
         }
-        let bad = Command::new(bin).arg("--no-such-flag").output().unwrap();
+        let bad = Command::new(&bin).arg("--no-such-flag").output().unwrap();
         assert!(!bad.status.success());
     }
 }
@@ -39,15 +43,20 @@ fn binaries_print_help_and_refuse_unknown_arguments() {
 #[test]
 fn binaries_write_completions_and_man_pages() {
     for (bin, name, section, sub) in [
-        (env!("CARGO_BIN_EXE_accordd"), "accordd", "8", "run"),
-        (env!("CARGO_BIN_EXE_accordctl"), "accordctl", "1", "plan"),
+        (
+            std::path::PathBuf::from(env!("CARGO_BIN_EXE_accordd")),
+            "accordd",
+            "8",
+            "run",
+        ),
+        (crate::support::accordctl_bin(), "accordctl", "1", "plan"),
     ] {
         for (shell, marker) in [
             ("bash", format!("complete -F _{name}")),
             ("zsh", format!("#compdef {name}")),
             ("fish", format!("complete -c {name} ")),
         ] {
-            let out = Command::new(bin)
+            let out = Command::new(&bin)
                 .args(["completions", shell])
                 .output()
                 .unwrap();
@@ -56,13 +65,13 @@ fn binaries_write_completions_and_man_pages() {
             assert!(script.contains(&marker), "{name} {shell}:\n{script}");
             assert!(script.contains(sub), "{name} {shell}:\n{script}");
         }
-        let bad = Command::new(bin)
+        let bad = Command::new(&bin)
             .args(["completions", "tcsh"])
             .output()
             .unwrap();
         assert_eq!(bad.status.code(), Some(2), "{name}");
         let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(bin)
+        let out = Command::new(&bin)
             .args(["man", "--out"])
             .arg(dir.path())
             .output()
@@ -78,7 +87,7 @@ fn binaries_write_completions_and_man_pages() {
             assert!(text.contains(&format!(".TH {title} {section} ")), "{page}");
         }
         assert!(!dir.path().join(format!("{name}-man.{section}")).exists());
-        let help = Command::new(bin).arg("--help").output().unwrap();
+        let help = Command::new(&bin).arg("--help").output().unwrap();
         let help = String::from_utf8_lossy(&help.stdout);
         assert!(help.contains("completions"), "{help}");
         assert!(!help.contains("  man "), "{help}");

@@ -17,7 +17,7 @@ fn mockup(name: &str) -> PathBuf {
 }
 
 fn accordctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_accordctl"))
+    Command::new(crate::support::accordctl_bin())
         .args(args)
         .env_remove("ACCORD_BMC_INVENTORY")
         .env_remove("ACCORD_FLEET")
@@ -323,7 +323,7 @@ fn bmc_probe_refuses_what_is_not_a_redfish_service_root() {
     ] {
         let url = format!("http://{addr}/{kind}");
         let out = accord_testkit::process::output_within(
-            Command::new(env!("CARGO_BIN_EXE_accordctl"))
+            Command::new(crate::support::accordctl_bin())
                 .args(["bmc", "probe", &url])
                 .env_remove("ACCORD_BMC_INVENTORY"),
             std::time::Duration::from_secs(60),

@@ -34,7 +34,7 @@ fn replicas(lease: u64, renew: u64, retry: u64) -> String {
 /// `accordctl replica --json` against one replica.
 fn replica_says(lab: &Lab, identity: &str) -> Option<ReplicaStatus> {
     let url = lab.replica_url(identity).expect("a replica");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
+    let out = std::process::Command::new(crate::support::accordctl_bin())
         .args(["replica", "--json"])
         .env("ACCORD_URL", &url)
         .env(
@@ -292,7 +292,7 @@ async fn a_replica_whose_store_is_deleted_is_fed_again_by_the_agents_and_leads()
     let follower = the_other(&lab, &leader);
     // An admin's power request to the follower is refused, naming the
     // leader; nothing reaches the BMC.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
+    let out = std::process::Command::new(crate::support::accordctl_bin())
         .args(["power", "on", "r3-n2"])
         .env("ACCORD_URL", lab.replica_url(&follower).unwrap())
         .env(
@@ -322,7 +322,7 @@ async fn a_replica_whose_store_is_deleted_is_fed_again_by_the_agents_and_leads()
         Duration::from_secs(30),
         || {
             let url = lab.replica_url(&follower)?;
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
+            let out = std::process::Command::new(crate::support::accordctl_bin())
                 .args(["nodes", "--json"])
                 .env("ACCORD_URL", &url)
                 .env(

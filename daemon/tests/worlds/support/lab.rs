@@ -190,7 +190,7 @@ pub async fn metrics(lab: &Lab) -> String {
 /// Runs the accordctl binary against the lab's accordd as its admin:
 /// (succeeded, stdout, stderr).
 pub fn accordctl(lab: &Lab, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_accordctl"))
+    let out = std::process::Command::new(super::accordctl_bin())
         .args(args)
         .env("ACCORD_URL", &lab.daemon_url)
         .env(

@@ -19,8 +19,8 @@ pub(super) fn translate_files(
     Ok(accord_kube::translate(&all, &options))
 }
 
-pub(super) fn simulate(args: &accordd::simulate::SimulateArgs, json: bool) -> anyhow::Result<()> {
-    let done = accordd::simulate::run(args)?;
+pub(super) fn simulate(args: &crate::simulate::SimulateArgs, json: bool) -> anyhow::Result<()> {
+    let done = crate::simulate::run(args)?;
     let f = &done.figures;
     if json {
         let summary = serde_json::json!({

@@ -5,6 +5,8 @@
 
 mod machines;
 mod offline;
+mod power;
+mod simulate;
 mod tables;
 
 use std::path::{Path, PathBuf};
@@ -133,7 +135,7 @@ enum Command {
     /// NODE may be a range (`gpu-[001-016]`).
     Power {
         #[arg(value_enum)]
-        action: accordd::power::PowerVerb,
+        action: crate::power::PowerVerb,
         #[arg(required = true, value_name = "NODE")]
         nodes: Vec<String>,
         /// Check and say what would be done; change nothing.
@@ -406,7 +408,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             json,
         }) => simulate(
-            &accordd::simulate::SimulateArgs {
+            &crate::simulate::SimulateArgs {
                 fleet,
                 trace,
                 policies,
@@ -579,14 +581,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
             daemon,
             files,
-        }) => match accordd::power::admin_action(action) {
+        }) => match crate::power::admin_action(action) {
             Some(admin) if !direct => {
                 power_through_accordd(admin, &nodes, force, dry_run, json, &daemon)
             }
             _ => power_cmd(
                 action,
                 nodes,
-                accordd::power::PowerOptions {
+                crate::power::PowerOptions {
                     force,
                     dry_run,
                     pxe,

@@ -58,7 +58,7 @@ fn fleet(path: &Path) -> anyhow::Result<Fleet> {
             Err("an openb node list names no hardware files".into())
         })?);
     }
-    crate::load_fleet(path)
+    accordd::load_fleet(path)
 }
 
 /// Accord's trace or demand JSON, or an openb pod list.

@@ -13,7 +13,7 @@ pub(super) fn power_through_accordd(
     json: bool,
     daemon: &DaemonArgs,
 ) -> anyhow::Result<()> {
-    let nodes = accordd::power::expand_names(nodes)?;
+    let nodes = crate::power::expand_names(nodes)?;
     let request = accord_api::control::AdminPowerRequest {
         action,
         force,
@@ -30,10 +30,10 @@ pub(super) fn power_through_accordd(
             let mut out = Vec::new();
             for node in nodes {
                 let result = match client.power(&node, &request).await {
-                    Ok(a) => accordd::power::NodeOutcome::Ok(a),
+                    Ok(a) => crate::power::NodeOutcome::Ok(a),
                     // accordd unreachable: no node can be asked.
                     Err(e @ accord_api::ClientError::Unreachable { .. }) => return Err(e),
-                    Err(e) => accordd::power::NodeOutcome::Error {
+                    Err(e) => crate::power::NodeOutcome::Error {
                         kind: e
                             .status()
                             .map_or("client", |s| match s.as_u16() {
@@ -43,10 +43,10 @@ pub(super) fn power_through_accordd(
                                 _ => "error",
                             })
                             .to_owned(),
-                        error: accordd::power::refusal_text(&e),
+                        error: crate::power::refusal_text(&e),
                     },
                 };
-                out.push(accordd::power::NodeResult { node, result });
+                out.push(crate::power::NodeResult { node, result });
             }
             Ok(out)
         },
@@ -54,12 +54,12 @@ pub(super) fn power_through_accordd(
     if json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        print!("{}", accordd::power::render_admin(&results));
+        print!("{}", crate::power::render_admin(&results));
     }
-    if !accordd::power::all_ok(&results) {
+    if !crate::power::all_ok(&results) {
         let failed = results
             .iter()
-            .filter(|r| !matches!(r.result, accordd::power::NodeOutcome::Ok(_)))
+            .filter(|r| !matches!(r.result, crate::power::NodeOutcome::Ok(_)))
             .count();
         anyhow::bail!("{failed} of {} node(s) refused or failed", results.len());
     }
@@ -67,15 +67,15 @@ pub(super) fn power_through_accordd(
 }
 
 pub(super) fn power_cmd(
-    action: accordd::power::PowerVerb,
+    action: crate::power::PowerVerb,
     nodes: Vec<String>,
-    options: accordd::power::PowerOptions,
+    options: crate::power::PowerOptions,
     json: bool,
     files: InventoryArgs,
 ) -> anyhow::Result<()> {
     let inventory = files.inventory()?;
     let fleet = files.fleet(false)?;
-    let nodes = accordd::power::expand_nodes(&inventory, &nodes)?;
+    let nodes = crate::power::expand_nodes(&inventory, &nodes)?;
     let insecure: Vec<String> = inventory
         .insecure_nodes()
         .into_iter()
@@ -87,7 +87,7 @@ pub(super) fn power_cmd(
             insecure.join(", ")
         );
     }
-    let results = runtime()?.block_on(accordd::power::power(
+    let results = runtime()?.block_on(crate::power::power(
         &inventory,
         fleet.as_ref(),
         action,
@@ -97,12 +97,12 @@ pub(super) fn power_cmd(
     if json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        print!("{}", accordd::power::render_power(&results, action));
+        print!("{}", crate::power::render_power(&results, action));
     }
     let failed = results.len()
         - results
             .iter()
-            .filter(|r| matches!(r.result, accordd::power::NodeOutcome::Ok(_)))
+            .filter(|r| matches!(r.result, crate::power::NodeOutcome::Ok(_)))
             .count();
     if failed > 0 {
         anyhow::bail!("{failed} of {} node(s) failed", results.len());
@@ -121,15 +121,15 @@ pub(super) fn bios_cmd(command: BiosCommand) -> anyhow::Result<()> {
         } => {
             let inventory = files.inventory()?;
             let fleet = files.fleet(true)?.expect("required");
-            let results = runtime()?.block_on(accordd::power::bios_apply(
+            let results = runtime()?.block_on(crate::power::bios_apply(
                 &inventory, &fleet, &profile, &rack, dry_run,
             ))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&results)?);
             } else {
-                print!("{}", accordd::power::render_bios(&results, &profile));
+                print!("{}", crate::power::render_bios(&results, &profile));
             }
-            if !accordd::power::all_ok(&results) {
+            if !crate::power::all_ok(&results) {
                 anyhow::bail!("BIOS profile {profile} not staged on every node of rack {rack}");
             }
             Ok(())
