@@ -1,33 +1,42 @@
-//! The virtual-time loop: Accord's control loop reduced to its decisions,
-//! with a stand-in world around it.
-//!
-//! Each round, as accordd's loop does: the machines' state is observed and
-//! fed to each node's [`NodeLife`]; the fleet is given the lifecycles'
-//! view (nodes on their way up count as powering on, idle ones carry
-//! `idle_since`); [`accord::plan::plan`] plans; wave-0 power-ons are sent,
-//! power-offs only for Idle nodes with no pods, MIG repartitions carried
-//! out. The world: a power-on lands on the BMC after a drawn delay, the
-//! node boots (agent up, then Ready) after another; the stand-in scheduler
-//! binds a placed workload once every node it was placed on is up, and
-//! the pods run for the job's run time.
+//! The virtual-time loop: accordd's own decider (`accord_decide::Decider`)
+//! in a stand-in world. Each round the world's state becomes a
+//! [`Snapshot`] as accordd's *observe* would gather it, the decider
+//! decides, and the world carries out the [`Decision`]: power actions
+//! land on the BMCs after a drawn delay and the machines boot (agent up,
+//! then Ready) after another; agents carry out MIG commands and report
+//! the new layout; BIOS profiles read back as staged. Every rule (when
+//! to power on or off, lifecycles, bookings, repairs, drift, BIOS,
+//! commands) is the decider's; this file holds the world and the tally.
+//! The stand-in scheduler binds a workload the decider shows Placed once
+//! every node it was placed on is Ready and not repartitioning, and its
+//! pods run for the job's run time.
 //!
 //! Rounds come every `round_s` while anything can change, and skip ahead
 //! (to the next arrival, departure, boot step or idle timeout) when
 //! nothing can: a quiet night costs nothing.
 
+mod tally;
+mod world;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use accord::demand::{BoundDevice, BoundPod, Demand, Workload};
-use accord::fleet::{Fleet, Policy, PowerState};
-use accord::lifecycle::{Deadlines, NodeLife, Observation, Stage};
-use accord::plan::{Action, WorkloadPlacement};
+use accord::fleet::{Fleet, Policy};
+use accord::lifecycle::{Deadlines, Stage};
+use accord::plan::WorkloadPlacement;
+use accord_api::control::{Mode, WorkloadState};
+use accord_decide::{Decider, Settings, Snapshot};
 
 use crate::figures::{
-    round3, AllocationPoint, Class, ClassCdf, NodesByStage, PolicyFigures, Sample, Summary,
-    MAX_POINTS, MAX_SAMPLES,
+    round3, AllocationPoint, Class, NodesByStage, PolicyFigures, Sample, Summary,
 };
-use crate::rng::SplitMix;
 use crate::trace::{class, gpus, Trace};
+use world::{Datacenter, Machine};
+
+/// How long a Provisioned request's nodes stay booked, and an agent
+/// command may take, in the simulated accordd (its defaults).
+const BOOKING_S: u64 = 600;
+const COMMAND_DEADLINE_S: u64 = 600;
 
 /// How the stand-in world behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,29 +67,6 @@ impl Default for World {
     }
 }
 
-/// The machine behind one node, as the world keeps it.
-#[derive(Debug, Clone)]
-struct Machine {
-    bmc_on: bool,
-    /// A power change on its way: (lands at, on?).
-    bmc_change: Option<(u64, bool)>,
-    agent_up_at: u64,
-    ready_at: u64,
-    pods: u32,
-    /// Powered on by the simulation (not on from the start).
-    powered_by_us: bool,
-    /// Ran a pod since its last power-on.
-    used: bool,
-    /// Was ever powered off by the simulation (so a power-on is a cycle).
-    was_off: bool,
-    /// BMC On since (for powered hours and energy).
-    on_since: Option<u64>,
-    /// A MIG repartition runs until then: nothing binds on the node.
-    mig_until: u64,
-    gpus: u64,
-    power_kw: f64,
-}
-
 /// A job that runs.
 #[derive(Debug, Clone)]
 struct Running {
@@ -96,8 +82,23 @@ struct Totals {
     energy_kws: f64,
 }
 
-/// One policy over the whole trace. `horizon_s` is when it stops.
+/// One policy over the whole trace. `horizon_s` is when it stops. The
+/// decider's logs are its own business here (a day is many rounds).
 pub fn run(
+    fleet: &Fleet,
+    trace: &Trace,
+    name: &str,
+    policy: &Policy,
+    seed: u64,
+    world: &World,
+    horizon_s: u64,
+) -> PolicyFigures {
+    tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+        run_quietly(fleet, trace, name, policy, seed, world, horizon_s)
+    })
+}
+
+fn run_quietly(
     fleet: &Fleet,
     trace: &Trace,
     name: &str,
@@ -108,40 +109,17 @@ pub fn run(
 ) -> PolicyFigures {
     let mut fleet = fleet.clone();
     fleet.policy = policy.clone();
-    let deadlines = Deadlines::default();
-    let mut rng = SplitMix::new(seed);
-    let index: HashMap<String, usize> = fleet
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.clone(), i))
-        .collect();
+    let mut dc = Datacenter::new(&fleet, seed);
+    let settings = Settings {
+        mode: Mode::Act,
+        deadlines: Deadlines::default(),
+        booking_s: BOOKING_S,
+        command_deadline_s: COMMAND_DEADLINE_S,
+    };
+    let names: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
+    let idle_after_s = fleet.policy.idle_power_off_after_s;
     let capacity: u64 = fleet.nodes.iter().map(|n| n.gpus.len() as u64).sum();
-    let mut machines: Vec<Machine> = fleet
-        .nodes
-        .iter()
-        .map(|n| {
-            let on = n.power == PowerState::On;
-            Machine {
-                bmc_on: on,
-                bmc_change: None,
-                agent_up_at: 0,
-                ready_at: 0,
-                pods: 0,
-                powered_by_us: false,
-                used: false,
-                was_off: false,
-                on_since: on.then_some(0),
-                mig_until: 0,
-                gpus: n.gpus.len() as u64,
-                power_kw: n.power_kw,
-            }
-        })
-        .collect();
-    let mut lives: Vec<NodeLife> = machines
-        .iter()
-        .map(|m| NodeLife::new(if m.bmc_on { Stage::Idle } else { Stage::Off }, 0))
-        .collect();
+    let mut decider = Decider::new(fleet, settings, 0);
 
     let jobs = &trace.jobs;
     let job_gpus: Vec<f64> = jobs.iter().map(|j| gpus(&j.workload)).collect();
@@ -168,20 +146,8 @@ pub fn run(
 
     let mut totals = Totals {
         summary: Summary {
-            power_ons: 0,
-            power_offs: 0,
-            power_cycles: 0,
-            unused_power_ons: 0,
-            mig_reconfigurations: 0,
             workloads: jobs.len() as u64,
-            started: 0,
-            never_started: 0,
-            mean_time_to_running_s: None,
-            p95_time_to_running_s: None,
-            gpu_hours_powered: 0.0,
-            gpu_hours_used: 0.0,
-            gpu_hours_wasted: 0.0,
-            energy_kwh: 0.0,
+            ..Summary::default()
         },
         powered_gpu_s: 0.0,
         used_gpu_s: 0.0,
@@ -192,26 +158,7 @@ pub fn run(
 
     let mut t = 0;
     loop {
-        // The world moves to `t`: BMCs land their changes.
-        for m in &mut machines {
-            if let Some((at, on)) = m.bmc_change {
-                if at <= t {
-                    m.bmc_change = None;
-                    if on && !m.bmc_on {
-                        m.on_since = Some(at);
-                    }
-                    if !on && m.bmc_on {
-                        close_on_interval(m, at, &mut totals);
-                    }
-                    m.bmc_on = on;
-                    if on {
-                        let boot = rng.range(world.boot_delay_s[0], world.boot_delay_s[1]);
-                        m.agent_up_at = at + boot * 4 / 5;
-                        m.ready_at = at + boot;
-                    }
-                }
-            }
-        }
+        dc.advance(t, world, &mut totals);
         // Departures, their pods removed in one pass.
         let mut departed: BTreeSet<(&str, &str)> = BTreeSet::new();
         while let Some(&(end, k)) = ends.first() {
@@ -221,7 +168,7 @@ pub fn run(
             ends.pop_first();
             if let Some(r) = running.remove(&k) {
                 for &i in &r.nodes {
-                    machines[i].pods = machines[i].pods.saturating_sub(1);
+                    dc.machines[i].pods = dc.machines[i].pods.saturating_sub(1);
                 }
                 used_gpus -= r.gpus;
                 totals.used_gpu_s +=
@@ -245,44 +192,39 @@ pub fn run(
             next_arrival += 1;
             arrived = true;
         }
-        // Observe: each node's lifecycle, as accordd's loop does.
-        for (i, m) in machines.iter().enumerate() {
-            // A dark machine with nothing on its way has nothing to show.
-            if lives[i].stage == Stage::Off && !m.bmc_on && m.bmc_change.is_none() {
+
+        // Observe → decide, as accordd's loop does.
+        let snap = Snapshot {
+            demand: std::mem::take(&mut demand),
+            ..dc.snapshot(t)
+        };
+        let d = decider.decide(&snap);
+        demand = snap.demand;
+
+        // The stand-in scheduler binds what the decider shows Placed on
+        // nodes that are up.
+        let placed: BTreeSet<&str> = d
+            .status
+            .workloads
+            .iter()
+            .filter(|w| w.state == WorkloadState::Placed)
+            .map(|w| w.workload.as_str())
+            .collect();
+        let mut bound_now: BTreeSet<usize> = BTreeSet::new();
+        for p in &d.status.placements {
+            if !placed.contains(p.workload.as_str()) {
                 continue;
             }
-            let obs = Observation {
-                bmc_on: Some(m.bmc_on),
-                agent_up: m.bmc_on && t >= m.agent_up_at,
-                kube_ready: m.bmc_on && t >= m.ready_at,
-                pods: m.pods,
-                agent_alive: m.bmc_on && t >= m.agent_up_at,
-                cordoned: false,
-            };
-            lives[i].observe(&obs, t, &deadlines);
-        }
-        // The fleet as the lifecycles show it.
-        for (n, life) in fleet.nodes.iter_mut().zip(&lives) {
-            let (power, failed) = life.planner_power();
-            n.power = power;
-            n.failed = failed.then(|| life.reason.clone().unwrap_or_else(|| "failed".into()));
-            n.idle_since = (life.stage == Stage::Idle).then_some(life.since);
-        }
-        let plan = accord::plan::plan(&fleet, &demand, &fleet.policy, t);
-
-        // The stand-in scheduler binds what landed on nodes that are up.
-        let mut bound_now: BTreeSet<usize> = BTreeSet::new();
-        for p in &plan.placements {
             let Some(&k) = by_key.get(&p.workload) else {
                 continue;
             };
-            let Some(nodes) = bindable(p, &index, &lives, &machines, t) else {
+            let Some(nodes) = bindable(p, &dc, t) else {
                 continue;
             };
             bind(p, &jobs[k].workload, &mut demand.bound);
             for &i in &nodes {
-                machines[i].pods += 1;
-                machines[i].used = true;
+                dc.machines[i].pods += 1;
+                dc.machines[i].used = true;
             }
             let end = jobs[k].run_s.map(|r| t.saturating_add(r));
             if let Some(e) = end {
@@ -307,71 +249,26 @@ pub fn run(
                 .retain(|w| by_key.get(&w.key()).is_none_or(|k| !bound_now.contains(k)));
         }
 
-        // Effects: what accordd's loop sends.
-        let later = plan.later_waves();
-        for a in &plan.actions {
-            let Some(&i) = index.get(a.node()) else {
-                continue;
-            };
-            match a {
-                Action::PowerOn { node, .. } if !later.contains(node.as_str()) => {
-                    if !matches!(lives[i].stage, Stage::Off) || machines[i].bmc_change.is_some() {
-                        continue;
-                    }
-                    lives[i].power_on_requested(t);
-                    let m = &mut machines[i];
-                    let delay = rng.range(world.bmc_delay_s[0], world.bmc_delay_s[1]);
-                    m.bmc_change = Some((t + delay, true));
-                    totals.summary.power_ons += 1;
-                    if m.was_off {
-                        totals.summary.power_cycles += 1;
-                    }
-                    m.powered_by_us = true;
-                    m.used = false;
-                }
-                Action::ApplyBiosProfile { profile, .. } => {
-                    fleet.nodes[i].bios_profile_applied = Some(profile.clone());
-                }
-                Action::PowerOff { .. } => {
-                    let m = &mut machines[i];
-                    if lives[i].stage != Stage::Idle || m.pods > 0 || m.bmc_change.is_some() {
-                        continue;
-                    }
-                    lives[i].power_off_requested(t);
-                    let delay = rng.range(world.bmc_delay_s[0], world.bmc_delay_s[1]);
-                    m.bmc_change = Some((t + delay + world.shutdown_s, false));
-                    totals.summary.power_offs += 1;
-                    if m.powered_by_us && !m.used {
-                        totals.summary.unused_power_ons += 1;
-                    }
-                    m.was_off = true;
-                }
-                Action::ReconfigureMig { gpu, layout, .. } => {
-                    let node = &mut fleet.nodes[i];
-                    let state = node
-                        .gpus
-                        .iter()
-                        .find(|g| g.index == *gpu)
-                        .and_then(|g| g.mig.as_ref())
-                        .and_then(|m| m.with_layout(layout).ok());
-                    if let Some(state) = state {
-                        accord::plan::mig::expect_layout(node, *gpu, &state);
-                        machines[i].mig_until = t + world.mig_s;
-                        totals.summary.mig_reconfigurations += 1;
-                    }
-                }
-                Action::PowerOn { .. } => {}
-            }
-        }
+        // Effects: what accordd's loop would carry out.
+        dc.apply(&d, t, world, &mut totals);
 
         // What the round leaves.
+        let stages: Vec<Stage> = names
+            .iter()
+            .map(|n| decider.life(n).map_or(Stage::Off, |l| l.stage))
+            .collect();
         let pending_gpus: f64 = pending.iter().map(|&k| job_gpus[k]).sum();
         rounds.push(Sample {
             t_s: t,
             pending_gpus: round3(pending_gpus),
             pending_workloads: pending.len() as u32,
-            nodes: by_stage(&lives),
-            gpus_powered: machines.iter().filter(|m| m.bmc_on).map(|m| m.gpus).sum(),
+            nodes: by_stage(&stages),
+            gpus_powered: dc
+                .machines
+                .iter()
+                .filter(|m| m.bmc_on)
+                .map(|m| m.gpus)
+                .sum(),
             gpus_used: round3(used_gpus.max(0.0)),
         });
         if arrived && capacity > 0 {
@@ -394,7 +291,7 @@ pub fn run(
         if let Some(&(end, _)) = ends.first() {
             soon(end);
         }
-        for (m, life) in machines.iter().zip(&lives) {
+        for m in &dc.machines {
             if let Some((at, _)) = m.bmc_change {
                 soon(at);
             }
@@ -403,15 +300,20 @@ pub fn run(
                 soon(m.ready_at);
             }
             soon(m.mig_until);
-            if life.stage == Stage::Idle {
-                soon(
-                    life.since
-                        .saturating_add(fleet.policy.idle_power_off_after_s),
-                );
+        }
+        for n in &names {
+            if let Some(life) = decider.life(n).filter(|l| l.stage == Stage::Idle) {
+                soon(life.since.saturating_add(idle_after_s));
             }
         }
-        // A plan that asked for anything is looked at again next round.
-        if !plan.actions.is_empty() || !bound_now.is_empty() {
+        // A decision that asked for anything, or anything on its way, is
+        // looked at again next round.
+        if !d.status.actions.is_empty()
+            || !bound_now.is_empty()
+            || !d.transitional.is_empty()
+            || !d.bios.checks.is_empty()
+            || dc.commands_open()
+        {
             soon(t + world.round_s);
         }
         let Some(at) = next else { break };
@@ -425,7 +327,7 @@ pub fn run(
 
     // The end: close what is still open at the horizon.
     let end = horizon_s.max(t);
-    for m in &mut machines {
+    for m in &mut dc.machines {
         if m.bmc_on {
             close_on_interval(m, end, &mut totals);
             if m.powered_by_us && !m.used {
@@ -438,7 +340,7 @@ pub fn run(
         totals.used_gpu_s +=
             r.gpus * stop.saturating_sub(started_at(&started_after, jobs, k)) as f64;
     }
-    finish(
+    tally::finish(
         name,
         policy,
         totals,
@@ -462,21 +364,14 @@ fn close_on_interval(m: &mut Machine, at: u64, totals: &mut Totals) {
     }
 }
 
-/// The nodes a placement's pods are on, when every one is up and none is
-/// being repartitioned.
-fn bindable(
-    p: &WorkloadPlacement,
-    index: &HashMap<String, usize>,
-    lives: &[NodeLife],
-    machines: &[Machine],
-    t: u64,
-) -> Option<Vec<usize>> {
+/// The nodes a placement's pods are on, when every one is Ready and none
+/// is being repartitioned (the world's state, not the decider's).
+fn bindable(p: &WorkloadPlacement, dc: &Datacenter, t: u64) -> Option<Vec<usize>> {
     let mut nodes = Vec::with_capacity(p.pods.len());
     for pod in &p.pods {
-        let &i = index.get(&pod.node)?;
-        if !matches!(lives[i].stage, Stage::Ready | Stage::Idle | Stage::InUse)
-            || machines[i].mig_until > t
-        {
+        let &i = dc.index.get(&pod.node)?;
+        let m = &dc.machines[i];
+        if !m.ready(t) || m.mig_until > t {
             return None;
         }
         nodes.push(i);
@@ -527,10 +422,10 @@ fn bind(p: &WorkloadPlacement, w: &Workload, bound: &mut Vec<BoundPod>) {
     }
 }
 
-fn by_stage(lives: &[NodeLife]) -> NodesByStage {
+fn by_stage(stages: &[Stage]) -> NodesByStage {
     let mut s = NodesByStage::default();
-    for l in lives {
-        let slot = match l.stage {
+    for stage in stages {
+        let slot = match stage {
             Stage::Off => &mut s.off,
             Stage::PoweringOn => &mut s.powering_on,
             Stage::Booting | Stage::AgentUp => &mut s.booting,
@@ -542,123 +437,4 @@ fn by_stage(lives: &[NodeLife]) -> NodesByStage {
         *slot += 1;
     }
     s
-}
-
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    name: &str,
-    policy: &Policy,
-    totals: Totals,
-    started_after: &[Option<u64>],
-    classes: &[Class],
-    rounds: Vec<Sample>,
-    allocation: Vec<AllocationPoint>,
-    horizon_s: u64,
-) -> PolicyFigures {
-    let mut summary = totals.summary;
-    let mut all: Vec<u64> = started_after.iter().flatten().copied().collect();
-    all.sort_unstable();
-    summary.started = all.len() as u64;
-    summary.never_started = summary.workloads - summary.started;
-    if !all.is_empty() {
-        summary.mean_time_to_running_s =
-            Some(round3(all.iter().sum::<u64>() as f64 / all.len() as f64));
-        summary.p95_time_to_running_s = Some(nearest_rank(&all, 95) as f64);
-    }
-    summary.gpu_hours_powered = round3(totals.powered_gpu_s / 3600.0);
-    summary.gpu_hours_used = round3(totals.used_gpu_s / 3600.0);
-    summary.gpu_hours_wasted =
-        round3(((totals.powered_gpu_s - totals.used_gpu_s) / 3600.0).max(0.0));
-    summary.energy_kwh = round3(totals.energy_kws / 3600.0);
-
-    let mut per_class: BTreeMap<Class, (Vec<u64>, u64)> = BTreeMap::new();
-    for (k, c) in classes.iter().enumerate() {
-        let e = per_class.entry(*c).or_default();
-        match started_after[k] {
-            Some(s) => e.0.push(s),
-            None => e.1 += 1,
-        }
-    }
-    let time_to_running = per_class
-        .into_iter()
-        .map(|(class, (mut times, never))| {
-            times.sort_unstable();
-            ClassCdf {
-                class,
-                started: times.len() as u64,
-                never_started: never,
-                points: cdf(&times),
-            }
-        })
-        .collect();
-    PolicyFigures {
-        name: name.to_owned(),
-        policy: policy.clone(),
-        summary,
-        series: resample(&rounds, horizon_s),
-        time_to_running,
-        allocation: thin(allocation, MAX_POINTS),
-    }
-}
-
-fn nearest_rank(sorted: &[u64], percent: usize) -> u64 {
-    let rank = (sorted.len() * percent).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
-}
-
-/// `[seconds, share]` at most [`MAX_POINTS`] steps of the empirical CDF.
-fn cdf(sorted: &[u64]) -> Vec<[f64; 2]> {
-    let n = sorted.len();
-    if n == 0 {
-        return Vec::new();
-    }
-    let step = n.div_ceil(MAX_POINTS).max(1);
-    let mut out: Vec<[f64; 2]> = (0..n)
-        .step_by(step)
-        .map(|i| [sorted[i] as f64, round3((i + 1) as f64 / n as f64)])
-        .collect();
-    if !(n - 1).is_multiple_of(step) {
-        out.push([sorted[n - 1] as f64, 1.0]);
-    }
-    out
-}
-
-/// Every `n`th point, so at most `max` (the last kept).
-fn thin<T: Clone>(v: Vec<T>, max: usize) -> Vec<T> {
-    if v.len() <= max {
-        return v;
-    }
-    let step = v.len().div_ceil(max);
-    let last = v.last().cloned();
-    let mut out: Vec<T> = v.into_iter().step_by(step).collect();
-    if let Some(l) = last {
-        if out.len() < max {
-            out.push(l);
-        } else if let Some(x) = out.last_mut() {
-            *x = l;
-        }
-    }
-    out
-}
-
-/// The state after the last round at or before each of at most
-/// [`MAX_SAMPLES`] evenly spaced times.
-fn resample(rounds: &[Sample], horizon_s: u64) -> Vec<Sample> {
-    if rounds.is_empty() {
-        return Vec::new();
-    }
-    let step = horizon_s.div_ceil(MAX_SAMPLES as u64 - 1).max(1);
-    let mut out = Vec::new();
-    let mut r = 0;
-    let mut at = 0;
-    while at <= horizon_s {
-        while r + 1 < rounds.len() && rounds[r + 1].t_s <= at {
-            r += 1;
-        }
-        let mut s = rounds[r].clone();
-        s.t_s = at;
-        out.push(s);
-        at += step;
-    }
-    out
 }

@@ -59,7 +59,7 @@ pub const MAX_SAMPLES: usize = 1000;
 pub const MAX_POINTS: usize = 500;
 
 /// The table row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Power-on requests sent.
     pub power_ons: u64,

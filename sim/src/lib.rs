@@ -1,6 +1,7 @@
 //! `accord-sim`: what a policy would have done to a demand trace. Runs
-//! Accord's core planner and node lifecycle in virtual time over a fleet
-//! and a trace ([`engine`]), with boot and BMC delays drawn from a seeded
+//! accordd's own decider (`accord_decide::Decider`: planner, lifecycles
+//! and every other rule) in virtual time over a fleet and a trace
+//! ([`engine`]), with boot and BMC delays drawn from a seeded
 //! generator, for one or more policies side by side; measures
 //! ([`figures`]) and draws ([`report`]) the result. Pure like the core:
 //! the caller reads the files and writes the output.

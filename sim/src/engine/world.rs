@@ -1,0 +1,268 @@
+//! The stand-in datacenter around the decider: machines behind BMCs that
+//! land power changes after a drawn delay and boot (agent up, then Ready)
+//! after another, and agents that carry out MIG commands and report the
+//! result. Physics only: what to power, repartition or bind is the
+//! decider's (and the stand-in scheduler's, in `engine`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use accord::fleet::{Fleet, PowerState};
+use accord::hardware::{BiosSeen, NodeHardware};
+use accord::plan::Action;
+use accord_api::agent::{CommandRecord, CommandResult, CommandState};
+use accord_decide::{BiosRead, Decision, Executed, Snapshot};
+
+use super::{close_on_interval, Totals, World};
+use crate::rng::SplitMix;
+
+/// The machine behind one node, as the world keeps it.
+#[derive(Debug, Clone)]
+pub(super) struct Machine {
+    pub name: String,
+    pub bmc_on: bool,
+    /// A power change on its way: (lands at, on?).
+    pub bmc_change: Option<(u64, bool)>,
+    pub agent_up_at: u64,
+    pub ready_at: u64,
+    pub pods: u32,
+    /// Powered on by the simulation (not on from the start).
+    pub powered_by_us: bool,
+    /// Ran a pod since its last power-on.
+    pub used: bool,
+    /// Was ever powered off by the simulation (so a power-on is a cycle).
+    pub was_off: bool,
+    /// BMC On since (for powered hours and energy).
+    pub on_since: Option<u64>,
+    /// A MIG repartition runs until then: nothing binds on the node.
+    pub mig_until: u64,
+    pub gpus: u64,
+    pub power_kw: f64,
+    /// What its agent would report (the declaration, as repartitioned).
+    pub model: Option<NodeHardware>,
+}
+
+impl Machine {
+    pub fn agent_up(&self, t: u64) -> bool {
+        self.bmc_on && t >= self.agent_up_at
+    }
+
+    pub fn ready(&self, t: u64) -> bool {
+        self.bmc_on && t >= self.ready_at
+    }
+}
+
+/// Every machine, the commands accordd journaled for their agents, and
+/// what the next round will read back (power results, BIOS, reports).
+pub(super) struct Datacenter {
+    pub machines: Vec<Machine>,
+    pub index: BTreeMap<String, usize>,
+    /// Each node's latest agent command, as accordd's store keeps it.
+    commands: BTreeMap<String, CommandRecord>,
+    generation: u64,
+    executed: Vec<Executed>,
+    bios_reads: Vec<BiosRead>,
+    reports: BTreeMap<String, NodeHardware>,
+    intents: u64,
+    rng: SplitMix,
+}
+
+impl Datacenter {
+    pub fn new(fleet: &Fleet, seed: u64) -> Datacenter {
+        let machines: Vec<Machine> = fleet
+            .nodes
+            .iter()
+            .map(|n| {
+                let on = n.power == PowerState::On;
+                Machine {
+                    name: n.name.clone(),
+                    bmc_on: on,
+                    bmc_change: None,
+                    agent_up_at: 0,
+                    ready_at: 0,
+                    pods: 0,
+                    powered_by_us: false,
+                    used: false,
+                    was_off: false,
+                    on_since: on.then_some(0),
+                    mig_until: 0,
+                    gpus: n.gpus.len() as u64,
+                    power_kw: n.power_kw,
+                    model: fleet.declared_hardware(&n.name).cloned(),
+                }
+            })
+            .collect();
+        let index = machines
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.name.clone(), i))
+            .collect();
+        Datacenter {
+            machines,
+            index,
+            commands: BTreeMap::new(),
+            generation: 0,
+            executed: Vec::new(),
+            bios_reads: Vec::new(),
+            reports: BTreeMap::new(),
+            intents: 0,
+            rng: SplitMix::new(seed),
+        }
+    }
+
+    /// The world moves to `t`: BMCs land their changes (their power
+    /// results go back to the decider), agents take and finish commands.
+    pub fn advance(&mut self, t: u64, world: &World, totals: &mut Totals) {
+        for m in &mut self.machines {
+            let Some((at, on)) = m.bmc_change else {
+                continue;
+            };
+            if at > t {
+                continue;
+            }
+            m.bmc_change = None;
+            if on && !m.bmc_on {
+                m.on_since = Some(at);
+            }
+            if !on && m.bmc_on {
+                close_on_interval(m, at, totals);
+            }
+            m.bmc_on = on;
+            if on {
+                let boot = self.rng.range(world.boot_delay_s[0], world.boot_delay_s[1]);
+                m.agent_up_at = at + boot * 4 / 5;
+                m.ready_at = at + boot;
+            }
+            self.intents += 1;
+            self.executed.push(Executed {
+                intent: self.intents,
+                node: m.name.clone(),
+                result: Ok(()),
+            });
+        }
+        for rec in self.commands.values_mut() {
+            let Some(&i) = self.index.get(&rec.node) else {
+                continue;
+            };
+            let m = &mut self.machines[i];
+            match rec.state {
+                CommandState::Open if rec.deliver && m.agent_up(t) => {
+                    rec.state = CommandState::Sent { at: t };
+                    m.mig_until = t + world.mig_s;
+                }
+                CommandState::Sent { .. } if t >= m.mig_until => {
+                    rec.state = CommandState::Closed {
+                        at: t,
+                        result: CommandResult::Done,
+                    };
+                    if let Some(model) = &mut m.model {
+                        for target in &rec.targets {
+                            let gpu = model.gpus.iter_mut().find(|g| g.index == target.index);
+                            if let Some(g) = gpu {
+                                let state = g.mig.as_ref().map(|s| s.with_layout(&target.layout));
+                                if let Some(Ok(state)) = state {
+                                    g.mig = Some(state);
+                                }
+                            }
+                        }
+                        self.reports.insert(rec.node.clone(), model.clone());
+                    }
+                    totals.summary.mig_reconfigurations += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// What accordd's *observe* would gather now (demand aside).
+    pub fn snapshot(&mut self, t: u64) -> Snapshot {
+        let mut snap = Snapshot {
+            now: t,
+            mono: Duration::from_secs(t),
+            executed: std::mem::take(&mut self.executed),
+            bios_reads: std::mem::take(&mut self.bios_reads),
+            reports: std::mem::take(&mut self.reports),
+            commands: self.commands.values().cloned().collect(),
+            ..Snapshot::default()
+        };
+        for m in &self.machines {
+            snap.bmc.insert(m.name.clone(), m.bmc_on);
+            snap.kube_ready.insert(m.name.clone(), m.ready(t));
+            snap.pods_per_node.insert(m.name.clone(), m.pods);
+            if m.agent_up(t) {
+                snap.agents.insert(m.name.clone(), t);
+                snap.agent_reports.insert(m.name.clone(), m.agent_up_at);
+            }
+        }
+        snap
+    }
+
+    /// Carries out what the decision sends: power actions (counted),
+    /// commands journaled and closed, BIOS read back (as staged: the
+    /// simulation has no BMC inventory to differ from).
+    pub fn apply(&mut self, d: &Decision, t: u64, world: &World, totals: &mut Totals) {
+        for a in &d.power {
+            let Some(&i) = self.index.get(a.node()) else {
+                continue;
+            };
+            let delay = self.rng.range(world.bmc_delay_s[0], world.bmc_delay_s[1]);
+            let m = &mut self.machines[i];
+            match a {
+                Action::PowerOn { .. } => {
+                    m.bmc_change = Some((t + delay, true));
+                    totals.summary.power_ons += 1;
+                    if m.was_off {
+                        totals.summary.power_cycles += 1;
+                    }
+                    m.powered_by_us = true;
+                    m.used = false;
+                }
+                Action::PowerOff { .. } => {
+                    m.bmc_change = Some((t + delay + world.shutdown_s, false));
+                    totals.summary.power_offs += 1;
+                    if m.powered_by_us && !m.used {
+                        totals.summary.unused_power_ons += 1;
+                    }
+                    m.was_off = true;
+                }
+                _ => {}
+            }
+        }
+        for rec in &d.commands.open {
+            self.generation += 1;
+            let mut rec = rec.clone();
+            rec.generation = self.generation;
+            rec.state = CommandState::Open;
+            self.commands.insert(rec.node.clone(), rec);
+        }
+        for (node, generation, result) in &d.commands.close {
+            if let Some(rec) = self.commands.get_mut(node) {
+                if rec.generation == *generation && rec.is_open() {
+                    rec.state = CommandState::Closed {
+                        at: t,
+                        result: result.clone(),
+                    };
+                }
+            }
+        }
+        for (node, generation) in &d.commands.release {
+            if let Some(rec) = self.commands.get_mut(node) {
+                if rec.generation == *generation {
+                    rec.deliver = true;
+                }
+            }
+        }
+        for c in &d.bios.checks {
+            self.bios_reads.push(BiosRead {
+                node: c.node.clone(),
+                profile: c.profile.clone(),
+                result: Ok(BiosSeen::default()),
+            });
+        }
+    }
+
+    /// Whether anything the decider waits on is open (a command).
+    pub fn commands_open(&self) -> bool {
+        self.commands.values().any(CommandRecord::is_open)
+    }
+}
