@@ -92,6 +92,9 @@ pub struct ExactRequest {
     /// Consumable-capacity requests (`gpu.nvidia.com/memory: 10Gi`).
     #[serde(default)]
     pub capacity: BTreeMap<String, String>,
+    /// Device taints this request tolerates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<crate::device::DeviceToleration>,
 }
 
 fn one() -> u32 {

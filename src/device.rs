@@ -83,6 +83,73 @@ pub struct Device {
     /// its node's counter sets while allocated (set → counter → amount).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub consumes: BTreeMap<String, BTreeMap<String, Milli>>,
+    /// DRA device taints: from the driver's ResourceSlice and from
+    /// DeviceTaintRules. A request gets the device only if it tolerates
+    /// every `NoSchedule` and `NoExecute` one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<DeviceTaint>,
+}
+
+/// One DRA device taint (`resource.k8s.io` `DeviceTaint`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DeviceTaint {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+    /// `NoSchedule`, `NoExecute` or `None` (shown, not enforced).
+    pub effect: String,
+}
+
+impl DeviceTaint {
+    /// Whether it keeps new allocations away (`None` only informs).
+    pub fn restricts(&self) -> bool {
+        self.effect != "None"
+    }
+}
+
+/// One toleration of a DRA device request (`DeviceToleration`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceToleration {
+    #[serde(default)]
+    pub key: String,
+    /// `Equal` (also when empty) or `Exists`.
+    #[serde(default)]
+    pub operator: String,
+    #[serde(default)]
+    pub value: String,
+    /// Empty: every effect.
+    #[serde(default)]
+    pub effect: String,
+}
+
+impl DeviceToleration {
+    /// As upstream's `resourceclaim.ToleratesTaint`
+    /// (k8s.io/dynamic-resource-allocation/resourceclaim, a copy of
+    /// core/v1's `Toleration.ToleratesTaint`).
+    pub fn tolerates(&self, taint: &DeviceTaint) -> bool {
+        if !self.effect.is_empty() && self.effect != taint.effect {
+            return false;
+        }
+        if !self.key.is_empty() && self.key != taint.key {
+            return false;
+        }
+        match self.operator.as_str() {
+            "" | "Equal" => self.value == taint.value,
+            "Exists" => true,
+            _ => false,
+        }
+    }
+}
+
+/// Whether `tolerations` tolerate every taint of `device` that restricts
+/// allocation (the allocator's `allTaintsTolerated`).
+pub fn taints_tolerated(device: &Device, tolerations: &[DeviceToleration]) -> bool {
+    device
+        .taints
+        .iter()
+        .filter(|t| t.restricts())
+        .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
 }
 
 impl Device {
@@ -328,6 +395,7 @@ pub fn devices_from_hardware(
                         shared: None,
                         gpu: Some(gi),
                         consumes: draw(pl.start, pl.size),
+                        taints: Vec::new(),
                     });
                 }
             }
@@ -354,6 +422,7 @@ pub fn devices_from_hardware(
                     shared: None,
                     gpu: Some(gi),
                     consumes: BTreeMap::new(),
+                    taints: Vec::new(),
                 });
             }
         } else {
@@ -392,6 +461,7 @@ pub fn devices_from_hardware(
             shared: None,
             gpu: None,
             consumes: BTreeMap::new(),
+            taints: Vec::new(),
         });
     }
     NodeDevices {
@@ -439,5 +509,6 @@ pub(crate) fn gpu_device(
         shared,
         gpu: Some(gi),
         consumes: BTreeMap::new(),
+        taints: Vec::new(),
     }
 }

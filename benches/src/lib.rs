@@ -209,6 +209,7 @@ pub fn demand(gangs: usize, pods_per_gang: u32, seed: u64) -> Demand {
                                 count: gpus,
                                 allocation_mode: Default::default(),
                                 capacity: BTreeMap::new(),
+                                tolerations: Vec::new(),
                             }),
                             first_available: vec![],
                         }],

@@ -51,6 +51,9 @@ pub struct ConditionSeen {
 pub struct ProvisioningSeen {
     pub request: ObjectRef,
     pub class: ProvisioningClass,
+    /// `parameters.noRetry: "true"` (check-capacity only, as in
+    /// cluster-autoscaler): capacity not found fails the request.
+    pub no_retry: bool,
     pub conditions: Vec<ConditionSeen>,
 }
 
@@ -117,7 +120,7 @@ pub fn conditions(s: &Seen) -> Vec<Condition> {
             want.push(cond(
                 "BookingExpired",
                 true,
-                "BookingExpired",
+                "CapacityReservationTimeExpired",
                 "the capacity was held for the booking time and is released".into(),
             ));
         }
@@ -139,6 +142,15 @@ pub fn conditions(s: &Seen) -> Vec<Condition> {
                         true,
                         "CapacityIsFound",
                         format!("fits on {} now", w.nodes.join(", ")),
+                    ));
+                } else if s.pr.no_retry {
+                    // Failed=True is what makes Kueue retry with backoff
+                    // (cluster-autoscaler's checkcapacity/provisioningclass.go).
+                    want.push(cond(
+                        "Failed",
+                        true,
+                        "CapacityIsNotFound",
+                        "does not fit on the nodes that are up, and noRetry is set".into(),
                     ));
                 } else {
                     want.push(cond(
@@ -170,10 +182,12 @@ pub fn conditions(s: &Seen) -> Vec<Condition> {
                 "Provisioning",
                 format!("repartitioning MIG on {}", w.nodes.join(", ")),
             )),
+            // cluster-autoscaler's reason once its scale-up is done
+            // (provisioningrequest/conditions/conditions.go).
             _ if s.nodes_up && !w.nodes.is_empty() => want.push(cond(
                 "Provisioned",
                 true,
-                "Provisioned",
+                "CapacityIsProvisioned",
                 format!("capacity ready on {}", w.nodes.join(", ")),
             )),
             _ => want.push(cond(
@@ -226,6 +240,7 @@ mod tests {
                 "job-1-prov",
             ),
             class,
+            no_retry: false,
             conditions: conditions
                 .iter()
                 .map(|(t, s, r, m)| ConditionSeen {
@@ -310,19 +325,23 @@ mod tests {
         s.nodes_up = true;
         assert_eq!(
             kinds(&conditions(&s))[1],
-            ("Provisioned".into(), true, "Provisioned".into())
+            ("Provisioned".into(), true, "CapacityIsProvisioned".into())
         );
         // Provisioned: nothing more until the booking runs out.
         let p = pr(
             BEST_EFFORT_ATOMIC,
-            &[("Provisioned", true, "Provisioned", "")],
+            &[("Provisioned", true, "CapacityIsProvisioned", "")],
         );
         assert!(conditions(&seen(&p, None)).is_empty());
         let mut s = seen(&p, None);
         s.booking_expired = true;
         assert_eq!(
             kinds(&conditions(&s)),
-            [("BookingExpired".into(), true, "BookingExpired".into())]
+            [(
+                "BookingExpired".into(),
+                true,
+                "CapacityReservationTimeExpired".into()
+            )]
         );
     }
 
@@ -356,6 +375,21 @@ mod tests {
         assert_eq!(
             kinds(&conditions(&s))[1],
             ("Provisioned".into(), false, "CapacityIsNotFound".into())
+        );
+        s.fits_now = Some(true);
+        assert_eq!(
+            kinds(&conditions(&s))[1],
+            ("Provisioned".into(), true, "CapacityIsFound".into())
+        );
+        // noRetry: not found fails it, so Kueue retries with backoff (as
+        // cluster-autoscaler's check-capacity class does).
+        let mut p = pr(CHECK_CAPACITY, &[]);
+        p.no_retry = true;
+        let mut s = seen(&p, Some(&w));
+        s.fits_now = Some(false);
+        assert_eq!(
+            kinds(&conditions(&s))[1],
+            ("Failed".into(), true, "CapacityIsNotFound".into())
         );
         s.fits_now = Some(true);
         assert_eq!(

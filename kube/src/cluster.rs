@@ -13,6 +13,33 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use serde::Serialize;
 
+/// What the DRA drivers publish for one node: its devices and the counter
+/// sets of their pools (`sharedCounters`, partitionable devices).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Published {
+    pub devices: Vec<Device>,
+    pub counters: accord::device::CounterSets,
+}
+
+/// The counter sets a slice publishes (`spec.sharedCounters`): set →
+/// counter → total. Since 1.35 they sit in slices of their own, in the
+/// same pool as the devices that draw on them.
+pub fn slice_counters(slice: &ResourceSlice) -> Result<accord::device::CounterSets, String> {
+    let mut out = accord::device::CounterSets::new();
+    for set in slice.spec.shared_counters.iter().flatten() {
+        let mut counters = BTreeMap::new();
+        for (name, c) in &set.counters {
+            counters.insert(
+                name.clone(),
+                quantity::parse(&c.value.0)
+                    .map_err(|e| format!("counter set {}: counter {name}: {e}", set.name))?,
+            );
+        }
+        out.insert(set.name.clone(), counters);
+    }
+    Ok(out)
+}
+
 /// A Kubernetes Node as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClusterNode {
@@ -35,7 +62,11 @@ pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 /// The node as kube-scheduler sees it, with the devices DRA drivers
 /// publish for it (`None`: none published, or the cluster serves no DRA).
-pub fn scheduler_view(node: &ClusterNode, devices: Option<Vec<Device>>) -> SchedulerView {
+pub fn scheduler_view(node: &ClusterNode, published: Option<Published>) -> SchedulerView {
+    let (devices, counters) = match published {
+        Some(p) => (Some(p.devices), p.counters),
+        None => (None, Default::default()),
+    };
     let mut taints = node.taints.clone();
     // A cordon is a NoSchedule taint to the scheduler from the moment it
     // is set: only pods that tolerate it (node agents) go there.
@@ -51,6 +82,7 @@ pub fn scheduler_view(node: &ClusterNode, devices: Option<Vec<Device>>) -> Sched
         taints,
         allocatable: node.allocatable.clone(),
         devices,
+        counters,
     }
 }
 
@@ -179,6 +211,16 @@ pub fn slice_devices(slice: &ResourceSlice) -> Result<(Option<String>, Vec<Devic
                 .then_some(policies),
             gpu: None,
             consumes,
+            taints: d
+                .taints
+                .iter()
+                .flatten()
+                .map(|t| accord::device::DeviceTaint {
+                    key: t.key.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect: t.effect.clone(),
+                })
+                .collect(),
         });
     }
     Ok((spec.node_name.clone(), out))
@@ -223,4 +265,131 @@ pub fn current_pools(slices: Vec<ResourceSlice>) -> (Vec<ResourceSlice>, Vec<Str
         })
         .collect();
     (kept, problems)
+}
+
+/// A DeviceTaintRule as Accord applies it: the taint, on the devices its
+/// selector names (each of driver, pool, device matching when set).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TaintRule {
+    pub name: String,
+    pub driver: Option<String>,
+    pub pool: Option<String>,
+    pub device: Option<String>,
+    pub taint: accord::device::DeviceTaint,
+}
+
+/// Reads a DeviceTaintRule at any served version (v1, v1beta2,
+/// v1alpha3: `spec.deviceSelector` and `spec.taint` have the same shape).
+/// A rule that selects by device class or CEL (v1alpha3 only) is not
+/// applied, and said.
+pub fn taint_rule(v: &serde_json::Value) -> Result<TaintRule, String> {
+    let name = v["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let spec = &v["spec"];
+    let sel = &spec["deviceSelector"];
+    for unsupported in ["deviceClassName", "selectors"] {
+        if !sel[unsupported].is_null() {
+            return Err(format!(
+                "DeviceTaintRule {name}: selects by {unsupported}, which Accord does not apply (name a driver, pool or device)"
+            ));
+        }
+    }
+    let text = |v: &serde_json::Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned);
+    let taint = &spec["taint"];
+    let (Some(key), Some(effect)) = (text(&taint["key"]), text(&taint["effect"])) else {
+        return Err(format!(
+            "DeviceTaintRule {name}: spec.taint needs a key and an effect"
+        ));
+    };
+    Ok(TaintRule {
+        driver: text(&sel["driver"]),
+        pool: text(&sel["pool"]),
+        device: text(&sel["device"]),
+        taint: accord::device::DeviceTaint {
+            key,
+            value: text(&taint["value"]).unwrap_or_default(),
+            effect,
+        },
+        name,
+    })
+}
+
+/// Adds to `devices` (read from `slice`) the taints of the rules that
+/// select them, as the scheduler's allocator does.
+pub fn apply_taint_rules(slice: &ResourceSlice, devices: &mut [Device], rules: &[TaintRule]) {
+    let spec = &slice.spec;
+    for r in rules {
+        if r.driver.as_deref().is_some_and(|d| d != spec.driver)
+            || r.pool.as_deref().is_some_and(|p| p != spec.pool.name)
+        {
+            continue;
+        }
+        for d in devices.iter_mut() {
+            if r.device.as_deref().is_some_and(|n| n != &*d.name) {
+                continue;
+            }
+            if !d.taints.contains(&r.taint) {
+                d.taints.push(r.taint.clone());
+            }
+        }
+    }
+}
+
+/// What the current generation of each pool publishes, per node: each
+/// node-local slice's devices (with the DeviceTaintRules that select
+/// them) and the counter sets of the pools they come from. A device that
+/// draws on a counter set its pool does not publish is said (the
+/// allocator would not allocate it; nor does Accord's fit).
+pub fn published(
+    slices: Vec<ResourceSlice>,
+    rules: &[TaintRule],
+) -> (BTreeMap<String, Published>, Vec<String>) {
+    let (slices, mut problems) = current_pools(slices);
+    let mut pool_counters: BTreeMap<(String, String), accord::device::CounterSets> =
+        BTreeMap::new();
+    for s in &slices {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        match slice_counters(s) {
+            Ok(c) if !c.is_empty() => pool_counters
+                .entry((s.spec.driver.clone(), s.spec.pool.name.clone()))
+                .or_default()
+                .extend(c),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("ResourceSlice {name}: {e}")),
+        }
+    }
+    let mut out: BTreeMap<String, Published> = BTreeMap::new();
+    for s in slices {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        if s.spec.devices.as_ref().is_none_or(|d| d.is_empty()) {
+            // A counters-only slice (or an empty one): nothing to place.
+            continue;
+        }
+        match slice_devices(&s) {
+            Ok((Some(node), mut devices)) => {
+                apply_taint_rules(&s, &mut devices, rules);
+                let key = (s.spec.driver.clone(), s.spec.pool.name.clone());
+                let counters = pool_counters.get(&key);
+                for d in &devices {
+                    for set in d.consumes.keys() {
+                        if !counters.is_some_and(|c| c.contains_key(set)) {
+                            problems.push(format!(
+                                "ResourceSlice {name}: device {} draws on counter set {set}, which pool {} of {} does not publish; not allocatable",
+                                d.name, key.1, key.0
+                            ));
+                        }
+                    }
+                }
+                let p = out.entry(node).or_default();
+                p.devices.extend(devices);
+                if let Some(c) = counters {
+                    p.counters.extend(c.clone());
+                }
+            }
+            Ok((None, _)) => problems.push(format!(
+                "ResourceSlice {name}: not node-local; not planned with"
+            )),
+            Err(e) => problems.push(format!("ResourceSlice {name}: {e}")),
+        }
+    }
+    (out, problems)
 }

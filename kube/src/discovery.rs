@@ -100,6 +100,21 @@ pub const READS: &[ReadKind] = &[
                   hardware model)",
     },
     ReadKind {
+        kind: "DeviceTaintRule",
+        group: "resource.k8s.io",
+        plural: "devicetaintrules",
+        // GA in 1.37; beta (off by default) and alpha before.
+        versions: &[
+            "resource.k8s.io/v1",
+            "resource.k8s.io/v1beta2",
+            "resource.k8s.io/v1alpha3",
+        ],
+        namespaced: false,
+        always: false,
+        crd: false,
+        missing: "DeviceTaintRules are not read (drivers' own slice taints still are)",
+    },
+    ReadKind {
         kind: "PodGroup",
         group: "scheduling.k8s.io",
         plural: "podgroups",
@@ -133,8 +148,8 @@ pub const READS: &[ReadKind] = &[
         "ProvisioningRequest",
         "autoscaling.x-k8s.io",
         "provisioningrequests",
-        &["autoscaling.x-k8s.io/v1"],
-        "the ProvisioningRequest CRD (autoscaling.x-k8s.io/v1) is not installed: \
+        &["autoscaling.x-k8s.io/v1", "autoscaling.x-k8s.io/v1beta1"],
+        "the ProvisioningRequest CRD (autoscaling.x-k8s.io/v1 or v1beta1) is not installed: \
          no ProvisioningRequests are answered",
     ),
     crd(

@@ -80,6 +80,9 @@ pub struct CoschedSpec {
 /// ProvisioningRequest (`autoscaling.x-k8s.io/v1`).
 #[derive(Debug, Clone, Deserialize)]
 pub struct ProvisioningRequest {
+    /// `autoscaling.x-k8s.io/v1` or `v1beta1`: written back at the same.
+    #[serde(default, rename = "apiVersion")]
+    pub api_version: String,
     #[serde(default)]
     pub metadata: ObjectMeta,
     pub spec: ProvisioningRequestSpec,
@@ -109,6 +112,23 @@ pub struct ProvisioningRequestCondition {
 }
 
 impl ProvisioningRequest {
+    /// The `apiVersion` it was read at (`autoscaling.x-k8s.io/v1` when
+    /// none was given).
+    pub fn api_version(&self) -> &str {
+        if self.api_version.is_empty() {
+            "autoscaling.x-k8s.io/v1"
+        } else {
+            &self.api_version
+        }
+    }
+
+    /// `parameters.noRetry: "true"`: when the capacity is not found the
+    /// request fails rather than waits (cluster-autoscaler's
+    /// `NoRetryParameterKey`; Kueue then retries with backoff).
+    pub fn no_retry(&self) -> bool {
+        self.spec.parameters.get("noRetry").map(String::as_str) == Some("true")
+    }
+
     /// Whether condition `type_` is True.
     pub fn is(&self, type_: &str) -> bool {
         self.status
@@ -292,7 +312,9 @@ impl Manifests {
             ("scheduling.x-k8s.io/v1alpha1", "PodGroup") => {
                 decode(value).map(Object::CoschedPodGroup)
             }
-            ("autoscaling.x-k8s.io/v1", "ProvisioningRequest") => {
+            // v1beta1 has the same shape as v1 (cluster-autoscaler's
+            // apis/provisioningrequest serves both).
+            ("autoscaling.x-k8s.io/v1" | "autoscaling.x-k8s.io/v1beta1", "ProvisioningRequest") => {
                 decode(value).map(Object::ProvisioningRequest)
             }
             (

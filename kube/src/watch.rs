@@ -293,6 +293,13 @@ impl DemandWatch {
             match (r.group, r.kind) {
                 // Started above.
                 (_, "Pod" | "PodTemplate" | "Job" | "Deployment" | "Node") if r.always => {}
+                // Read as JSON at whichever version is served (the
+                // shapes Accord reads are the same): see `devices`.
+                ("resource.k8s.io", "DeviceTaintRule") => {
+                    let ar = api_resource(r, version);
+                    let store = s.dynamic(&ar, true);
+                    stores.dynamic.push((ar, store));
+                }
                 ("resource.k8s.io", kind) if version == DRA_V1 => match kind {
                     "ResourceClaim" => stores.claims = Some(s.typed(kind, version, true)),
                     "ResourceClaimTemplate" => {
@@ -418,7 +425,7 @@ impl DemandWatch {
         copy(s.pod_groups.as_ref(), Object::PodGroup, &mut m.objects);
         copy(s.workloads.as_ref(), Object::Workload, &mut m.objects);
         for (ar, store) in &s.dynamic {
-            if ar.kind == "ResourceSlice" {
+            if ar.kind == "ResourceSlice" || ar.kind == "DeviceTaintRule" {
                 // Supply, not demand: see `devices`.
                 continue;
             }
@@ -442,13 +449,14 @@ impl DemandWatch {
         out
     }
 
-    /// The devices DRA drivers publish now, per node (slices sorted by
-    /// name, so the order is stable), and the slices that could not be
-    /// read, with the reason.
+    /// What DRA drivers publish now, per node: the devices (slices sorted
+    /// by name, so the order is stable) and the counter sets of their
+    /// pools; and the slices or rules that could not be read, with the
+    /// reason.
     pub fn devices(
         &self,
     ) -> (
-        std::collections::BTreeMap<String, Vec<accord::device::Device>>,
+        std::collections::BTreeMap<String, crate::cluster::Published>,
         Vec<String>,
     ) {
         let mut problems = Vec::new();
@@ -459,37 +467,37 @@ impl DemandWatch {
             .flat_map(|s| s.state())
             .map(|s| (*s).clone())
             .collect();
-        // Watched at a beta version: converted to v1.
+        let mut rules = Vec::new();
         for (ar, store) in &self.stores.dynamic {
-            if ar.kind != "ResourceSlice" {
-                continue;
-            }
-            for o in store.state() {
-                let name = o.metadata.name.clone().unwrap_or_default();
-                match serde_json::from_value(dra_as_v1(dynamic_value(ar, &o))) {
-                    Ok(s) => slices.push(s),
-                    Err(e) => problems.push(format!(
-                        "ResourceSlice {name} ({}): not readable as {DRA_V1}: {e}",
-                        ar.api_version
-                    )),
+            match ar.kind.as_str() {
+                // Watched at a beta version: converted to v1.
+                "ResourceSlice" => {
+                    for o in store.state() {
+                        let name = o.metadata.name.clone().unwrap_or_default();
+                        match serde_json::from_value(dra_as_v1(dynamic_value(ar, &o))) {
+                            Ok(s) => slices.push(s),
+                            Err(e) => problems.push(format!(
+                                "ResourceSlice {name} ({}): not readable as {DRA_V1}: {e}",
+                                ar.api_version
+                            )),
+                        }
+                    }
                 }
+                "DeviceTaintRule" => {
+                    for o in store.state() {
+                        match crate::cluster::taint_rule(&dynamic_value(ar, &o)) {
+                            Ok(r) => rules.push(r),
+                            Err(e) => problems.push(e),
+                        }
+                    }
+                }
+                _ => {}
             }
         }
+        rules.sort();
         slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let (slices, stale) = crate::cluster::current_pools(slices);
-        problems.extend(stale);
-        let mut out: std::collections::BTreeMap<String, Vec<accord::device::Device>> =
-            Default::default();
-        for s in slices {
-            let name = s.metadata.name.clone().unwrap_or_default();
-            match crate::cluster::slice_devices(&s) {
-                Ok((Some(node), devices)) => out.entry(node).or_default().extend(devices),
-                Ok((None, _)) => problems.push(format!(
-                    "ResourceSlice {name}: not node-local; not planned with"
-                )),
-                Err(e) => problems.push(format!("ResourceSlice {name}: {e}")),
-            }
-        }
+        let (out, more) = crate::cluster::published(slices, &rules);
+        problems.extend(more);
         (out, problems)
     }
 

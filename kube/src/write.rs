@@ -452,6 +452,7 @@ pub enum ConditionWriteError {
 /// gone.
 pub async fn set_provisioning_condition(
     client: &kube::Client,
+    api_version: &str,
     namespace: &str,
     name: &str,
     condition: &ProvisioningCondition,
@@ -459,10 +460,17 @@ pub async fn set_provisioning_condition(
     if !PROVISIONING_CONDITION_TYPES.contains(&condition.type_.as_str()) {
         return Err(ConditionWriteError::NotAccords(condition.type_.clone()));
     }
-    let ar = crate::watch::crds()
+    let mut ar = crate::watch::crds()
         .into_iter()
         .find(|a| a.kind == "ProvisioningRequest")
         .expect("listed");
+    // Written at the version it was read at (v1beta1 on older CRDs).
+    if let Some((_, version)) = api_version.split_once('/') {
+        if api_version.starts_with("autoscaling.x-k8s.io/") {
+            ar.api_version = api_version.to_owned();
+            ar.version = version.to_owned();
+        }
+    }
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
     let params = PatchParams {
         field_manager: Some(MANAGER.to_owned()),

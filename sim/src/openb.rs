@@ -660,6 +660,7 @@ pub fn workload(pod: &OpenbPod, name: &str, namespace: &str, created: u64) -> Wo
                     count: pod.num_gpu,
                     allocation_mode: Default::default(),
                     capacity,
+                    tolerations: Vec::new(),
                 }),
                 first_available: vec![],
             }],

@@ -450,6 +450,7 @@ fn shared(k: usize, milli: u32) -> Workload {
                 count: 1,
                 allocation_mode: Default::default(),
                 capacity,
+                tolerations: Vec::new(),
             }),
             first_available: vec![],
         }],

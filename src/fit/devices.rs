@@ -73,6 +73,8 @@ struct Alt {
     count: u32,
     all: bool,
     capacity: BTreeMap<String, Milli>,
+    /// Device taints tolerated (DRA requests only).
+    tolerations: Vec<crate::device::DeviceToleration>,
 }
 
 struct Req {
@@ -163,6 +165,7 @@ fn compile_alt(
         count: e.count,
         all: e.allocation_mode == AllocationMode::All,
         capacity,
+        tolerations: e.tolerations.clone(),
     })
 }
 
@@ -183,6 +186,7 @@ fn claim_plans(
                 count: req.gpus,
                 all: false,
                 capacity: BTreeMap::new(),
+                tolerations: Vec::new(),
             }],
         });
     }
@@ -196,6 +200,7 @@ fn claim_plans(
                 count: *n,
                 all: false,
                 capacity: BTreeMap::new(),
+                tolerations: Vec::new(),
             }],
         });
     }
@@ -378,6 +383,15 @@ impl Attempt<'_> {
         }
     }
 
+    /// Undoes the commits made since `undo` and `out` had these lengths.
+    fn roll_back(&mut self, undo: usize, out: usize) {
+        while self.undo.len() > undo {
+            let (di, before) = self.undo.pop().expect("undo entry");
+            self.uses[di] = before;
+        }
+        self.out.truncate(out);
+    }
+
     fn commit(
         &mut self,
         claim: &Arc<str>,
@@ -430,6 +444,11 @@ impl Attempt<'_> {
                 if !pins.iter().all(|(a, v)| attr_value(device, a) == Some(*v)) {
                     continue;
                 }
+                // A tainted device is not allocated to a request that does
+                // not tolerate it (the allocator's allTaintsTolerated).
+                if !crate::device::taints_tolerated(device, &alt.tolerations) {
+                    continue;
+                }
                 if mask.is_none() && !self.passes(alt, di, ctx) {
                     continue;
                 }
@@ -465,8 +484,23 @@ impl Attempt<'_> {
                 };
                 (free, *di)
             });
-            for (di, draw) in candidates.into_iter().take(need) {
+            // Partitions of one device draw on the same counters: each is
+            // checked against what this request already took.
+            let (saved_undo, saved_len) = (self.undo.len(), self.out.len());
+            let mut taken = 0;
+            for (di, draw) in candidates {
+                if taken == need {
+                    break;
+                }
+                if !self.node.devices[di].consumes.is_empty() && !self.counters_allow(di) {
+                    continue;
+                }
                 self.commit(claim, &alt.request_name, di, draw);
+                taken += 1;
+            }
+            if taken < need {
+                self.roll_back(saved_undo, saved_len);
+                continue;
             }
             return true;
         }
@@ -533,11 +567,7 @@ impl Attempt<'_> {
             if ok {
                 return true;
             }
-            while self.undo.len() > saved_undo {
-                let (di, before) = self.undo.pop().expect("undo entry");
-                self.uses[di] = before;
-            }
-            self.out.truncate(saved_len);
+            self.roll_back(saved_undo, saved_len);
             // next combination
             let mut i = 0;
             loop {
@@ -644,12 +674,24 @@ fn explain_claim(plan: &ClaimPlan, attempt: &Attempt<'_>) -> Failure {
                     kind_ok
                         && !attempt.uses[*di].exclusive
                         && (d.consumes.is_empty() || attempt.counters_allow(*di))
+                        && crate::device::taints_tolerated(d, &alt.tolerations)
                 })
                 .count();
-            if matches!(alt.filter, Filter::Cel { .. }) {
-                format!("{}: {} × {what}", r.name, alt.count)
+            let tainted = attempt
+                .node
+                .devices
+                .iter()
+                .filter(|d| !crate::device::taints_tolerated(d, &alt.tolerations))
+                .count();
+            let tainted = if tainted > 0 {
+                format!(" ({tainted} device(s) tainted, not tolerated)")
             } else {
-                format!("{}: {} requested, {free} free", r.name, alt.count)
+                String::new()
+            };
+            if matches!(alt.filter, Filter::Cel { .. }) {
+                format!("{}: {} × {what}{tainted}", r.name, alt.count)
+            } else {
+                format!("{}: {} requested, {free} free{tainted}", r.name, alt.count)
             }
         })
         .collect();

@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::device::{
-    fingerprint, AttrValue, CounterSets, Device, DeviceKind, GPU_DRIVER, GPU_RESOURCE,
-    MIG_RESOURCE_PREFIX, NIC_DRIVER, PCI_BUS_ID,
+    fingerprint, AttrValue, Device, DeviceKind, GPU_DRIVER, GPU_RESOURCE, MIG_RESOURCE_PREFIX,
+    NIC_DRIVER, PCI_BUS_ID,
 };
 use crate::truth::{
     is_readiness_taint, label_value, owns_taint, DriftKind, Publication, SchedulerView,
@@ -123,9 +123,9 @@ impl Node {
     /// be tied to, is `withheld`: the planner does not repartition it
     /// (simplification: without knowing why the scheduler offers less, its
     /// MIG layout is left alone). Partitionable (dynamic MIG) devices are
-    /// not capped by `nvidia.com/mig-*`. Counter sets the view's devices
-    /// draw on that the model lacks are taken as large as the largest
-    /// single draw on each counter (a view carries no counter sets).
+    /// not capped by `nvidia.com/mig-*`. The counter sets the view
+    /// carries (`sharedCounters` of the devices' pools) replace the
+    /// model's of the same name; none is guessed.
     ///
     /// Applying a view again starts from the model, not from the earlier
     /// view.
@@ -172,6 +172,12 @@ impl Node {
         let mut drift = Vec::new();
         if let Some(devices) = &view.devices {
             drift.extend(self.use_view_devices(devices));
+        }
+        // The counter sets the drivers publish for the node's pools; a
+        // device drawing on a set neither they nor the model have is not
+        // allocatable (fit finds no capacity), as for the allocator.
+        for (set, counters) in &view.counters {
+            self.counters.insert(set.clone(), counters.clone());
         }
         drift.extend(self.apply_device_plugin(&view.allocatable));
         drift.sort_by_key(|d| d.what);
@@ -269,23 +275,6 @@ impl Node {
                 }
             }
         }
-        let mut extra: CounterSets = BTreeMap::new();
-        for d in &devices {
-            for (set, counters) in &d.consumes {
-                if self.counters.contains_key(set) {
-                    continue;
-                }
-                for (counter, amount) in counters {
-                    let c = extra
-                        .entry(set.clone())
-                        .or_default()
-                        .entry(counter.clone())
-                        .or_insert(0);
-                    *c = (*c).max(*amount);
-                }
-            }
-        }
-        self.counters.extend(extra);
         let mut prints: Vec<u64> = devices.iter().map(fingerprint).collect();
         for (d, p) in kept_model {
             devices.push(d);

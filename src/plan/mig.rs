@@ -183,6 +183,7 @@ fn relayout(
             shared: None,
             gpu: Some(gi),
             consumes: BTreeMap::new(),
+            taints: Vec::new(),
         });
         kept_uses.push(DeviceUse::default());
         let start = inst.placement.map_or(0, |pl| pl.start);

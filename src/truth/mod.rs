@@ -115,6 +115,10 @@ pub struct SchedulerView {
     /// there): devices are then derived from the model.
     #[serde(default)]
     pub devices: Option<Vec<Device>>,
+    /// The counter sets the drivers publish for the node's pools
+    /// (`sharedCounters`, partitionable devices): set → counter → total.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: crate::device::CounterSets,
 }
 
 /// Label keys Accord owns on a Node besides the topology ones

@@ -266,6 +266,16 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
         }
         _ => out.extend(dra("/apis/resource.k8s.io/v1")),
     }
+    // DeviceTaintRules: GA and served by default from 1.37 (beta and alpha
+    // before, off by default).
+    if v >= KubeVersion::V1_37 {
+        out.push(r(
+            "/apis/resource.k8s.io/v1",
+            "devicetaintrules",
+            "DeviceTaintRule",
+            false,
+        ));
+    }
     if crds {
         out.push(r(
             "/apis/scheduling.x-k8s.io/v1alpha1",

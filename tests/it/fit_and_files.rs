@@ -99,6 +99,7 @@ fn exact(class: &str, selectors: &[&str], count: u32) -> ExactRequest {
         count,
         allocation_mode: Default::default(),
         capacity: BTreeMap::new(),
+        tolerations: Vec::new(),
     }
 }
 
@@ -192,6 +193,76 @@ fn gpu_and_nic_on_one_pcie_root() {
         err.contains("no devices with matching resource.kubernetes.io/pcieRoot"),
         "{err}"
     );
+}
+
+#[test]
+fn device_taints_keep_requests_away_unless_tolerated() {
+    use accord::device::{DeviceTaint, DeviceToleration};
+    let mut n = node();
+    // NVIDIA's DRA driver taints an unhealthy GPU NoSchedule; an admin's
+    // DeviceTaintRule may add NoExecute; `None` only informs.
+    let taint = |key: &str, effect: &str| DeviceTaint {
+        key: key.into(),
+        value: "xid-79".into(),
+        effect: effect.into(),
+    };
+    let mut devices = n.devices.to_vec();
+    devices[0]
+        .taints
+        .push(taint("gpu.nvidia.com/unhealthy", "NoSchedule"));
+    devices[1]
+        .taints
+        .push(taint("example.com/drain", "NoExecute"));
+    devices[2].taints.push(taint("example.com/note", "None"));
+    n.devices = devices.into();
+    let gpus = |count: u32, tolerations: Vec<DeviceToleration>| {
+        claim(
+            vec![DeviceRequest {
+                name: "gpu".into(),
+                exactly: Some(ExactRequest {
+                    tolerations,
+                    ..exact("gpu.nvidia.com", &[], count)
+                }),
+                first_available: vec![],
+            }],
+            None,
+        )
+    };
+    // The tainted GPUs are skipped; the informational taint is not.
+    assert_eq!(allocate(&gpus(1, vec![]), &n).unwrap(), ["gpu:gpu-2"]);
+    let err = allocate(&gpus(7, vec![]), &n).unwrap_err();
+    assert!(err.contains("2 device(s) tainted, not tolerated"), "{err}");
+    // Tolerating one key (Exists) opens that GPU only; a wrong value
+    // under Equal does not; key-less Exists tolerates everything.
+    let exists = |key: &str| DeviceToleration {
+        key: key.into(),
+        operator: "Exists".into(),
+        value: String::new(),
+        effect: String::new(),
+    };
+    let got = allocate(&gpus(7, vec![exists("gpu.nvidia.com/unhealthy")]), &n).unwrap();
+    assert!(got.contains(&"gpu:gpu-0".to_owned()), "{got:?}");
+    assert!(!got.contains(&"gpu:gpu-1".to_owned()), "{got:?}");
+    let wrong_value = DeviceToleration {
+        key: "example.com/drain".into(),
+        operator: "Equal".into(),
+        value: "other".into(),
+        effect: "NoExecute".into(),
+    };
+    assert!(allocate(&gpus(7, vec![wrong_value.clone()]), &n).is_err());
+    let right_value = DeviceToleration {
+        value: "xid-79".into(),
+        ..wrong_value
+    };
+    let got = allocate(&gpus(7, vec![right_value]), &n).unwrap();
+    assert!(got.contains(&"gpu:gpu-1".to_owned()), "{got:?}");
+    assert_eq!(allocate(&gpus(8, vec![exists("")]), &n).unwrap().len(), 8);
+    // The wrong effect does not tolerate.
+    let other_effect = DeviceToleration {
+        effect: "NoExecute".into(),
+        ..exists("gpu.nvidia.com/unhealthy")
+    };
+    assert!(allocate(&gpus(7, vec![other_effect]), &n).is_err());
 }
 
 #[test]

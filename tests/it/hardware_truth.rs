@@ -445,6 +445,7 @@ fn view(gpus: Option<u32>) -> SchedulerView {
         }],
         allocatable,
         devices: None,
+        counters: Default::default(),
     }
 }
 

@@ -306,8 +306,9 @@ fn provisioning_seen(pr: &ProvisioningRequest) -> ProvisioningSeen {
         other => ProvisioningClass::Other(other.to_owned()),
     };
     ProvisioningSeen {
-        request: ObjectRef::new("autoscaling.x-k8s.io/v1", "ProvisioningRequest", ns, name),
+        request: ObjectRef::new(pr.api_version(), "ProvisioningRequest", ns, name),
         class,
+        no_retry: pr.no_retry(),
         conditions: pr
             .status
             .conditions

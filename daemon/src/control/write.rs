@@ -219,6 +219,7 @@ async fn write(
         };
         if let Err(err) = accord_kube::write::set_provisioning_condition(
             kube,
+            &w.request.api_version,
             &w.request.namespace,
             &w.request.name,
             &c,

@@ -456,10 +456,12 @@ pub fn cluster() -> Target {
                     serde_json::from_value(v).map_err(|e| e.to_string())?;
                 let (pools, _) = cluster::current_pools(vec![slice.clone()]);
                 let (_, devices) = cluster::slice_devices(&slice)?;
+                let (mut published, _) = cluster::published(vec![slice], &[]);
                 let node: k8s_openapi::api::core::v1::Node =
                     serde_json::from_str(NODE).map_err(|e| e.to_string())?;
-                let _ = cluster::scheduler_view(&cluster::cluster_node(&node), Some(devices));
-                let _ = pools;
+                let n = cluster::cluster_node(&node);
+                let _ = cluster::scheduler_view(&n, published.pop_first().map(|(_, p)| p));
+                let _ = (pools, devices);
                 Ok(())
             }
             other => Err(format!("not a Node or ResourceSlice: {other:?}")),

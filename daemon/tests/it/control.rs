@@ -406,6 +406,7 @@ fn provisioning(
     ProvisioningSeen {
         request: request(name),
         class,
+        no_retry: false,
         conditions: conditions
             .iter()
             .map(|(t, s)| ConditionSeen {
@@ -458,7 +459,7 @@ async fn a_provisioned_request_books_its_nodes_until_the_booking_expires() {
     }
     let d = t.round(5).await;
     assert!(
-        written(&d).contains(&("Provisioned".into(), true, "Provisioned".into())),
+        written(&d).contains(&("Provisioned".into(), true, "CapacityIsProvisioned".into())),
         "{:?}",
         written(&d)
     );
@@ -496,7 +497,11 @@ async fn a_provisioned_request_books_its_nodes_until_the_booking_expires() {
     let d = t.round(BOOKING_S).await;
     assert_eq!(
         written(&d),
-        [("BookingExpired".into(), true, "BookingExpired".into())]
+        [(
+            "BookingExpired".into(),
+            true,
+            "CapacityReservationTimeExpired".into()
+        )]
     );
     let mut offs = power_offs(&d);
     offs.sort();
@@ -568,6 +573,7 @@ fn view(node: &str, gpus: u32) -> accord::truth::SchedulerView {
         ]
         .into(),
         devices: None,
+        counters: Default::default(),
     }
 }
 

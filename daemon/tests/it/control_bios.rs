@@ -115,6 +115,7 @@ fn view(node: &str) -> SchedulerView {
         ]
         .into(),
         devices: None,
+        counters: Default::default(),
     }
 }
 

@@ -99,6 +99,7 @@ fn a_booked_node_stays_on_and_a_node_powering_on_keeps_its_deadline_across_a_res
             "pr",
         ),
         class: ProvisioningClass::BestEffortAtomic,
+        no_retry: false,
         conditions: vec![ConditionSeen {
             type_: "Provisioned".into(),
             status: true,

@@ -559,7 +559,7 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
         "team-b",
         "job-1-prov",
         "Provisioned",
-        ("True", "Provisioned"),
+        ("True", "CapacityIsProvisioned"),
     )
     .await;
     let powered = lab.nodes_powered_on();

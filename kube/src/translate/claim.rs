@@ -38,15 +38,17 @@ pub(super) fn exact(
     count: Option<i64>,
     capacity: Option<&dra::CapacityRequirements>,
     admin_access: Option<bool>,
-    tolerations: bool,
+    tolerations: Option<&Vec<dra::DeviceToleration>>,
     cache: &CelCache,
 ) -> Result<ExactRequest, String> {
     if admin_access == Some(true) {
         return Err("adminAccess is not supported".to_owned());
     }
-    if tolerations {
-        return Err("device tolerations are not supported".to_owned());
-    }
+    let tolerations = tolerations
+        .into_iter()
+        .flatten()
+        .map(toleration)
+        .collect::<Result<Vec<_>, _>>()?;
     let allocation_mode = match mode {
         None | Some("ExactCount") => AllocationMode::ExactCount,
         Some("All") => AllocationMode::All,
@@ -70,6 +72,37 @@ pub(super) fn exact(
             .and_then(|c| c.requests.as_ref())
             .map(|r| r.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
             .unwrap_or_default(),
+        tolerations,
+    })
+}
+
+/// A request's device toleration, checked as the API server validates it
+/// (`Equal` or `Exists`; `Exists` takes no value; a known effect).
+fn toleration(t: &dra::DeviceToleration) -> Result<accord::device::DeviceToleration, String> {
+    let operator = t.operator.clone().unwrap_or_default();
+    let value = t.value.clone().unwrap_or_default();
+    match operator.as_str() {
+        "" | "Equal" => {}
+        "Exists" if value.is_empty() => {}
+        "Exists" => {
+            return Err(format!(
+                "toleration of {:?}: operator Exists takes no value",
+                t.key
+            ))
+        }
+        other => return Err(format!("toleration operator {other:?} (Equal or Exists)")),
+    }
+    let effect = t.effect.clone().unwrap_or_default();
+    if !matches!(effect.as_str(), "" | "NoSchedule" | "NoExecute" | "None") {
+        return Err(format!(
+            "toleration effect {effect:?} (NoSchedule, NoExecute or None)"
+        ));
+    }
+    Ok(accord::device::DeviceToleration {
+        key: t.key.clone().unwrap_or_default(),
+        operator,
+        value,
+        effect,
     })
 }
 
@@ -99,7 +132,7 @@ pub(super) fn claim(
                         e.count,
                         e.capacity.as_ref(),
                         e.admin_access,
-                        e.tolerations.as_ref().is_some_and(|t| !t.is_empty()),
+                        e.tolerations.as_ref(),
                         cache,
                     )
                     .map_err(|e| format!("request {}: {e}", r.name))?,
@@ -120,7 +153,7 @@ pub(super) fn claim(
                             s.count,
                             s.capacity.as_ref(),
                             None,
-                            s.tolerations.as_ref().is_some_and(|t| !t.is_empty()),
+                            s.tolerations.as_ref(),
                             cache,
                         )
                         .map_err(|e| format!("request {}/{}: {e}", r.name, s.name))

@@ -147,10 +147,13 @@ pub(super) fn workload(
             let total = group
                 .units
                 .iter()
-                .find_map(|u| annotation(u.meta, KUEUE_POD_GROUP_COUNT))
+                .find_map(|u| {
+                    annotation(u.meta, KUEUE_POD_GROUP_COUNT)
+                        .or_else(|| label(u.meta, KUEUE_POD_GROUP_COUNT))
+                })
                 .ok_or_else(|| {
                     fail(format!(
-                        "Kueue pod group {ns}/{g}: no {KUEUE_POD_GROUP_COUNT} annotation"
+                        "Kueue pod group {ns}/{g}: no {KUEUE_POD_GROUP_COUNT} annotation or label"
                     ))
                 })?;
             let total: u32 = total.parse().map_err(|_| {

@@ -104,6 +104,9 @@ pub struct Translation {
     /// Pods neither pending nor bound (finished, or not yet tried by the
     /// scheduler).
     pub skipped_pods: usize,
+    /// Pending pods that consume a ProvisioningRequest's capacity (Kueue
+    /// stamps them once it is Provisioned): the request is their demand.
+    pub consuming_pods: usize,
 }
 
 /// What a workload was built from.
@@ -162,6 +165,9 @@ struct Index<'a> {
     /// Allocated claims whose devices a bound pod already holds: a claim
     /// shared by several pods holds its devices once.
     held_claims: std::cell::RefCell<std::collections::BTreeSet<(String, String)>>,
+    /// ProvisioningRequests by (namespace, name): pods that consume one
+    /// are its pods, not new demand.
+    provisioning: std::collections::BTreeSet<(String, String)>,
 }
 
 fn ns_of(meta: &ObjectMeta) -> String {
@@ -212,6 +218,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         cosched_groups: BTreeMap::new(),
         cel: Default::default(),
         held_claims: Default::default(),
+        provisioning: Default::default(),
     };
     for o in &m.objects {
         match o {
@@ -239,6 +246,11 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                 index
                     .cosched_groups
                     .insert((ns_of(&g.metadata), name_of(&g.metadata)), g);
+            }
+            Object::ProvisioningRequest(pr) => {
+                index
+                    .provisioning
+                    .insert((ns_of(&pr.metadata), name_of(&pr.metadata)));
             }
             Object::DeviceClass(c) => out
                 .demand

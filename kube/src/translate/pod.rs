@@ -45,6 +45,14 @@ pub(super) const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 
 pub(super) const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 
+/// The annotations naming the ProvisioningRequest whose capacity a pod
+/// consumes, as cluster-autoscaler reads them (the second is the
+/// deprecated key older Kueue versions write).
+pub(super) const CONSUME_PROVISIONING_REQUEST: [&str; 2] = [
+    "autoscaling.x-k8s.io/consume-provisioning-request",
+    "cluster-autoscaler.kubernetes.io/consume-provisioning-request",
+];
+
 pub(super) fn marked_group(
     meta: Option<&ObjectMeta>,
     spec: Option<&core::PodSpec>,
@@ -60,7 +68,10 @@ pub(super) fn marked_group(
     if let Some(g) = label(meta, COSCHED_POD_GROUP) {
         return Some(GroupKey::Cosched(ns.to_owned(), g.to_owned()));
     }
-    if let Some(g) = label(meta, KUEUE_POD_GROUP) {
+    // Kueue ≥ 0.18 writes the group's name as an annotation (its pod,
+    // StatefulSet and LeaderWorkerSet integrations), older ones as a label;
+    // the annotation wins, as Kueue reads it.
+    if let Some(g) = annotation(meta, KUEUE_POD_GROUP).or_else(|| label(meta, KUEUE_POD_GROUP)) {
         return Some(GroupKey::Kueue(ns.to_owned(), g.to_owned()));
     }
     None
@@ -103,6 +114,17 @@ pub(super) fn pod_unit<'a>(
     }
     if !is_pending(p, options) {
         out.skipped_pods += 1;
+        return;
+    }
+    // A pod Kueue admitted through a ProvisioningRequest runs on the
+    // capacity that request booked: the request was the demand. One
+    // naming a request that does not exist is planned as any pod.
+    if CONSUME_PROVISIONING_REQUEST
+        .iter()
+        .filter_map(|k| annotation(Some(&p.metadata), k))
+        .any(|pr| index.provisioning.contains(&(ns.clone(), pr.to_owned())))
+    {
+        out.consuming_pods += 1;
         return;
     }
     let key = marked_group(Some(&p.metadata), Some(spec), &ns, index)

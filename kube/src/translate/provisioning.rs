@@ -14,7 +14,7 @@ pub(super) fn provisioning_request<'a>(
         return;
     }
     let (ns, name) = (ns_of(&pr.metadata), name_of(&pr.metadata));
-    let source = ObjectRef::new("autoscaling.x-k8s.io/v1", "ProvisioningRequest", &ns, &name);
+    let source = ObjectRef::new(pr.api_version(), "ProvisioningRequest", &ns, &name);
     let g = groups
         .entry(GroupKey::Owner(
             "ProvisioningRequest",

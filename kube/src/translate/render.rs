@@ -147,6 +147,12 @@ impl Translation {
                 self.skipped_pods
             ));
         }
+        if self.consuming_pods > 0 {
+            out.push_str(&format!(
+                "\n{} pending pod(s) consume a ProvisioningRequest's capacity: the request is their demand\n",
+                self.consuming_pods
+            ));
+        }
         out
     }
 }

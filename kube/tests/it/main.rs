@@ -8,6 +8,7 @@ mod limits;
 mod plan;
 mod publish;
 mod rbac;
+mod real_cluster;
 mod translate;
 mod versions;
 mod watch;

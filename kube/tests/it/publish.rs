@@ -260,6 +260,6 @@ fn the_scheduler_view_is_the_node_and_its_devices() {
     assert_eq!(v.taints[0].key, RESERVATION_KEY);
     assert_eq!(v.allocatable["nvidia.com/gpu"], "8");
     assert!(v.devices.is_none());
-    let v = accord_kube::cluster::scheduler_view(&c, Some(Vec::new()));
+    let v = accord_kube::cluster::scheduler_view(&c, Some(Default::default()));
     assert_eq!(v.devices, Some(Vec::new()));
 }

@@ -241,6 +241,44 @@ fn coscheduling_and_provisioning_requests() {
         )
     );
     assert_eq!(w.pod_sets[0].pod.requests["nvidia.com/gpu"], "8");
+
+    // v1beta1 has v1's shape: read as such, and named at its version (so
+    // conditions are written back at it).
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/kubernetes/written/provisioning-request.yaml");
+    let v1 = std::fs::read_to_string(path).unwrap();
+    let beta = v1.replace(
+        "apiVersion: autoscaling.x-k8s.io/v1\n",
+        "apiVersion: autoscaling.x-k8s.io/v1beta1\n",
+    );
+    let options = Options::for_topology(&TopologyConfig::default());
+    let t = translate(&Manifests::parse(&beta, "beta").unwrap(), &options);
+    assert!(t.unsupported.is_empty(), "{:?}", t.unsupported);
+    let w = workload(&t, "team-b/job-1-prov");
+    assert_eq!((w.pod_count(), w.min()), (6, 6));
+    assert_eq!(w.sources[0].api_version, "autoscaling.x-k8s.io/v1beta1");
+
+    // Once Provisioned, Kueue creates the pods with the consume
+    // annotations: they run on the booked capacity, not new demand. A pod
+    // naming a request that does not exist is planned as any pod.
+    let provisioned = format!(
+        "{v1}status:\n  conditions:\n  - {{type: Provisioned, status: \"True\", reason: CapacityIsProvisioned}}\n"
+    );
+    let pod = |name: &str, key: &str, pr: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata:\n  namespace: team-b\n  name: {name}\n  annotations: {{{key}/consume-provisioning-request: {pr}, {key}/provisioning-class-name: best-effort-atomic-scale-up.autoscaling.x-k8s.io}}\nspec: {{containers: [{{name: main, image: t, resources: {{requests: {{nvidia.com/gpu: \"8\"}}}}}}]}}\n"
+        )
+    };
+    let text = format!(
+        "{provisioned}{}{}{}",
+        pod("job-1-a", "autoscaling.x-k8s.io", "job-1-prov"),
+        pod("job-1-b", "cluster-autoscaler.kubernetes.io", "job-1-prov"),
+        pod("stray", "autoscaling.x-k8s.io", "no-such-request"),
+    );
+    let t = translate(&Manifests::parse(&text, "kueue").unwrap(), &options);
+    assert_eq!(t.consuming_pods, 2, "{}", t.render());
+    let keys: Vec<String> = t.demand.workloads.iter().map(|w| w.key()).collect();
+    assert_eq!(keys, ["team-b/stray"], "{}", t.render());
 }
 
 #[test]
@@ -351,6 +389,60 @@ fn a_controllers_pods_are_its_demand_not_its_template_twice() {
         &live,
     );
     assert!(t.demand.workloads.is_empty(), "{}", t.render());
+}
+
+#[test]
+fn a_statefulset_under_kueue_with_annotations_only_is_one_gang() {
+    // Kueue ≥ 0.18's StatefulSet integration stamps the group's name and
+    // total count on the pods as annotations, no label: four pending
+    // replicas are one gang of four, not four single pods of a StatefulSet.
+    let sts = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {namespace: ml, name: serve, uid: s1, labels: {kueue.x-k8s.io/queue-name: q}}\nspec:\n  replicas: 4\n  selector: {matchLabels: {app: serve}}\n  template:\n    metadata: {labels: {app: serve}}\n    spec: {containers: [{name: c, image: i, resources: {limits: {nvidia.com/gpu: \"8\"}}}]}\n";
+    let pod = |i: u32, group_as: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata:\n  namespace: ml\n  name: serve-{i}\n  labels: {{app: serve, kueue.x-k8s.io/queue-name: q}}\n  {group_as}: {{kueue.x-k8s.io/pod-group-name: serve-group, kueue.x-k8s.io/pod-group-total-count: \"4\"}}\n  ownerReferences: [{{apiVersion: apps/v1, kind: StatefulSet, name: serve, uid: s1, controller: true}}]\nspec:\n  containers: [{{name: c, image: i, resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}}}]\nstatus: {{conditions: [{{type: PodScheduled, status: \"False\", reason: Unschedulable}}]}}\n"
+        )
+    };
+    let mut live = Options::for_topology(&TopologyConfig::default());
+    live.pending_without_status = false;
+    for group_as in ["annotations", "labels"] {
+        let text = format!(
+            "{sts}{}",
+            (0..4).map(|i| pod(i, group_as)).collect::<String>()
+        );
+        let t = translate(&Manifests::parse(&text, "live").unwrap(), &live);
+        assert_eq!(t.demand.workloads.len(), 1, "{group_as}: {}", t.render());
+        let w = &t.demand.workloads[0];
+        assert_eq!(
+            (w.key().as_str(), w.pod_count(), w.min()),
+            ("ml/serve-group", 4, 4),
+            "{group_as}"
+        );
+        assert_eq!(w.sources[0].kind, "KueuePodGroup");
+    }
+    // The annotation wins over a stale label, as Kueue reads it.
+    let text = format!(
+        "{sts}{}",
+        (0..2)
+            .map(|i| pod(i, "annotations").replace(
+                "labels: {app: serve,",
+                "labels: {kueue.x-k8s.io/pod-group-name: old, kueue.x-k8s.io/pod-group-total-count: \"9\", app: serve,"
+            ))
+            .collect::<String>()
+    );
+    let t = translate(&Manifests::parse(&text, "live").unwrap(), &live);
+    assert!(
+        t.cannot_plan.iter().all(|c| !c.workload.contains("old")),
+        "{}",
+        t.render()
+    );
+    assert_eq!(t.cannot_plan.len(), 1, "{}", t.render());
+    assert!(
+        t.cannot_plan[0]
+            .reason
+            .contains("gang needs 4 pods, 2 exist"),
+        "{}",
+        t.render()
+    );
 }
 
 /// One pod with a claim template and its class, at `api_version`, in that

@@ -326,6 +326,7 @@ async fn at_1_31_without_dra_or_pod_groups_the_watch_is_ready_and_plans() {
             "ResourceClaimTemplate",
             "DeviceClass",
             "ResourceSlice",
+            "DeviceTaintRule",
             "PodGroup",
             "Workload",
         ],
@@ -344,7 +345,12 @@ async fn at_1_31_without_dra_or_pod_groups_the_watch_is_ready_and_plans() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_1_34_dra_v1_without_pod_groups_the_watch_is_ready_and_plans() {
-    let w = plans_a_pending_pod_at(KubeVersion::V1_34, &["PodGroup", "Workload"]).await;
+    // DeviceTaintRules are served from 1.37 by default.
+    let w = plans_a_pending_pod_at(
+        KubeVersion::V1_34,
+        &["DeviceTaintRule", "PodGroup", "Workload"],
+    )
+    .await;
     let watches = w.watches();
     let pg = watches
         .iter()
@@ -491,7 +497,7 @@ async fn dra_at_v1beta1_and_v1beta2_is_read_as_v1() {
 
         let (devices, problems) = w.devices();
         assert!(problems.is_empty(), "{v}: {problems:?}");
-        let d = &devices["gpu-001"][0];
+        let d = &devices["gpu-001"].devices[0];
         assert_eq!(&*d.name, "gpu-0", "{v}");
         assert_eq!(
             d.attributes.get("gpu.example.com/index"),
@@ -527,5 +533,5 @@ async fn a_malformed_beta_slice_is_a_problem_not_a_panic() {
         "{problems:?}"
     );
     // A device without `basic` is a device without attributes.
-    assert!(devices["gpu-003"][0].attributes.is_empty());
+    assert!(devices["gpu-003"].devices[0].attributes.is_empty());
 }

@@ -131,7 +131,7 @@ async fn nodes_and_published_devices_follow_the_cluster() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!w.nodes()[0].ready);
-    assert_eq!(&*w.devices().0["gpu-001"][0].name, "gpu-0");
+    assert_eq!(&*w.devices().0["gpu-001"].devices[0].name, "gpu-0");
     api.apply(node("True"));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while !w.nodes()[0].ready {
@@ -323,6 +323,7 @@ async fn events_and_provisioning_conditions_land_on_the_server() {
     ] {
         write::set_provisioning_condition(
             &client,
+            "autoscaling.x-k8s.io/v1",
             "ml",
             "pr",
             &ProvisioningCondition {

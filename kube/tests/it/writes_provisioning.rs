@@ -55,7 +55,7 @@ async fn set(
     api: &FakeApi,
     c: &ProvisioningCondition,
 ) -> Result<PublishOutcome, ConditionWriteError> {
-    write::set_provisioning_condition(&api.client(), "ml", "pr", c).await
+    write::set_provisioning_condition(&api.client(), "autoscaling.x-k8s.io/v1", "ml", "pr", c).await
 }
 
 fn stored(api: &FakeApi) -> Value {
