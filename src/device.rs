@@ -28,6 +28,10 @@ pub enum AttrValue {
     Bool(bool),
     Int(i64),
     String(String),
+    /// A semantic version (DRA's `version` attribute): a `semver` in CEL.
+    Version {
+        version: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -205,6 +209,10 @@ pub fn fingerprint(device: &Device) -> u64 {
             AttrValue::Bool(b) => fnv(&mut h, &[u8::from(*b)]),
             AttrValue::Int(i) => fnv(&mut h, &i.to_le_bytes()),
             AttrValue::String(s) => fnv(&mut h, s.as_bytes()),
+            AttrValue::Version { version } => {
+                fnv(&mut h, b"v");
+                fnv(&mut h, version.as_bytes())
+            }
         }
     }
     for (k, v) in &device.capacity {

@@ -154,8 +154,11 @@ pub fn slice_devices(slice: &ResourceSlice) -> Result<(Option<String>, Vec<Devic
                 AttrValue::Bool(b)
             } else if let Some(i) = a.int {
                 AttrValue::Int(i)
-            } else if let Some(s) = a.string.clone().or_else(|| a.version.clone()) {
+            } else if let Some(s) = a.string.clone() {
                 AttrValue::String(s)
+            } else if let Some(v) = a.version.clone() {
+                // A semver in DRA's CEL environment (`driverVersion`).
+                AttrValue::Version { version: v }
             } else {
                 continue;
             };

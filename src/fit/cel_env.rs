@@ -95,6 +95,12 @@ fn device_value(device: &Device) -> Value {
             AttrValue::Bool(b) => Value::from(*b),
             AttrValue::Int(i) => Value::from(*i),
             AttrValue::String(s) => Value::from(s.clone()),
+            // As DRA's CEL environment: a version attribute is a semver;
+            // one that does not parse is an error where it is used.
+            AttrValue::Version { version } => match semver::Version::parse(version) {
+                Ok(v) => Value::Opaque(Arc::new(Semver(v))),
+                Err(_) => Value::from(version.clone()),
+            },
         };
         attributes
             .entry(domain.to_owned())
@@ -116,21 +122,87 @@ fn device_value(device: &Device) -> Value {
     d.into()
 }
 
+/// A semantic version in CEL, as Kubernetes' semver library
+/// (k8s.io/apiserver/pkg/cel/library/semverlib.go) and DRA's version
+/// attributes (k8s.io/dynamic-resource-allocation/cel/compile.go).
+#[derive(Debug, PartialEq, Eq)]
+struct Semver(semver::Version);
+
+impl cel::objects::Opaque for Semver {
+    fn runtime_type_name(&self) -> &str {
+        "kubernetes.Semver"
+    }
+}
+
+/// `semver("1.2.3")`: strict semantic versioning 2.0 (no `v`, no leading
+/// zeros, three parts), as upstream's `semver.Parse`.
+fn parse_semver(s: Arc<String>) -> Result<Value, cel::ExecutionError> {
+    semver::Version::parse(&s)
+        .map(|v| Value::Opaque(Arc::new(Semver(v))))
+        .map_err(|e| cel::ExecutionError::function_error("semver", format!("{s:?}: {e}")))
+}
+
+fn as_semver(v: &Value) -> Option<&semver::Version> {
+    match v {
+        Value::Opaque(o) => o.downcast_ref::<Semver>().map(|s| &s.0),
+        _ => None,
+    }
+}
+
+/// Orders two quantities (base-unit integers here) or two semvers (by
+/// precedence: build metadata does not count, as upstream's Compare).
+fn compare(method: &str, a: &Value, b: &Value) -> Result<std::cmp::Ordering, cel::ExecutionError> {
+    match (a, b) {
+        // By comparison, not subtraction: `quantity` of something that is
+        // not one is i64::MIN, and `a - b` would overflow.
+        (Value::Int(a), Value::Int(b)) => Ok(a.cmp(b)),
+        _ => match (as_semver(a), as_semver(b)) {
+            (Some(a), Some(b)) => Ok(a.cmp_precedence(b)),
+            _ => Err(cel::ExecutionError::function_error(
+                method,
+                "compares two quantities or two semvers",
+            )),
+        },
+    }
+}
+
+/// A semver's component (`major()`, `minor()`, `patch()`).
+fn component(method: &'static str, v: &Value) -> Result<i64, cel::ExecutionError> {
+    let v =
+        as_semver(v).ok_or_else(|| cel::ExecutionError::function_error(method, "not a semver"))?;
+    let n = match method {
+        "major" => v.major,
+        "minor" => v.minor,
+        _ => v.patch,
+    };
+    i64::try_from(n).map_err(|_| cel::ExecutionError::function_error(method, "out of range"))
+}
+
 /// The DRA CEL environment for one device.
 fn context(device: &Device) -> Result<Context<'static, 'static>, cel::DeclarationError> {
     let mut ctx = Context::default();
     ctx.add_function("quantity", |s: Arc<String>| -> i64 {
         crate::quantity::parse(&s).map_or(i64::MIN, base_units)
     })?;
-    // By comparison, not subtraction: `quantity` of something that is not
-    // one is i64::MIN, and `a - b` would overflow.
-    ctx.add_function("compareTo", |This(a): This<i64>, b: i64| -> i64 {
-        a.cmp(&b) as i64
+    // Kubernetes' quantity and semver libraries (quantities are base-unit
+    // integers here) and the strings extension the NVIDIA driver's
+    // examples use.
+    ctx.add_function("semver", parse_semver)?;
+    ctx.add_function("isSemver", |s: Arc<String>| {
+        semver::Version::parse(&s).is_ok()
     })?;
-    // Kubernetes' quantity library (quantities are base-unit integers here)
-    // and the strings extension the NVIDIA driver's examples use.
-    ctx.add_function("isGreaterThan", |This(a): This<i64>, b: i64| a > b)?;
-    ctx.add_function("isLessThan", |This(a): This<i64>, b: i64| a < b)?;
+    ctx.add_function("major", |This(v): This<Value>| component("major", &v))?;
+    ctx.add_function("minor", |This(v): This<Value>| component("minor", &v))?;
+    ctx.add_function("patch", |This(v): This<Value>| component("patch", &v))?;
+    ctx.add_function("compareTo", |This(a): This<Value>, b: Value| {
+        compare("compareTo", &a, &b).map(|o| o as i64)
+    })?;
+    ctx.add_function("isGreaterThan", |This(a): This<Value>, b: Value| {
+        compare("isGreaterThan", &a, &b).map(|o| o.is_gt())
+    })?;
+    ctx.add_function("isLessThan", |This(a): This<Value>, b: Value| {
+        compare("isLessThan", &a, &b).map(|o| o.is_lt())
+    })?;
     ctx.add_function("asInteger", |This(a): This<i64>| a)?;
     ctx.add_function("lowerAscii", |This(s): This<Arc<String>>| {
         s.to_ascii_lowercase()
@@ -277,6 +349,11 @@ fn compile(text: &str) -> Result<Program, String> {
 /// Functions Accord adds to CEL's standard ones.
 const EXTENSIONS: &[&str] = &[
     "quantity",
+    "semver",
+    "isSemver",
+    "major",
+    "minor",
+    "patch",
     "compareTo",
     "isGreaterThan",
     "isLessThan",
@@ -294,8 +371,10 @@ const EXTENSIONS: &[&str] = &[
 pub fn check(text: &str) -> Result<(), String> {
     let program = compile(text)?;
     let refs = program.references();
+    let mut bound = std::collections::BTreeSet::new();
+    bound_names(program.expression(), &mut bound);
     for v in refs.variables() {
-        if v != "device" {
+        if v != "device" && !bound.contains(v) {
             return Err(format!("unknown variable `{v}` (only `device` is defined)"));
         }
     }
@@ -314,6 +393,56 @@ pub fn check(text: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The names comprehensions bind (`cel.bind`'s, the macros' accumulators
+/// and iteration variables): defined inside the expression.
+fn bound_names<'a>(e: &'a cel::IdedExpr, out: &mut std::collections::BTreeSet<&'a str>) {
+    use cel::common::ast::{EntryExpr, Expr};
+    match &e.expr {
+        Expr::Comprehension(c) => {
+            out.insert(&c.accu_var);
+            out.insert(&c.iter_var);
+            if let Some(v) = &c.iter_var2 {
+                out.insert(v);
+            }
+            for x in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                bound_names(x, out);
+            }
+        }
+        Expr::Call(c) => {
+            if let Some(t) = &c.target {
+                bound_names(t, out);
+            }
+            for a in &c.args {
+                bound_names(a, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|x| bound_names(x, out)),
+        Expr::Select(s) => bound_names(&s.operand, out),
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(me) = &entry.expr {
+                    bound_names(&me.key, out);
+                    bound_names(&me.value, out);
+                }
+            }
+        }
+        Expr::Struct(st) => {
+            for entry in &st.entries {
+                if let EntryExpr::StructField(f) = &entry.expr {
+                    bound_names(&f.value, out);
+                }
+            }
+        }
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
 }
 
 #[cfg(test)]
@@ -346,5 +475,89 @@ mod check_tests {
             .unwrap_err()
             .contains("unknown variable `node`"));
         assert!(check("device.driver ==").is_err());
+    }
+}
+
+#[cfg(test)]
+mod library_tests {
+    use std::collections::BTreeMap;
+
+    use super::{check, CelEngine};
+    use crate::device::{fingerprint, AttrValue, Device, DeviceKind};
+
+    /// A GPU as NVIDIA's DRA driver publishes it: `driverVersion` a
+    /// version attribute, memory a capacity.
+    fn gpu(driver_version: &str) -> Device {
+        Device {
+            name: "gpu-0".into(),
+            driver: "gpu.nvidia.com".into(),
+            kind: DeviceKind::Gpu,
+            attributes: BTreeMap::from([
+                (
+                    "gpu.nvidia.com/type".into(),
+                    AttrValue::String("gpu".into()),
+                ),
+                (
+                    "gpu.nvidia.com/driverVersion".into(),
+                    AttrValue::Version {
+                        version: driver_version.into(),
+                    },
+                ),
+            ]),
+            capacity: BTreeMap::from([("gpu.nvidia.com/memory".into(), 80 * (1 << 30) * 1000)]),
+            shared: None,
+            gpu: Some(0),
+            consumes: BTreeMap::new(),
+            taints: Vec::new(),
+        }
+    }
+
+    fn eval(expr: &str, device: &Device) -> Result<bool, String> {
+        check(expr)?;
+        let mut e = CelEngine::default();
+        let id = e.id(expr);
+        e.matches(id, device, 0, fingerprint(device))
+    }
+
+    #[test]
+    fn the_kubernetes_semver_library_and_version_attributes() {
+        let d = gpu("580.105.4");
+        // NVIDIA's driver e2e selector (test/e2e/framework/specs/
+        // driver-version.yaml.tmpl), as its framework renders it.
+        let nvidia = |v: &str| {
+            format!(
+                r#"device.attributes["gpu.nvidia.com"].driverVersion.compareTo(semver("{v}")) >= 0"#
+            )
+        };
+        assert_eq!(eval(&nvidia("580.105.4"), &d), Ok(true));
+        assert_eq!(eval(&nvidia("580.0.0"), &d), Ok(true));
+        assert_eq!(eval(&nvidia("580.106.0"), &d), Ok(false));
+        for (expr, want) in [
+            ("device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(semver('575.57.8'))", true),
+            ("device.attributes['gpu.nvidia.com'].driverVersion.isLessThan(semver('575.57.8'))", false),
+            ("semver('1.2.3').major() == 1 && semver('1.2.3').minor() == 2 && semver('1.2.3').patch() == 3", true),
+            ("isSemver('1.2.3-rc.1+b5') && !isSemver('v1.2') && !isSemver('01.2.3')", true),
+            // Build metadata does not count; prereleases come first.
+            ("semver('1.0.0+build.1').compareTo(semver('1.0.0+build.2')) == 0", true),
+            ("semver('1.0.0-alpha').isLessThan(semver('1.0.0'))", true),
+            // Quantities still compare as before.
+            ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0", true),
+            ("device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('80Gi'))", false),
+            // cel.bind and optional syntax, as the scheduler's environment has.
+            ("cel.bind(v, device.attributes['gpu.nvidia.com'].driverVersion, v.major() >= 580 && v.minor() >= 100)", true),
+            ("device.attributes['gpu.nvidia.com'].?missing.orValue('none') == 'none'", true),
+            ("device.attributes[?'gpu.nvidia.com'].hasValue()", true),
+        ] {
+            assert_eq!(eval(expr, &d), Ok(want), "{expr}");
+        }
+        // What upstream refuses is an error here too, never a silent match.
+        let err = eval("semver('01.2.3').major() == 1", &d).unwrap_err();
+        assert!(err.contains("semver"), "{err}");
+        let err = eval(
+            "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(quantity('1')) == 0",
+            &d,
+        )
+        .unwrap_err();
+        assert!(err.contains("two quantities or two semvers"), "{err}");
     }
 }

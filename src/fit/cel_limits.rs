@@ -121,10 +121,54 @@ pub(crate) fn compile(text: &str) -> Result<Program, String> {
     })
 }
 
+/// The parse environment: CEL's standard macros and optional syntax, and
+/// `cel.bind` (cel-go's `ext.Bindings`, which the scheduler's environment
+/// has: k8s.io/apiserver/pkg/cel/environment/base.go).
+fn parser_env() -> cel::Env {
+    let mut env = cel::Env::stdlib();
+    env.add_macro(cel::parser::Macro::receiver("bind", 3, bind_macro))
+        .expect("bind is not a standard macro");
+    env
+}
+
+/// Expands `cel.bind(name, init, result)` as cel-go does: a comprehension
+/// over an empty list whose accumulator, `name`, is `init` while `result`
+/// is evaluated. Any other `x.bind(...)` is left alone.
+fn bind_macro(
+    helper: &mut cel::parser::MacroExprHelper<'_>,
+    target: &mut Option<cel::IdedExpr>,
+    args: &mut Vec<cel::IdedExpr>,
+) -> Result<Option<cel::IdedExpr>, cel::ParseError> {
+    if !matches!(target.as_ref().map(|t| &t.expr), Some(Expr::Ident(n)) if n == "cel") {
+        return Ok(None);
+    }
+    let name = match args.first().map(|a| &a.expr) {
+        Some(Expr::Ident(n)) => n.clone(),
+        _ => {
+            let id = args.first().map_or(0, |a| a.id);
+            return Err(helper.new_error(id, "cel.bind's first argument must be a name"));
+        }
+    };
+    let result = args.pop().expect("three arguments");
+    let init = args.pop().expect("three arguments");
+    let bind = cel::common::ast::ComprehensionExpr {
+        iter_range: helper.next_expr(Expr::List(cel::common::ast::ListExpr::new(Vec::new()))),
+        iter_var: "#unused".to_owned(),
+        iter_var2: None,
+        accu_var: name.clone(),
+        accu_init: init,
+        loop_cond: helper.next_expr(Expr::Literal(LiteralValue::Boolean(false.into()))),
+        loop_step: helper.next_expr(Expr::Ident(name)),
+        result,
+    };
+    Ok(Some(helper.next_expr(Expr::Comprehension(Box::new(bind)))))
+}
+
 /// Runs on the parsing thread: what fails is dropped there too.
 fn parse_and_bound(text: &str) -> Result<Program, String> {
-    let program =
-        Program::compile(text).map_err(|e| format!("does not compile: {}", first_error(&e)))?;
+    let program = parser_env()
+        .compile(text)
+        .map_err(|e| format!("does not compile: {}", first_error(&e)))?;
     let cost = Estimator::default().estimate(program.expression())?;
     if cost > MAX_SELECTOR_COST {
         return Err(format!(

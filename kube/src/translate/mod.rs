@@ -168,6 +168,9 @@ struct Index<'a> {
     /// ProvisioningRequests by (namespace, name): pods that consume one
     /// are its pods, not new demand.
     provisioning: std::collections::BTreeSet<(String, String)>,
+    /// Extended resource name → the DeviceClass that maps it
+    /// (`spec.extendedResourceName`, GA in 1.37).
+    extended: BTreeMap<String, String>,
 }
 
 fn ns_of(meta: &ObjectMeta) -> String {
@@ -219,6 +222,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         cel: Default::default(),
         held_claims: Default::default(),
         provisioning: Default::default(),
+        extended: BTreeMap::new(),
     };
     for o in &m.objects {
         match o {
@@ -252,10 +256,18 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                     .provisioning
                     .insert((ns_of(&pr.metadata), name_of(&pr.metadata)));
             }
-            Object::DeviceClass(c) => out
-                .demand
-                .device_classes
-                .push(device_class(c, &mut out.cannot_plan)),
+            Object::DeviceClass(c) => {
+                if let Some(r) = c
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.extended_resource_name.clone())
+                {
+                    index.extended.insert(r, name_of(&c.metadata));
+                }
+                out.demand
+                    .device_classes
+                    .push(device_class(c, &mut out.cannot_plan))
+            }
             _ => {}
         }
     }

@@ -337,7 +337,49 @@ pub(super) fn pod_spec(ns: &str, spec: &core::PodSpec, index: &Index) -> Result<
                 .map_err(|e| format!("claim {}: {e}", rc.name))?,
         );
     }
+    extended_as_claims(&mut pod, index)?;
     Ok(pod)
+}
+
+/// An extended resource a DeviceClass maps (`extendedResourceName`, as
+/// NVIDIA's chart maps `nvidia.com/gpu` to `gpu.nvidia.com`) is asked of
+/// DRA: a request for that many devices of the class, as the scheduler's
+/// DynamicResources plugin makes one (KEP-5004). Simplification: Accord
+/// takes the mapping for every node, also those whose device plugin
+/// advertises the resource.
+fn extended_as_claims(pod: &mut PodSpec, index: &Index) -> Result<(), String> {
+    let mapped: Vec<(String, String)> = pod
+        .requests
+        .keys()
+        .filter_map(|r| Some((r.clone(), index.extended.get(r)?.clone())))
+        .collect();
+    for (resource, class) in mapped {
+        let quantity = pod.requests.remove(&resource).unwrap_or_default();
+        let count: u32 = quantity.parse().map_err(|_| {
+            format!("{resource} {quantity:?}: a device count (DeviceClass {class} maps it)")
+        })?;
+        if count == 0 {
+            continue;
+        }
+        pod.claims.push(accord::demand::Claim {
+            name: format!("extended-resource:{resource}"),
+            requests: vec![accord::demand::DeviceRequest {
+                name: resource.clone(),
+                exactly: Some(accord::demand::ExactRequest {
+                    name: None,
+                    device_class: class,
+                    selectors: Vec::new(),
+                    count,
+                    allocation_mode: Default::default(),
+                    capacity: Default::default(),
+                    tolerations: Vec::new(),
+                }),
+                first_available: Vec::new(),
+            }],
+            constraints: Vec::new(),
+        });
+    }
+    Ok(())
 }
 
 /// The DRA devices a bound pod holds: the allocation results of its

@@ -33,7 +33,10 @@ fn a_real_resource_slice_becomes_devices() {
     );
     assert_eq!(
         d.attributes["gpu.example.com/driverVersion"],
-        AttrValue::String("1.0.0".into())
+        // A version attribute: a semver in CEL.
+        AttrValue::Version {
+            version: "1.0.0".into()
+        }
     );
     assert_eq!(d.capacity["gpu.example.com/memory"], 80 * (1 << 30) * 1000);
     assert!(d.shared.is_none());

@@ -684,3 +684,87 @@ fn bound_pods_hold_the_devices_of_their_allocated_claims_each_claim_once() {
     assert!(held == want("a") || held == want("b"), "{held:?}");
     assert_eq!(t.demand.bound.len(), 4, "{}", t.render());
 }
+
+/// A node's DRA devices as NVIDIA's driver publishes them: GPUs with a
+/// `driverVersion` version attribute.
+fn nvidia_gpus(node: &str, driver_version: &str) -> accord_kube::cluster::Published {
+    let gpu = |i: u32| {
+        serde_json::json!({"name": format!("gpu-{i}"), "attributes": {
+            "type": {"string": "gpu"}, "driverVersion": {"version": driver_version}}})
+    };
+    let slice: k8s_openapi::api::resource::v1::ResourceSlice =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": format!("{node}-gpus")},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [gpu(0), gpu(1)]}
+        }))
+        .unwrap();
+    let (mut published, problems) = accord_kube::cluster::published(vec![slice], &[]);
+    assert!(problems.is_empty(), "{problems:?}");
+    published.remove(node).unwrap()
+}
+
+#[test]
+fn nvidias_published_device_classes_and_semver_selector_select_as_upstream() {
+    // The chart's DeviceClasses and the driver's e2e claim with
+    // `driverVersion.compareTo(semver("580.0.0")) >= 0`, as shipped.
+    let t = run(&[
+        "dra/k8s-dra-driver-gpu/chart/deviceclasses.yaml",
+        "dra/k8s-dra-driver-gpu/chart/e2e-driver-version.yaml",
+    ]);
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    let w = workload(&t, "gpu-test/test-gpu-driver-version");
+    let pod = &w.pod_sets[0].pod;
+    assert!(pod.claims[0].requests[0]
+        .exactly
+        .as_ref()
+        .unwrap()
+        .selectors[0]
+        .contains("semver(\"580.0.0\")"));
+    // Selected where the driver is 580.105.4, not where it is 575.57.8.
+    let on = |version: &str| crate::cluster::allocate_on("n1", nvidia_gpus("n1", version), pod);
+    assert_eq!(on("580.105.4").unwrap(), ["gpu-0"]);
+    let err = on("575.57.8").unwrap_err();
+    assert!(err.contains("devices unavailable"), "{err}");
+}
+
+#[test]
+fn an_extended_resource_a_device_class_maps_is_a_device_request() {
+    // NVIDIA's chart maps nvidia.com/gpu to its gpu.nvidia.com class
+    // (`extendedResourceName`, GA in 1.37): a pod asking 2 nvidia.com/gpu
+    // asks DRA for 2 devices of that class, taints and all.
+    let pod = "---\napiVersion: v1\nkind: Pod\nmetadata: {namespace: ml, name: p}\nspec:\n  containers: [{name: c, image: i, resources: {limits: {nvidia.com/gpu: \"2\"}}}]\n";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/kubernetes/dra/k8s-dra-driver-gpu/chart/deviceclasses.yaml");
+    let classes = std::fs::read_to_string(path).unwrap();
+    let options = Options::for_topology(&TopologyConfig::default());
+    let t = translate(
+        &Manifests::parse(&format!("{classes}{pod}"), "t").unwrap(),
+        &options,
+    );
+    let spec = &t.demand.workloads[0].pod_sets[0].pod;
+    assert!(!spec.requests.contains_key("nvidia.com/gpu"), "{spec:?}");
+    let e = spec.claims[0].requests[0].exactly.as_ref().unwrap();
+    assert_eq!((e.device_class.as_str(), e.count), ("gpu.nvidia.com", 2));
+    let mut published = nvidia_gpus("n1", "580.105.4");
+    assert_eq!(
+        crate::cluster::allocate_on("n1", published.clone(), spec).unwrap(),
+        ["gpu-0", "gpu-1"]
+    );
+    published.devices[1]
+        .taints
+        .push(accord::device::DeviceTaint {
+            key: "gpu.nvidia.com/unhealthy".into(),
+            value: String::new(),
+            effect: "NoSchedule".into(),
+        });
+    assert!(crate::cluster::allocate_on("n1", published, spec).is_err());
+    // Without the mapping it stays a device-plugin resource.
+    let t = translate(&Manifests::parse(pod, "t").unwrap(), &options);
+    assert_eq!(
+        t.demand.workloads[0].pod_sets[0].pod.requests["nvidia.com/gpu"],
+        "2"
+    );
+}
