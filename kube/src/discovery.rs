@@ -118,12 +118,18 @@ pub const READS: &[ReadKind] = &[
         kind: "PodGroup",
         group: "scheduling.k8s.io",
         plural: "podgroups",
-        versions: &["scheduling.k8s.io/v1beta1"],
+        // 1.37 (v1beta1, or v1alpha3), 1.36 (v1alpha2): each off by
+        // default, served where an admin turns the API on.
+        versions: &[
+            "scheduling.k8s.io/v1beta1",
+            "scheduling.k8s.io/v1alpha3",
+            "scheduling.k8s.io/v1alpha2",
+        ],
         namespaced: true,
         always: false,
         crd: false,
-        missing: "the server does not serve scheduling.k8s.io/v1beta1 (Kubernetes 1.37+): \
-                  no gangs from scheduling.k8s.io PodGroups",
+        missing: "the server serves no scheduling.k8s.io PodGroups (v1beta1, v1alpha3, \
+                  v1alpha2): pods with spec.schedulingGroup are planned pod by pod",
     },
     ReadKind {
         kind: "Workload",

@@ -308,6 +308,12 @@ impl Manifests {
                 decode(value).map(Object::DeviceClass)
             }
             ("scheduling.k8s.io/v1beta1", "PodGroup") => decode(value).map(Object::PodGroup),
+            // 1.36's v1alpha2 and 1.37's v1alpha3: what Accord reads
+            // (gang minCount, topology, priority, resourceClaims) has
+            // v1beta1's shape.
+            ("scheduling.k8s.io/v1alpha2" | "scheduling.k8s.io/v1alpha3", "PodGroup") => {
+                decode(pod_group_as_v1beta1(value)).map(Object::PodGroup)
+            }
             ("scheduling.k8s.io/v1beta1", "Workload") => decode(value).map(Object::Workload),
             ("scheduling.x-k8s.io/v1alpha1", "PodGroup") => {
                 decode(value).map(Object::CoschedPodGroup)
@@ -439,6 +445,25 @@ fn object_name(v: &Value) -> String {
         Some(ns) => format!("{ns}/{name}"),
         None => name.to_owned(),
     }
+}
+
+/// A `scheduling.k8s.io` v1alpha2 or v1alpha3 PodGroup as v1beta1: the
+/// fields Accord reads, whose shape the versions share; the others
+/// (`disruptionMode`, a string in v1alpha2, a struct in v1beta1;
+/// template references) are left out.
+pub fn pod_group_as_v1beta1(mut value: Value) -> Value {
+    const KEPT: [&str; 5] = [
+        "schedulingPolicy",
+        "schedulingConstraints",
+        "priority",
+        "priorityClassName",
+        "resourceClaims",
+    ];
+    if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.retain(|k, _| KEPT.contains(&k.as_str()));
+    }
+    value["apiVersion"] = "scheduling.k8s.io/v1beta1".into();
+    value
 }
 
 fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<Box<T>, serde_json::Error> {

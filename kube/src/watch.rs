@@ -314,8 +314,15 @@ impl DemandWatch {
                     let store = s.dynamic(&ar, true);
                     stores.dynamic.push((ar, store));
                 }
-                ("scheduling.k8s.io", "PodGroup") => {
+                ("scheduling.k8s.io", "PodGroup") if version == "scheduling.k8s.io/v1beta1" => {
                     stores.pod_groups = Some(s.typed(r.kind, version, true))
+                }
+                // An alpha version: read as v1beta1 (see manifests).
+                ("scheduling.k8s.io", "PodGroup") => {
+                    note = Some("read as scheduling.k8s.io/v1beta1".to_owned());
+                    let ar = api_resource(r, version);
+                    let store = s.dynamic(&ar, true);
+                    stores.dynamic.push((ar, store));
                 }
                 ("scheduling.k8s.io", "Workload") => {
                     stores.workloads = Some(s.typed(r.kind, version, true))
@@ -504,7 +511,14 @@ impl DemandWatch {
     /// The demand now: only pods the scheduler marked Unschedulable are
     /// pending.
     pub fn snapshot(&self, options: &Options) -> Translation {
-        translate_live(&self.manifests(), options)
+        let mut options = options.clone();
+        options.pod_groups_served = self.watches.iter().any(|w| {
+            w.kind == "PodGroup"
+                && w.api_version
+                    .as_deref()
+                    .is_some_and(|v| v.starts_with("scheduling.k8s.io/"))
+        });
+        translate_live(&self.manifests(), &options)
     }
 }
 

@@ -60,6 +60,10 @@ pub struct Options {
     /// workload over either is a "cannot plan" reason, refused before it
     /// becomes pod sets.
     pub limits: Limits,
+    /// Whether the cluster serves `scheduling.k8s.io` PodGroups: where it
+    /// does not, a pod's `spec.schedulingGroup` names nothing the scheduler
+    /// can read, and the pod is planned on its own (said once).
+    pub pod_groups_served: bool,
 }
 
 impl Options {
@@ -81,6 +85,7 @@ impl Options {
             topology_keys: keys,
             pending_without_status: true,
             limits: Limits::default(),
+            pod_groups_served: true,
         }
     }
 }
@@ -171,6 +176,8 @@ struct Index<'a> {
     /// Extended resource name → the DeviceClass that maps it
     /// (`spec.extendedResourceName`, GA in 1.37).
     extended: BTreeMap<String, String>,
+    /// [`Options::pod_groups_served`].
+    pod_groups_served: bool,
 }
 
 fn ns_of(meta: &ObjectMeta) -> String {
@@ -205,6 +212,12 @@ fn annotation<'a>(meta: Option<&'a ObjectMeta>, key: &str) -> Option<&'a str> {
     meta?.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
+/// Said once when pods name a `scheduling.k8s.io` PodGroup the cluster
+/// does not serve.
+pub const POD_GROUPS_NOT_SERVED: &str = "spec.schedulingGroup: the cluster serves no \
+     scheduling.k8s.io PodGroups (v1beta1, v1alpha3, v1alpha2; turned off by default): \
+     such pods are planned pod by pod, as the scheduler places them";
+
 /// Translates everything in `m`.
 pub fn translate(m: &Manifests, options: &Options) -> Translation {
     let mut out = Translation {
@@ -223,6 +236,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         held_claims: Default::default(),
         provisioning: Default::default(),
         extended: BTreeMap::new(),
+        pod_groups_served: options.pod_groups_served,
     };
     for o in &m.objects {
         match o {
@@ -290,6 +304,13 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
     let synthesize = |kind: &'static str, ns: &str, name: &str| {
         options.pending_without_status && !owned.contains(&(kind, ns.to_owned(), name.to_owned()))
     };
+    if !options.pod_groups_served
+        && m.objects.iter().any(|o| {
+            matches!(o, Object::Pod(p) if p.spec.as_ref().is_some_and(|s| s.scheduling_group.is_some()))
+        })
+    {
+        out.unsupported.push(POD_GROUPS_NOT_SERVED.to_owned());
+    }
     let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
     for o in &m.objects {
         match o {

@@ -57,13 +57,17 @@ pub(super) fn marked_group(
     meta: Option<&ObjectMeta>,
     spec: Option<&core::PodSpec>,
     ns: &str,
-    _index: &Index,
+    index: &Index,
 ) -> Option<GroupKey> {
     if let Some(g) = spec
         .and_then(|s| s.scheduling_group.as_ref())
         .and_then(|g| g.pod_group_name.clone())
     {
-        return Some(GroupKey::SchedPodGroup(ns.to_owned(), g));
+        // Not served: the scheduler cannot gang it either (see
+        // `translate`, which says so once).
+        if index.pod_groups_served {
+            return Some(GroupKey::SchedPodGroup(ns.to_owned(), g));
+        }
     }
     if let Some(g) = label(meta, COSCHED_POD_GROUP) {
         return Some(GroupKey::Cosched(ns.to_owned(), g.to_owned()));

@@ -213,3 +213,105 @@ async fn a_device_taint_rule_keeps_a_gpu_from_claims_that_do_not_tolerate_it() {
     .await;
     assert_eq!(devices, fit, "the real scheduler and Accord agree");
 }
+
+/// The real kube-apiserver v1.36.3 with its gang API turned on as an
+/// admin does (the `GenericWorkload` gate, `scheduling.k8s.io/v1alpha2`):
+/// a PodGroup of 4 whose pods name it in `spec.schedulingGroup` is one
+/// gang to Accord, read through v1alpha2. (CI builds only 1.36's
+/// apiserver: the pods' Unschedulable condition is written here as
+/// kube-scheduler writes it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1alpha2_pod_group_on_1_36_is_one_gang() {
+    let mut options = Options::apiserver(36);
+    options.feature_gates = vec!["GenericWorkload=true".into()];
+    options.runtime_config = vec!["scheduling.k8s.io/v1alpha2=true".into()];
+    let cp = ControlPlane::start(options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    cp.request_json(
+        Method::POST,
+        "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/podgroups",
+        Some(
+            &json!({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                     "metadata": {"namespace": "default", "name": "train"},
+                     "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}}),
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the v1alpha2 PodGroup: {e}"));
+    // The controller manager would make it.
+    cp.request_json(
+        Method::POST,
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                     "metadata": {"namespace": "default", "name": "default"}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the default ServiceAccount: {e}"));
+    for i in 0..4 {
+        cp.request_json(
+            Method::POST,
+            "/api/v1/namespaces/default/pods",
+            Some(&json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"namespace": "default", "name": format!("w{i}")},
+                "spec": {"schedulingGroup": {"podGroupName": "train"},
+                         "containers": [{"name": "c", "image": "c",
+                                         "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("pod w{i}: {e}"));
+        let stored = cp
+            .get_json(&format!("/api/v1/namespaces/default/pods/w{i}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            stored["spec"]["schedulingGroup"]["podGroupName"], "train",
+            "the gate keeps the field: {stored}"
+        );
+        cp.request_json(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/default/pods/w{i}/status"),
+            Some(
+                &json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": "0/0 nodes are available"}]}}),
+            ),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("pod w{i} status: {e}"));
+    }
+    let client = cp.client().await.unwrap();
+    let served = accord_kube::discovery::ServedApis::discover(&client)
+        .await
+        .unwrap();
+    let w = DemandWatch::start_served(client, &served);
+    let watched = w.watches();
+    let pg = watched
+        .iter()
+        .find(|k| {
+            k.kind == "PodGroup"
+                && k.api_version
+                    .as_deref()
+                    .is_some_and(|v| v.starts_with("scheduling.k8s.io/"))
+        })
+        .unwrap_or_else(|| panic!("PodGroups not watched: {watched:#?}"));
+    assert_eq!(
+        pg.api_version.as_deref(),
+        Some("scheduling.k8s.io/v1alpha2")
+    );
+    let options = Translate::for_topology(&Default::default());
+    let t = wait_for(
+        "the 4 Unschedulable pods as one gang in accordd's snapshot",
+        Duration::from_secs(60),
+        || async {
+            let t = w.snapshot(&options);
+            match t.demand.workloads.as_slice() {
+                [one] if one.pod_count() == 4 => Ok(t),
+                _ => Err(t.render()),
+            }
+        },
+    )
+    .await;
+    let gang = &t.demand.workloads[0];
+    assert_eq!((gang.key().as_str(), gang.min()), ("default/train", 4));
+    assert!(t.unsupported.is_empty(), "{:?}", t.unsupported);
+}

@@ -768,3 +768,34 @@ fn an_extended_resource_a_device_class_maps_is_a_device_request() {
         "2"
     );
 }
+
+#[test]
+fn pods_naming_a_pod_group_the_cluster_does_not_serve_are_planned_one_by_one() {
+    // 1.36 with its v1alpha2 PodGroup, read as v1beta1: one gang of 4.
+    let group = "apiVersion: scheduling.k8s.io/v1alpha2\nkind: PodGroup\nmetadata: {namespace: ml, name: train}\nspec:\n  disruptionMode: Pod\n  schedulingPolicy: {gang: {minCount: 4}}\n";
+    let pods: String = (0..4)
+        .map(|i| format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{namespace: ml, name: w{i}}}\nspec:\n  schedulingGroup: {{podGroupName: train}}\n  containers: [{{name: c, image: i, resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}}}]\n"))
+        .collect();
+    let m = Manifests::parse(&format!("{group}{pods}"), "t").unwrap();
+    let mut options = Options::for_topology(&TopologyConfig::default());
+    let t = translate(&m, &options);
+    assert!(t.unsupported.is_empty(), "{:?}", t.unsupported);
+    assert_eq!(t.demand.workloads.len(), 1, "{}", t.render());
+    assert_eq!(
+        (
+            t.demand.workloads[0].pod_count(),
+            t.demand.workloads[0].min()
+        ),
+        (4, 4)
+    );
+    // Where no PodGroup version is served: pod by pod, said once.
+    options.pod_groups_served = false;
+    let t = translate(&Manifests::parse(&pods, "t").unwrap(), &options);
+    assert_eq!(t.demand.workloads.len(), 4, "{}", t.render());
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    assert_eq!(
+        t.unsupported,
+        [accord_kube::translate::POD_GROUPS_NOT_SERVED],
+        "said once"
+    );
+}

@@ -357,10 +357,7 @@ async fn at_1_34_dra_v1_without_pod_groups_the_watch_is_ready_and_plans() {
         .find(|k| k.kind == "PodGroup" && k.api_version.is_none())
         .unwrap();
     assert!(
-        pg.note
-            .as_deref()
-            .unwrap()
-            .contains("scheduling.k8s.io/v1beta1"),
+        pg.note.as_deref().unwrap().contains("planned pod by pod"),
         "{pg:?}"
     );
     // The coscheduling PodGroup (a CRD) is watched.
