@@ -175,6 +175,20 @@ pub(super) fn workload(
             "gang needs {min} pods, {present} exist (waiting for the rest)"
         )));
     }
+    // A PodGroup's own claims are allocated once for the group: the pods'
+    // matching claims share them. One pod carries each (its devices are
+    // counted once), the others none.
+    let group_claims: Vec<&k8s_openapi::api::scheduling::v1beta1::PodGroupResourceClaim> = match key
+    {
+        GroupKey::SchedPodGroup(ns, g) => index
+            .sched_groups
+            .get(&(ns.clone(), g.clone()))
+            .and_then(|pg| pg.spec.resource_claims.as_ref())
+            .map(|c| c.iter().collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let mut carried: std::collections::BTreeSet<String> = Default::default();
     // Pod sets: units of the same translated shape merge.
     let mut pod_sets: Vec<PodSet> = Vec::new();
     let mut created_at = u64::MAX;
@@ -182,6 +196,7 @@ pub(super) fn workload(
         created_at = created_at.min(u.created);
         let pod = pod_spec(&u.namespace, u.spec, index)
             .map_err(|e| fail(format!("{}: {e}", u.source)))?;
+        let pieces = share_group_claims(pod, u, &group_claims, &mut carried);
         priority = Some(
             priority
                 .unwrap_or(i32::MIN)
@@ -204,27 +219,29 @@ pub(super) fn workload(
                 }
             }
         }
-        // Units of the same translated shape merge (a gang has a handful of
-        // shapes: comparing beats hashing a serialization).
-        match pod_sets.iter().position(|s| s.pod == pod) {
-            Some(i) => pod_sets[i].count = pod_sets[i].count.saturating_add(u.count),
-            None => {
-                // `worker-3` → `worker`: pods of one shape share a set.
-                let trimmed = u.set_name.trim_end_matches(|c: char| c.is_ascii_digit());
-                let mut set_name = match trimmed.strip_suffix('-') {
-                    Some(base) if trimmed.len() < u.set_name.len() && !base.is_empty() => {
-                        base.to_owned()
+        for (pod, count) in pieces {
+            // Units of the same translated shape merge (a gang has a handful of
+            // shapes: comparing beats hashing a serialization).
+            match pod_sets.iter().position(|s| s.pod == pod) {
+                Some(i) => pod_sets[i].count = pod_sets[i].count.saturating_add(count),
+                None => {
+                    // `worker-3` → `worker`: pods of one shape share a set.
+                    let trimmed = u.set_name.trim_end_matches(|c: char| c.is_ascii_digit());
+                    let mut set_name = match trimmed.strip_suffix('-') {
+                        Some(base) if trimmed.len() < u.set_name.len() && !base.is_empty() => {
+                            base.to_owned()
+                        }
+                        _ => u.set_name.clone(),
+                    };
+                    if pod_sets.iter().any(|s| s.name == set_name) {
+                        set_name = format!("{set_name}-{}", pod_sets.len());
                     }
-                    _ => u.set_name.clone(),
-                };
-                if pod_sets.iter().any(|s| s.name == set_name) {
-                    set_name = format!("{set_name}-{}", pod_sets.len());
+                    pod_sets.push(PodSet {
+                        name: set_name,
+                        count,
+                        pod,
+                    });
                 }
-                pod_sets.push(PodSet {
-                    name: set_name,
-                    count: u.count,
-                    pod,
-                });
             }
         }
     }
@@ -247,6 +264,54 @@ pub(super) fn workload(
         sources,
         pod_sets,
     })
+}
+
+/// A unit's pods as (pod, count) pieces once its PodGroup's claims are
+/// shared: a pod claim that matches a group claim exactly (same name, same
+/// ResourceClaim or template) is the group's; the first pod that has it
+/// carries it, every other pod drops it.
+fn share_group_claims(
+    pod: PodSpec,
+    u: &Unit,
+    group_claims: &[&k8s_openapi::api::scheduling::v1beta1::PodGroupResourceClaim],
+    carried: &mut std::collections::BTreeSet<String>,
+) -> Vec<(PodSpec, u32)> {
+    let shared: Vec<&str> = u
+        .spec
+        .resource_claims
+        .iter()
+        .flatten()
+        .filter(|rc| {
+            group_claims.iter().any(|g| {
+                g.name == rc.name
+                    && g.resource_claim_name == rc.resource_claim_name
+                    && g.resource_claim_template_name == rc.resource_claim_template_name
+            })
+        })
+        .map(|rc| rc.name.as_str())
+        .collect();
+    if shared.is_empty() || u.count == 0 {
+        return vec![(pod, u.count)];
+    }
+    let mut rest = pod.clone();
+    rest.claims.retain(|c| !shared.contains(&c.name.as_str()));
+    let new: Vec<&str> = shared
+        .iter()
+        .copied()
+        .filter(|n| !carried.contains(*n))
+        .collect();
+    if new.is_empty() {
+        return vec![(rest, u.count)];
+    }
+    let mut carrier = pod;
+    carrier
+        .claims
+        .retain(|c| !shared.contains(&c.name.as_str()) || new.contains(&c.name.as_str()));
+    carried.extend(new.iter().map(|n| (*n).to_owned()));
+    vec![(carrier, 1), (rest, u.count - 1)]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 pub(super) fn level_for(

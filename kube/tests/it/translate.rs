@@ -799,3 +799,41 @@ fn pods_naming_a_pod_group_the_cluster_does_not_serve_are_planned_one_by_one() {
         "said once"
     );
 }
+
+#[test]
+fn a_pod_groups_own_claims_are_planned_once_for_the_group() {
+    // PodGroup resourceClaims (beta in 1.37): pods whose claim matches the
+    // group's exactly share its one allocation; a pod's own claim stays
+    // its own.
+    let text = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {namespace: ml, name: one-gpu}
+spec: {spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com, count: 1}}]}}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {namespace: ml, name: train}
+spec:
+  schedulingPolicy: {gang: {minCount: 4}}
+  resourceClaims: [{name: shared, resourceClaimTemplateName: one-gpu}]
+"#;
+    let pods: String = (0..4)
+        .map(|i| format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{namespace: ml, name: w{i}}}\nspec:\n  schedulingGroup: {{podGroupName: train}}\n  resourceClaims: [{{name: shared, resourceClaimTemplateName: one-gpu}}, {{name: own, resourceClaimTemplateName: one-gpu}}]\n  containers: [{{name: c, image: i}}]\n"))
+        .collect();
+    let t = translate(
+        &Manifests::parse(&format!("{text}{pods}"), "t").unwrap(),
+        &Options::for_topology(&TopologyConfig::default()),
+    );
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    let w = workload(&t, "ml/train");
+    assert_eq!((w.pod_count(), w.min()), (4, 4));
+    let claims = |name: &str| -> u32 {
+        w.pod_sets
+            .iter()
+            .map(|s| s.count * s.pod.claims.iter().filter(|c| c.name == name).count() as u32)
+            .sum()
+    };
+    assert_eq!(claims("shared"), 1, "{:#?}", w.pod_sets);
+    assert_eq!(claims("own"), 4);
+}
