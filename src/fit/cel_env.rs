@@ -19,7 +19,8 @@ use std::sync::Arc;
 use cel::extractors::This;
 use cel::{Context, Program, Value};
 
-use super::cel_limits::{self, clip, panic_message};
+use super::cel_limits;
+use super::cel_parse::{clip, panic_message};
 use crate::device::{AttrValue, Device, NODE_SPECIFIC};
 
 /// Characters of a selector quoted in a message.

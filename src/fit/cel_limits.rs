@@ -38,12 +38,12 @@
 //! Panics in parsing and in evaluation are caught (`catch_unwind`) as a
 //! last line and reported as the selector's failure.
 
-use std::any::Any;
-
 use cel::common::ast::{
     operators, CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue,
 };
-use cel::{ParseErrors, Program};
+use cel::Program;
+
+use super::cel_parse::{first_error, panic_message, parser_env};
 
 /// Bytes in a selector (Kubernetes' `CELSelectorExpressionMaxLength`).
 pub const MAX_SELECTOR_BYTES: usize = 10 * 1024;
@@ -80,8 +80,6 @@ const REGEX_LITERAL: u64 = 12;
 const REGEX_SMALL_CLASS: u64 = 100;
 const REGEX_DIGIT_CLASS: u64 = 600;
 const REGEX_WORD_CLASS: u64 = 8_000;
-/// Characters of a parser message kept (it may quote a long token).
-const MESSAGE_CHARS: usize = 200;
 
 /// Parses `text` and checks it against the limits above. The error says
 /// why, in words that follow "invalid CEL selector: ".
@@ -121,49 +119,6 @@ pub(crate) fn compile(text: &str) -> Result<Program, String> {
     })
 }
 
-/// The parse environment: CEL's standard macros and optional syntax, and
-/// `cel.bind` (cel-go's `ext.Bindings`, which the scheduler's environment
-/// has: k8s.io/apiserver/pkg/cel/environment/base.go).
-fn parser_env() -> cel::Env {
-    let mut env = cel::Env::stdlib();
-    env.add_macro(cel::parser::Macro::receiver("bind", 3, bind_macro))
-        .expect("bind is not a standard macro");
-    env
-}
-
-/// Expands `cel.bind(name, init, result)` as cel-go does: a comprehension
-/// over an empty list whose accumulator, `name`, is `init` while `result`
-/// is evaluated. Any other `x.bind(...)` is left alone.
-fn bind_macro(
-    helper: &mut cel::parser::MacroExprHelper<'_>,
-    target: &mut Option<cel::IdedExpr>,
-    args: &mut Vec<cel::IdedExpr>,
-) -> Result<Option<cel::IdedExpr>, cel::ParseError> {
-    if !matches!(target.as_ref().map(|t| &t.expr), Some(Expr::Ident(n)) if n == "cel") {
-        return Ok(None);
-    }
-    let name = match args.first().map(|a| &a.expr) {
-        Some(Expr::Ident(n)) => n.clone(),
-        _ => {
-            let id = args.first().map_or(0, |a| a.id);
-            return Err(helper.new_error(id, "cel.bind's first argument must be a name"));
-        }
-    };
-    let result = args.pop().expect("three arguments");
-    let init = args.pop().expect("three arguments");
-    let bind = cel::common::ast::ComprehensionExpr {
-        iter_range: helper.next_expr(Expr::List(cel::common::ast::ListExpr::new(Vec::new()))),
-        iter_var: "#unused".to_owned(),
-        iter_var2: None,
-        accu_var: name.clone(),
-        accu_init: init,
-        loop_cond: helper.next_expr(Expr::Literal(LiteralValue::Boolean(false.into()))),
-        loop_step: helper.next_expr(Expr::Ident(name)),
-        result,
-    };
-    Ok(Some(helper.next_expr(Expr::Comprehension(Box::new(bind)))))
-}
-
 /// Runs on the parsing thread: what fails is dropped there too.
 fn parse_and_bound(text: &str) -> Result<Program, String> {
     let program = parser_env()
@@ -177,42 +132,6 @@ fn parse_and_bound(text: &str) -> Result<Program, String> {
         ));
     }
     Ok(program)
-}
-
-/// The first (leftmost) parse error as `ERROR: <input>:LINE:COLUMN:
-/// message`, built from its parts: the crate's `Display` panics past
-/// column 65,535.
-fn first_error(errors: &ParseErrors) -> String {
-    match errors.errors.first() {
-        Some(e) => format!(
-            "ERROR: <input>:{}:{}: {}",
-            e.pos.0,
-            e.pos.1,
-            clip(
-                e.msg.lines().next().unwrap_or("syntax error"),
-                MESSAGE_CHARS
-            )
-        ),
-        None => "syntax error".to_owned(),
-    }
-}
-
-/// `text` cut to `max` characters, an ellipsis saying so.
-pub(crate) fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
-}
-
-/// A caught panic's message, when it has one.
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("panic");
-    clip(text, MESSAGE_CHARS)
 }
 
 /// The deepest nesting of `()`, `[]` and `{}` outside string literals and
@@ -834,11 +753,5 @@ mod tests {
         assert!(compile(&long).unwrap_err().contains("bytes long"));
         let near = format!("'{}' ==", "a".repeat(MAX_SELECTOR_BYTES - 6));
         assert!(compile(&near).unwrap_err().starts_with("does not compile"));
-    }
-
-    #[test]
-    fn clip_keeps_char_boundaries() {
-        assert_eq!(clip("abc", 5), "abc");
-        assert_eq!(clip("ééé", 2), "éé…");
     }
 }

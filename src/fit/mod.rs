@@ -4,6 +4,7 @@
 
 mod cel_env;
 mod cel_limits;
+mod cel_parse;
 mod devices;
 
 use std::collections::BTreeMap;
