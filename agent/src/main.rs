@@ -94,20 +94,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             })?;
             if as_json {
                 for note in &hw.discovery.notes {
-                    eprintln!("accord-agent: note: {note}");
+                    accord_api::esayln!("accord-agent: note: {note}");
                 }
                 println!("{}", json(&hw)?);
             } else {
-                print!("{}", summary::render(&hw));
+                accord_api::say!("{}", summary::render(&hw));
             }
         }
         Command::Capture { dir } => {
             let done = capture::capture(&dir)?;
             for file in &done.files {
-                println!("wrote {}", file.display());
+                accord_api::sayln!("wrote {}", file.display());
             }
             if let Some(reason) = done.nvml_missing {
-                println!("no NVML snapshot: {reason}");
+                accord_api::sayln!("no NVML snapshot: {reason}");
             }
         }
         Command::Run { config } => {
@@ -123,7 +123,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::CheckConfig { file } => {
             accord_agent::config::AgentConfig::load(&file)?;
-            println!("{}: ok", file.display());
+            accord_api::sayln!("{}: ok", file.display());
         }
         Command::ImportNvidiaSmi { file } => {
             let snapshot = nvml::nvidia_smi::import_file(&file)?;
@@ -144,7 +144,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the whole error chain.
-            eprintln!("accord-agent: error: {e:#}");
+            accord_api::esayln!("accord-agent: error: {e:#}");
             if e.downcast_ref::<accord_agent::config::AgentConfigError>()
                 .is_some()
             {

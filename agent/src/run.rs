@@ -341,6 +341,7 @@ pub async fn run_with(
             accord_api::client::ClientOptions {
                 ca_pem: ca_pem.clone(),
                 timeout: Duration::from_secs(30),
+                ..Default::default()
             },
         )
         .with_context(|| format!("accordd at {url}"))?;

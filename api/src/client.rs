@@ -43,6 +43,10 @@ pub enum ClientError {
         status: reqwest::StatusCode,
         reason: String,
     },
+    /// An answer larger than [`ClientOptions::max_answer_bytes`]: not
+    /// read past the limit (an endless body cannot exhaust memory).
+    #[error("{url}: the answer is larger than {limit} bytes; not read further")]
+    TooLarge { url: String, limit: usize },
     #[error("{url}: the answer is not what this client expects")]
     Decode {
         url: String,
@@ -71,6 +75,7 @@ pub struct Client {
     base: String,
     token: String,
     sessions: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>,
+    max_answer_bytes: usize,
 }
 
 impl std::fmt::Debug for Client {
@@ -89,20 +94,60 @@ pub struct ClientOptions {
     pub ca_pem: Option<(String, Vec<u8>)>,
     /// Per request.
     pub timeout: Duration,
+    /// The largest answer read; larger ones are refused
+    /// ([`ClientError::TooLarge`]). An error answer is read up to
+    /// [`MAX_ERROR_BYTES`] and cut there.
+    pub max_answer_bytes: usize,
 }
+
+/// The default [`ClientOptions::max_answer_bytes`]: far above a
+/// 10,000-node fleet's `/v1/nodes` listing, far below memory.
+pub const MAX_ANSWER_BYTES: usize = 256 << 20;
+
+/// How much of an error answer is read and shown.
+pub const MAX_ERROR_BYTES: usize = 16 << 10;
 
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             ca_pem: None,
             timeout: Duration::from_secs(30),
+            max_answer_bytes: MAX_ANSWER_BYTES,
         }
     }
 }
 
+/// Reads `resp`'s body chunk by chunk, at most `limit` bytes: the bytes
+/// read and whether the body went on past the limit (then the rest is
+/// never read; dropping the response closes the connection). A declared
+/// `Content-Length` over the limit is refused before any of it is read.
+/// The one bounded read every client of accordd uses.
+pub async fn read_bounded(
+    mut resp: reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Ok((Vec::new(), true));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        let room = limit - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
+}
+
 impl Client {
     pub fn new(base: &str, token: &str, options: ClientOptions) -> Result<Client, ClientError> {
-        let mut http = reqwest::Client::builder().timeout(options.timeout);
+        // accordd never redirects: a 3xx (from whatever answers at the
+        // URL) is refused as it is, and the bearer token goes nowhere else.
+        let mut http = reqwest::Client::builder()
+            .timeout(options.timeout)
+            .redirect(reqwest::redirect::Policy::none());
         if let Some((ca, pem)) = &options.ca_pem {
             let cert =
                 reqwest::Certificate::from_pem(pem).map_err(|source| ClientError::Certificate {
@@ -116,6 +161,7 @@ impl Client {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
             sessions: Default::default(),
+            max_answer_bytes: options.max_answer_bytes,
         })
     }
 
@@ -198,13 +244,21 @@ impl Client {
                 source,
             })?;
         let status = resp.status();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|source| ClientError::Unreachable {
-                url: url.clone(),
-                source,
-            })?;
+        let limit = if status.is_success() {
+            self.max_answer_bytes
+        } else {
+            MAX_ERROR_BYTES
+        };
+        let (bytes, cut) =
+            read_bounded(resp, limit)
+                .await
+                .map_err(|source| ClientError::Unreachable {
+                    url: url.clone(),
+                    source,
+                })?;
+        if cut && status.is_success() {
+            return Err(ClientError::TooLarge { url, limit });
+        }
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
             let reason = serde_json::from_slice::<serde_json::Value>(&bytes)
@@ -419,5 +473,98 @@ mod tests {
                 Err(ClientError::NodeName(_))
             ));
         }
+    }
+
+    /// A server that answers every connection with `head` then endless
+    /// chunks of `x` until the client goes away; the bytes it sent.
+    async fn endless(head: &'static str) -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = sent.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    if conn.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+                    while conn.write_all(chunk.as_bytes()).await.is_ok() {
+                        counter.fetch_add(0x10000, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        (url, sent)
+    }
+
+    #[tokio::test]
+    async fn endless_answers_and_error_answers_are_read_up_to_a_bound() {
+        let limit = 1 << 20;
+        let options = ClientOptions {
+            max_answer_bytes: limit,
+            ..Default::default()
+        };
+        let deadline = Duration::from_secs(30);
+        let (url, sent) =
+            endless("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await;
+        let c = Client::new(&url, "t", options.clone()).unwrap();
+        let err = tokio::time::timeout(deadline, c.status())
+            .await
+            .expect("an endless answer was read for 30 s: the read is not bounded")
+            .unwrap_err();
+        assert!(
+            matches!(err, ClientError::TooLarge { limit: l, .. } if l == limit),
+            "{err:?}"
+        );
+        let read = sent.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            read < 64 << 20,
+            "{read} bytes were sent before the client stopped"
+        );
+
+        // An error answer: cut at MAX_ERROR_BYTES, shown as the reason.
+        let (url, _) =
+            endless("HTTP/1.1 500 Internal Server Error\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await;
+        let c = Client::new(&url, "t", options.clone()).unwrap();
+        let err = tokio::time::timeout(deadline, c.status())
+            .await
+            .expect("an endless error answer was read for 30 s")
+            .unwrap_err();
+        match err {
+            ClientError::Refused { status, reason, .. } => {
+                assert_eq!(status.as_u16(), 500);
+                assert_eq!(reason.len(), MAX_ERROR_BYTES);
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // A redirect is not followed (the bearer token stays home).
+        let (elsewhere, sent) =
+            endless("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n").await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let answer = format!(
+                    "HTTP/1.1 307 Temporary Redirect\r\nlocation: {elsewhere}/v1/status\r\ncontent-length: 0\r\n\r\n"
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            }
+        });
+        let c = Client::new(&url, "t", options).unwrap();
+        let err = c.status().await.unwrap_err();
+        assert_eq!(err.status().map(|s| s.as_u16()), Some(307), "{err:?}");
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }

@@ -1,7 +1,8 @@
 //! What travels between Accord's programs, in one place: the agent's
 //! report and heartbeat and accordd's answer (`agent`), the admin view of
 //! a node (`nodes`), the control loop's last round (`control`) and its text
-//! (`text`), and the typed HTTP client (`client`) the agent, accordctl and
+//! (`text`), the one escaping rule for what a person reads (`terminal`),
+//! and the typed HTTP client (`client`) the agent, accordctl and
 //! the lab use. accordd serves these types; nothing here does I/O except
 //! the client.
 //! With the `cli` feature, what every binary sets up the same way: logging,
@@ -20,6 +21,7 @@ pub mod names;
 pub mod nodes;
 #[cfg(feature = "cli")]
 pub mod signals;
+pub mod terminal;
 pub mod text;
 
 #[cfg(feature = "client")]

@@ -20,7 +20,7 @@ pub(super) fn power_through_accordd(
         dry_run,
     };
     if force && !dry_run {
-        eprintln!(
+        accord_api::esayln!(
             "accordctl: warning: --force: accordd makes none of its checks (work pods, bookings, do-not-disrupt, the plan); the action is journaled and logged as forced"
         );
     }
@@ -54,7 +54,7 @@ pub(super) fn power_through_accordd(
     if json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        print!("{}", crate::power::render_admin(&results));
+        accord_api::say!("{}", crate::power::render_admin(&results));
     }
     if !crate::power::all_ok(&results) {
         let failed = results
@@ -82,7 +82,7 @@ pub(super) fn power_cmd(
         .filter(|n| nodes.contains(n))
         .collect();
     if !insecure.is_empty() {
-        eprintln!(
+        accord_api::esayln!(
             "accordctl: warning: BMC certificates not verified for {} (insecure = true)",
             insecure.join(", ")
         );
@@ -97,7 +97,7 @@ pub(super) fn power_cmd(
     if json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
-        print!("{}", crate::power::render_power(&results, action));
+        accord_api::say!("{}", crate::power::render_power(&results, action));
     }
     let failed = results.len()
         - results
@@ -127,7 +127,7 @@ pub(super) fn bios_cmd(command: BiosCommand) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&results)?);
             } else {
-                print!("{}", crate::power::render_bios(&results, &profile));
+                accord_api::say!("{}", crate::power::render_bios(&results, &profile));
             }
             if !crate::power::all_ok(&results) {
                 anyhow::bail!("BIOS profile {profile} not staged on every node of rack {rack}");
@@ -147,14 +147,14 @@ pub(super) fn bios_cmd(command: BiosCommand) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&bios)?);
             } else {
-                println!(
+                accord_api::sayln!(
                     "{node}: {} ({} attributes); changes go to {}",
                     bios.path,
                     bios.attributes.len(),
                     bios.settings_target.as_deref().unwrap_or(&bios.path)
                 );
                 for (k, v) in &bios.attributes {
-                    println!("  {k} = {v}");
+                    accord_api::sayln!("  {k} = {v}");
                 }
             }
             Ok(())
@@ -216,7 +216,7 @@ pub(super) fn bmc_cmd(command: BmcCommand) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.render());
+        accord_api::say!("{}", report.render());
     }
     Ok(())
 }

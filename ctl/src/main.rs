@@ -372,7 +372,11 @@ impl DaemonArgs {
         let client = accord_api::Client::new(
             &self.url,
             &token,
-            accord_api::client::ClientOptions { ca_pem, timeout },
+            accord_api::client::ClientOptions {
+                ca_pem,
+                timeout,
+                ..Default::default()
+            },
         )?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -434,7 +438,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 if json {
                     println!("{}", serde_json::to_string_pretty(&plan)?);
                 } else {
-                    println!(
+                    accord_api::sayln!(
                         "accordd round {} ({:?} mode){}",
                         s.round,
                         s.mode,
@@ -444,7 +448,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                             ""
                         }
                     );
-                    print!("{}", accord::plan::render(&plan));
+                    accord_api::say!("{}", accord::plan::render(&plan));
                 }
                 return Ok(());
             };
@@ -470,9 +474,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&plan)?);
             } else {
-                print!("{}", accord::plan::render(&plan));
+                accord_api::say!("{}", accord::plan::render(&plan));
                 for c in from_manifests.iter().flat_map(|t| &t.cannot_plan) {
-                    println!("cannot plan {}: {}", c.workload, c.reason);
+                    accord_api::sayln!("cannot plan {}: {}", c.workload, c.reason);
                 }
             }
             Ok(())
@@ -486,7 +490,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&t)?);
             } else {
-                print!("{}", t.render());
+                accord_api::say!("{}", t.render());
             }
             Ok(())
         }
@@ -495,7 +499,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
-                print!("{}", accord_api::text::render_status(&s));
+                accord_api::say!("{}", accord_api::text::render_status(&s));
             }
             Ok(())
         }
@@ -504,7 +508,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
-                print!("{}", accord_api::text::render_replica(&r));
+                accord_api::say!("{}", accord_api::text::render_replica(&r));
             }
             Ok(())
         }
@@ -512,7 +516,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let s = daemon.with(|c| async move { c.status().await })?;
             match accord_api::text::render_explain(&s, &name) {
                 Some(text) => {
-                    print!("{text}");
+                    accord_api::say!("{text}");
                     Ok(())
                 }
                 None => anyhow::bail!(
@@ -525,7 +529,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&nodes)?);
             } else {
-                print!("{}", nodes_table(&nodes, accordd::api::unix_now()));
+                accord_api::say!("{}", nodes_table(&nodes, accordd::api::unix_now()));
             }
             Ok(())
         }
@@ -543,7 +547,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         serde_json::json!({ "node": target, "replacement_allowed": true })
                     );
                 } else {
-                    println!("{target}: its next report may come from a new machine");
+                    accord_api::sayln!("{target}: its next report may come from a new machine");
                 }
                 return Ok(());
             }
@@ -557,17 +561,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&node)?);
             } else {
-                print!(
+                accord_api::say!(
                     "{}",
                     nodes_table(std::slice::from_ref(&node), accordd::api::unix_now())
                 );
-                println!(
+                accord_api::sayln!(
                     "generation {}, reported {}, agent {}",
                     node.record.generation,
                     age(accordd::api::unix_now(), node.record.reported_at),
                     node.record.agent_version.as_deref().unwrap_or("unknown")
                 );
-                println!("{}", serde_json::to_string_pretty(&node.record.hardware)?);
+                accord_api::sayln!("{}", serde_json::to_string_pretty(&node.record.hardware)?);
             }
             Ok(())
         }
@@ -608,7 +612,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("accordctl: error: {e:#}");
+            accord_api::esayln!("accordctl: error: {e:#}");
             ExitCode::FAILURE
         }
     }

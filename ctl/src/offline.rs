@@ -37,7 +37,7 @@ pub(super) fn simulate(args: &crate::simulate::SimulateArgs, json: bool) -> anyh
         println!("{}", serde_json::to_string_pretty(&summary)?);
         return Ok(());
     }
-    println!(
+    accord_api::sayln!(
         "simulated {} workloads on {} nodes ({} GPUs), {:.1} h of virtual time, {} polic{} in {:.1} s",
         f.inputs.workloads,
         f.inputs.nodes,
@@ -47,7 +47,7 @@ pub(super) fn simulate(args: &crate::simulate::SimulateArgs, json: bool) -> anyh
         if f.policies.len() == 1 { "y" } else { "ies" },
         done.elapsed_s
     );
-    println!(
+    accord_api::sayln!(
         "{:<16} {:>9} {:>7} {:>7} {:>8} {:>9} {:>9} {:>12} {:>10}",
         "POLICY",
         "POWER-ONS",
@@ -62,7 +62,7 @@ pub(super) fn simulate(args: &crate::simulate::SimulateArgs, json: bool) -> anyh
     for p in &f.policies {
         let s = &p.summary;
         let secs = |x: Option<f64>| x.map_or("-".to_owned(), |v| format!("{v:.0}"));
-        println!(
+        accord_api::sayln!(
             "{:<16} {:>9} {:>7} {:>7} {:>8} {:>9} {:>9} {:>12.1} {:>10.1}",
             p.name,
             s.power_ons,
@@ -75,7 +75,7 @@ pub(super) fn simulate(args: &crate::simulate::SimulateArgs, json: bool) -> anyh
             s.energy_kwh
         );
     }
-    println!("report: {}", done.report.display());
-    println!("figures: {}", done.json.display());
+    accord_api::sayln!("report: {}", done.report.display());
+    accord_api::sayln!("figures: {}", done.json.display());
     Ok(())
 }

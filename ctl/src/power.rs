@@ -70,11 +70,11 @@ pub fn admin_action(verb: PowerVerb) -> Option<accord_api::control::AdminPowerAc
 /// Node names as given (ranges like `gpu-[01-04]` expanded), each a
 /// Kubernetes node name; accordd checks them against its fleet.
 pub fn expand_names(args: &[String]) -> anyhow::Result<Vec<String>> {
-    let mut out = Vec::new();
+    let (mut out, mut seen) = (Vec::new(), std::collections::HashSet::new());
     for a in args {
         for (name, _) in expand_range(a).map_err(|e| anyhow::anyhow!(e))? {
             accord_api::names::validate_node_name(&name)?;
-            if !out.contains(&name) {
+            if seen.insert(name.clone()) {
                 out.push(name);
             }
         }
@@ -120,13 +120,13 @@ pub fn expand_nodes(inventory: &Inventory, args: &[String]) -> anyhow::Result<Ve
     let known = inventory
         .resolve()
         .map_err(|p| anyhow::anyhow!("inventory: {}", p.join("; ")))?;
-    let mut out = Vec::new();
+    let (mut out, mut seen) = (Vec::new(), std::collections::HashSet::new());
     for a in args {
         for (name, _) in expand_range(a).map_err(|e| anyhow::anyhow!(e))? {
             if !known.contains_key(&name) {
                 anyhow::bail!("node {name}: no BMC in the inventory");
             }
-            if !out.contains(&name) {
+            if seen.insert(name.clone()) {
                 out.push(name);
             }
         }

@@ -182,7 +182,7 @@ impl HttpPool {
         }
         let mut b = reqwest::Client::builder()
             .connect_timeout(connect)
-            .redirect(reqwest::redirect::Policy::limited(3))
+            .redirect(same_origin_redirects())
             .pool_idle_timeout(Duration::from_secs(30));
         match tls {
             TlsMode::Insecure => b = b.danger_accept_invalid_certs(true),
@@ -213,6 +213,29 @@ impl HttpPool {
             .insert(key, client.clone());
         Ok(client)
     }
+}
+
+/// Redirects are followed (three at most) only to the same scheme, host
+/// and port: a BMC's answer cannot send its session login (the user name
+/// and password in the body of a 307) or a Basic-auth request anywhere
+/// else. A redirect elsewhere is not followed; its 3xx is the answer.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let Some(first) = attempt.previous().first() else {
+            return attempt.stop();
+        };
+        let to = attempt.url();
+        let same = to.scheme() == first.scheme()
+            && to.host_str() == first.host_str()
+            && to.port_or_known_default() == first.port_or_known_default();
+        if !same {
+            attempt.stop()
+        } else if attempt.previous().len() > 3 {
+            attempt.error("more than 3 redirects")
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 #[derive(Debug)]

@@ -185,46 +185,82 @@ pub struct BiosProfile {
     pub attributes: Map<String, Value>,
 }
 
-/// Expands `gpu-[001-004,010]x` into gpu-001x … gpu-004x, gpu-010x, each
-/// with the number as written. Several bracket groups multiply.
-pub fn expand_range(pattern: &str) -> Result<Vec<(String, String)>, String> {
-    let Some(open) = pattern.find('[') else {
-        if pattern.contains(']') {
+/// The most names one pattern may expand to: more than any fleet, few
+/// enough that building them is cheap. Counted before anything is built,
+/// so `n[0-99999]-[0-99999]` is refused without allocating 10^10 names.
+pub const MAX_EXPANDED_NAMES: u64 = 100_000;
+
+/// One bracket group's numbers: `(low, high, width)` per part.
+type Group = Vec<(u64, u64, usize)>;
+
+/// Splits `pattern` into literal pieces and bracket groups (pieces has
+/// one more entry than groups), checking the syntax and counting the
+/// names before any is built.
+fn parse_range(pattern: &str) -> Result<(Vec<&str>, Vec<Group>), String> {
+    let (mut pieces, mut groups) = (Vec::new(), Vec::new());
+    let mut rest = pattern;
+    let mut count: u64 = 1;
+    while let Some(open) = rest.find('[') {
+        let close = rest[open..]
+            .find(']')
+            .map(|i| open + i)
+            .ok_or_else(|| format!("{pattern:?}: '[' without ']'"))?;
+        if rest[..open].contains(']') {
             return Err(format!("{pattern:?}: ']' without '['"));
         }
-        return Ok(vec![(pattern.to_owned(), String::new())]);
-    };
-    let close = pattern[open..]
-        .find(']')
-        .map(|i| open + i)
-        .ok_or_else(|| format!("{pattern:?}: '[' without ']'"))?;
-    let (prefix, body, rest) = (
-        &pattern[..open],
-        &pattern[open + 1..close],
-        &pattern[close + 1..],
-    );
-    let mut numbers = Vec::new();
-    for part in body.split(',') {
-        let part = part.trim();
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (lo, hi): (u64, u64) = match (a.parse(), b.parse()) {
-            (Ok(lo), Ok(hi)) if lo <= hi => (lo, hi),
-            _ => return Err(format!("{pattern:?}: {part:?} is not a range like 001-064")),
-        };
-        if hi - lo > 100_000 {
-            return Err(format!("{pattern:?}: {part:?} is too large a range"));
+        let mut group = Vec::new();
+        let mut in_group: u64 = 0;
+        for part in rest[open + 1..close].split(',') {
+            let part = part.trim();
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            let (lo, hi): (u64, u64) = match (a.parse(), b.parse()) {
+                (Ok(lo), Ok(hi)) if lo <= hi => (lo, hi),
+                _ => return Err(format!("{pattern:?}: {part:?} is not a range like 001-064")),
+            };
+            in_group = in_group.saturating_add((hi - lo).saturating_add(1));
+            let width = if a.starts_with('0') { a.len() } else { 0 };
+            group.push((lo, hi, width));
         }
-        let width = if a.starts_with('0') { a.len() } else { 0 };
-        for n in lo..=hi {
-            numbers.push(format!("{n:0width$}"));
+        count = count.saturating_mul(in_group);
+        if count > MAX_EXPANDED_NAMES {
+            return Err(format!(
+                "{pattern:?}: expands to more than {MAX_EXPANDED_NAMES} names"
+            ));
         }
+        pieces.push(&rest[..open]);
+        groups.push(group);
+        rest = &rest[close + 1..];
     }
-    let mut out = Vec::new();
-    for n in numbers {
-        for (tail, tail_n) in expand_range(rest)? {
-            let first = if n.is_empty() { tail_n } else { n.clone() };
-            out.push((format!("{prefix}{n}{tail}"), first));
+    if rest.contains(']') {
+        return Err(format!("{pattern:?}: ']' without '['"));
+    }
+    pieces.push(rest);
+    Ok((pieces, groups))
+}
+
+/// Expands `gpu-[001-004,010]x` into gpu-001x … gpu-004x, gpu-010x, each
+/// with the number as written (the first group's). Several bracket groups
+/// multiply; the product is counted first and refused past
+/// [`MAX_EXPANDED_NAMES`].
+pub fn expand_range(pattern: &str) -> Result<Vec<(String, String)>, String> {
+    let (pieces, groups) = parse_range(pattern)?;
+    let mut out = vec![(pieces[0].to_owned(), String::new())];
+    for (group, piece) in groups.iter().zip(&pieces[1..]) {
+        let mut next = Vec::new();
+        for (name, first) in &out {
+            for &(lo, hi, width) in group {
+                for n in lo..=hi {
+                    let n = format!("{n:0width$}");
+                    let first = if first.is_empty() {
+                        n.clone()
+                    } else {
+                        first.clone()
+                    };
+                    next.push((format!("{name}{n}{piece}"), first));
+                }
+            }
         }
+        out = next;
     }
     Ok(out)
 }
@@ -511,6 +547,8 @@ mod tests {
             ]
         );
         assert!(expand_range("gpu-[5-1]").is_err());
+        assert!(expand_range("gpu-1]").is_err());
+        assert!(expand_range("gpu-[1]-2]").is_err());
         assert!(expand_range("gpu-[1-").is_err());
         assert_eq!(
             expand_range("solo").unwrap(),
@@ -549,6 +587,20 @@ mod tests {
         assert_eq!(r["gpu-02"].endpoint, "https://10.0.1.02");
         assert_eq!(r["gpu-02"].system.as_deref(), Some("gpu-02"));
         assert!(inv.validate().is_empty());
+    }
+
+    #[test]
+    fn ranges_are_counted_before_they_are_built() {
+        // 10^10 names: refused at once, nothing built (without the count
+        // this allocates until the process aborts).
+        let e = expand_range("n[0-99999]-[0-99999]").unwrap_err();
+        assert!(e.contains("more than 100000 names"), "{e}");
+        let e = expand_range("n[0-99999,0-99999]").unwrap_err();
+        assert!(e.contains("more than 100000 names"), "{e}");
+        assert!(expand_range("n[0-18446744073709551615]").is_err());
+        assert_eq!(expand_range("n[1-1000]-[1-100]").unwrap().len(), 100_000);
+        let three = expand_range("r[1-3]").unwrap();
+        assert_eq!(three[2], ("r3".to_owned(), "3".to_owned()));
     }
 
     #[test]

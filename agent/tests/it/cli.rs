@@ -188,6 +188,39 @@ fn bad_inputs_fail_with_one_line_naming_the_file() {
     assert_one_line_error(&out, &topo, "expected <nvidia_smi_log>");
 }
 
+/// NVML strings (a GPU's name) are the driver's, and a hostile or broken
+/// one cannot drive the admin's terminal: `discover` shows them escaped.
+#[test]
+fn nvml_strings_reach_the_terminal_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = fixture("hwloc/nvidiaDGX2.xml");
+    let good = std::fs::read_to_string(fixture("nvml/h100-8gpu-mig.json")).unwrap();
+    let hostile = good.replace(
+        "\"NVIDIA H100 80GB HBM3\"",
+        "\"H100\\u001b]52;c;cm0gLXJm\\u0007\\u009b2J\\u202e\"",
+    );
+    assert_ne!(hostile, good);
+    let path = dir.path().join("hostile.json");
+    std::fs::write(&path, hostile).unwrap();
+    let out = agent(&[
+        "discover",
+        "--hwloc-xml",
+        topo.to_str().unwrap(),
+        "--nvml-snapshot",
+        path.to_str().unwrap(),
+    ]);
+    let shown = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+    let text = String::from_utf8_lossy(&shown);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("H100\\u{1b}]52;c;"), "{text}");
+    for raw in [&b"\x1b"[..], b"\x07", b"\xc2\x9b", b"\xe2\x80\xae"] {
+        assert!(
+            !shown.windows(raw.len()).any(|w| w == raw),
+            "{raw:?} in {text}"
+        );
+    }
+}
+
 /// A configuration file that is missing, not TOML or invalid exits 78
 /// (EX_CONFIG), naming the file (and every problem); `--help` says so.
 #[test]

@@ -27,4 +27,5 @@ mod ha_shared_state;
 mod help;
 mod journal;
 mod redfish;
+mod rogue;
 mod signals;

@@ -3,7 +3,8 @@
 //! with what came back (content type, first bytes escaped); answers over
 //! the size limit (100 MB, streamed) are refused after the limit without
 //! the rest being read or held, on every read path: GETs, the service
-//! root, task monitors and session creation.
+//! root, task monitors and session creation. A redirect to another host
+//! is never followed with credentials.
 
 use crate::support;
 
@@ -381,4 +382,58 @@ async fn every_read_path_is_bounded() {
             if url.ends_with("/session/redfish/v1/SessionService/Sessions")),
         "{err:?}"
     );
+}
+
+/// A BMC whose session login answers 307 to another host: the user name
+/// and password (in the POST body) and Basic auth are never sent there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_never_follow_a_redirect_to_another_host() {
+    let stolen = Arc::new(AtomicU64::new(0));
+    let s = stolen.clone();
+    let thief = axum::Router::new().fallback(move || {
+        let s = s.clone();
+        async move {
+            s.fetch_add(1, Ordering::SeqCst);
+            answer("application/json", ROOT)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let thief_url = format!("http://{}", listener.local_addr().unwrap());
+    let thief_task = tokio::spawn(async move {
+        let _ = axum::serve(listener, thief).await;
+    });
+    let elsewhere = thief_url.clone();
+    let bmc_app = axum::Router::new().fallback(move |method: Method, uri: Uri| {
+        let elsewhere = elsewhere.clone();
+        async move {
+            match (&method, uri.path()) {
+                (&Method::GET, "/redfish/v1") => answer("application/json", ROOT),
+                _ => (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    [(header::LOCATION, format!("{elsewhere}{}", uri.path()))],
+                )
+                    .into_response(),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let bmc_url = format!("http://{}", listener.local_addr().unwrap());
+    let bmc_task = tokio::spawn(async move {
+        let _ = axum::serve(listener, bmc_app).await;
+    });
+    let pool = HttpPool::new(8);
+    let b = Bmc::new(
+        target("redirecting", &bmc_url, None, Some(("admin", "pw"))),
+        &pool,
+    )
+    .unwrap();
+    let err = b.get("/redfish/v1/Systems").await.unwrap_err();
+    assert!(err.to_string().contains("307"), "{err}");
+    assert_eq!(
+        stolen.load(Ordering::SeqCst),
+        0,
+        "a request (with the BMC's credentials) reached the other host"
+    );
+    thief_task.abort();
+    bmc_task.abort();
 }
