@@ -19,10 +19,14 @@ pub struct Capture {
     pub nvml_missing: Option<String>,
 }
 
+/// Replaced, never written through: capture runs as root, and a symlink
+/// planted in DIR must not make it overwrite the symlink's target.
 fn write(path: PathBuf, contents: &str) -> Result<PathBuf> {
-    std::fs::write(&path, contents).map_err(|source| DiscoveryError::Write {
-        path: path.clone(),
-        source,
+    accord_api::files::write_replacing(&path, contents.as_bytes()).map_err(|source| {
+        DiscoveryError::Write {
+            path: path.clone(),
+            source,
+        }
     })?;
     Ok(path)
 }

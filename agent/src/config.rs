@@ -172,7 +172,7 @@ impl AgentConfig {
     }
 
     pub fn load(file: &Path) -> Result<AgentConfig, AgentConfigError> {
-        let text = std::fs::read_to_string(file)
+        let text = accord_api::files::read_to_string(file, accord_api::files::limit::CONFIG)
             .map_err(|source| accord::config_file::ConfigFileError::read(file, source))?;
         Ok(accord::config_file::parse_valid(
             &text,

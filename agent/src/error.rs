@@ -61,8 +61,10 @@ pub enum DiscoveryError {
 pub type Result<T, E = DiscoveryError> = std::result::Result<T, E>;
 
 pub(crate) fn read_file(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| DiscoveryError::Read {
-        path: path.to_owned(),
-        source,
+    accord_api::files::read_to_string(path, accord_api::files::limit::MODEL).map_err(|source| {
+        DiscoveryError::Read {
+            path: path.to_owned(),
+            source,
+        }
     })
 }

@@ -317,16 +317,20 @@ pub async fn run_with(
         anyhow::bail!("{problem}");
     }
     let backend = mig_backend(&config, gpus)?;
-    let token = std::fs::read_to_string(&config.daemon.token_file)
-        .with_context(|| format!("daemon.token_file: {}", config.daemon.token_file.display()))?
-        .trim()
-        .to_owned();
+    let token = accord_api::files::read_to_string(
+        &config.daemon.token_file,
+        accord_api::files::limit::SECRET,
+    )
+    .with_context(|| format!("daemon.token_file: {}", config.daemon.token_file.display()))?
+    .trim()
+    .to_owned();
     let started = std::time::Instant::now();
     let current = discover(&config, &backend).await;
     let ca_pem = match &config.daemon.ca_file {
         Some(ca) => Some((
             ca.display().to_string(),
-            std::fs::read(ca).with_context(|| format!("daemon.ca_file: {}", ca.display()))?,
+            accord_api::files::read(ca, accord_api::files::limit::CONFIG)
+                .with_context(|| format!("daemon.ca_file: {}", ca.display()))?,
         )),
         None => None,
     };

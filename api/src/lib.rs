@@ -4,7 +4,8 @@
 //! (`text`), the one escaping rule for what a person reads (`terminal`),
 //! and the typed HTTP client (`client`) the agent, accordctl and
 //! the lab use. accordd serves these types; nothing here does I/O except
-//! the client.
+//! the client and `files` (the one way a file we are pointed at is read
+//! or written).
 //! With the `cli` feature, what every binary sets up the same way: logging,
 //! the stop signals, and its shell completions and man pages (`cli_docs`).
 
@@ -14,6 +15,7 @@ pub mod cli_docs;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod control;
+pub mod files;
 #[cfg(feature = "cli")]
 pub mod logging;
 pub mod mig_parted;

@@ -394,7 +394,8 @@ fn node_arg(s: &str) -> Result<String, String> {
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read file", path.display()))
+    accord_api::files::read_to_string(path, accord_api::files::limit::MODEL)
+        .with_context(|| format!("{}: cannot read file", path.display()))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

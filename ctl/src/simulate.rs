@@ -34,17 +34,8 @@ pub struct SimulateOutcome {
 }
 
 fn read_capped(path: &Path, cap: u64) -> anyhow::Result<String> {
-    let len = std::fs::metadata(path)
-        .with_context(|| format!("{}: cannot read file", path.display()))?
-        .len();
-    if len > cap {
-        anyhow::bail!(
-            "{}: {len} bytes, larger than the limit of {} MiB",
-            path.display(),
-            cap >> 20
-        );
-    }
-    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read file", path.display()))
+    accord_api::files::read_to_string(path, cap)
+        .with_context(|| format!("{}: cannot read file", path.display()))
 }
 
 /// A fleet TOML, or an openb node list (every node dark at the start).
@@ -122,10 +113,16 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimulateOutcome> {
     let json = args.out.join("figures.json");
     let mut text = serde_json::to_string_pretty(&figures).context("figures as JSON")?;
     text.push('\n');
-    std::fs::write(&json, text).with_context(|| format!("{}: cannot write", json.display()))?;
+    // Replaced, never written through: a symlink planted in the output
+    // directory does not make accordctl overwrite its target.
+    accord_api::files::write_replacing(&json, text.as_bytes())
+        .with_context(|| format!("{}: cannot write", json.display()))?;
     let report = args.out.join("report.html");
-    std::fs::write(&report, accord_sim::report::render_html(&figures))
-        .with_context(|| format!("{}: cannot write", report.display()))?;
+    accord_api::files::write_replacing(
+        &report,
+        accord_sim::report::render_html(&figures).as_bytes(),
+    )
+    .with_context(|| format!("{}: cannot write", report.display()))?;
     Ok(SimulateOutcome {
         figures,
         report,

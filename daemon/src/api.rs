@@ -47,30 +47,54 @@ impl std::fmt::Debug for AgentTokens {
 }
 
 impl AgentTokens {
-    /// Reads the token file, or every file in the token directory.
+    /// Reads the token file, or every file in the token directory. A
+    /// token must not be empty, and under a directory no two nodes may
+    /// share one (either node could report as the other).
     pub fn load(
         file: Option<&std::path::Path>,
         dir: Option<&std::path::Path>,
     ) -> std::io::Result<Self> {
+        use accord_api::files::{limit, read_to_string};
+        let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+        let token = |path: &std::path::Path| -> std::io::Result<String> {
+            let t = read_to_string(path, limit::SECRET)
+                .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+            let t = t.trim().to_owned();
+            if t.is_empty() {
+                return Err(invalid(format!("{}: empty token", path.display())));
+            }
+            Ok(t)
+        };
         if let Some(f) = file {
-            return Ok(AgentTokens::Shared(
-                std::fs::read_to_string(f)?.trim().to_owned(),
-            ));
+            return Ok(AgentTokens::Shared(token(f)?));
         }
         let mut tokens = BTreeMap::new();
+        let mut holders: BTreeMap<String, String> = BTreeMap::new();
         if let Some(d) = dir {
             for entry in std::fs::read_dir(d)? {
                 let entry = entry?;
                 if entry.file_type()?.is_file() {
                     let name = entry.file_name().to_string_lossy().into_owned();
-                    tokens.insert(
-                        name,
-                        std::fs::read_to_string(entry.path())?.trim().to_owned(),
-                    );
+                    let t = token(&entry.path())?;
+                    if let Some(other) = holders.insert(t.clone(), name.clone()) {
+                        return Err(invalid(format!(
+                            "{}: nodes {other} and {name} have the same token",
+                            d.display()
+                        )));
+                    }
+                    tokens.insert(name, t);
                 }
             }
         }
         Ok(AgentTokens::PerNode(tokens))
+    }
+
+    /// Whether `token` is one of the agents' (the admin token must not be).
+    pub fn contains(&self, token: &str) -> bool {
+        match self {
+            AgentTokens::Shared(t) => t == token,
+            AgentTokens::PerNode(m) => m.values().any(|t| t == token),
+        }
     }
 
     /// How reports' machine identities are checked: a shared token names

@@ -342,7 +342,7 @@ pub fn check_secret(key: &str, path: &Path) -> Option<String> {
     if meta.is_dir() {
         return None;
     }
-    match std::fs::read_to_string(path) {
+    match accord_api::files::read_to_string(path, accord_api::files::limit::SECRET) {
         Ok(t) if t.trim().is_empty() => Some(format!("{key}: {} is empty", path.display())),
         Ok(_) => None,
         Err(e) => Some(format!("{key}: {}: {e}", path.display())),
@@ -359,7 +359,7 @@ impl DaemonConfig {
 
     /// Reads, parses and validates `file`.
     pub fn load(file: &Path) -> Result<DaemonConfig, ConfigError> {
-        let text = std::fs::read_to_string(file)
+        let text = accord_api::files::read_to_string(file, accord_api::files::limit::CONFIG)
             .map_err(|source| accord::config_file::ConfigFileError::read(file, source))?;
         Ok(accord::config_file::parse_valid(
             &text,

@@ -28,12 +28,13 @@ use crate::store::Store;
 
 /// Loads a fleet file; hardware-model paths are relative to it.
 pub fn load_fleet(path: &Path) -> anyhow::Result<Fleet> {
-    let text = std::fs::read_to_string(path)
+    let text = accord_api::files::read_to_string(path, accord_api::files::limit::CONFIG)
         .with_context(|| format!("{}: cannot read file", path.display()))?;
     let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
     let mut loader = |rel: &str| -> Result<NodeHardware, String> {
         let file = dir.join(rel);
-        let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read: {e}"))?;
+        let text = accord_api::files::read_to_string(&file, accord_api::files::limit::MODEL)
+            .map_err(|e| format!("cannot read: {e}"))?;
         let hw: NodeHardware = serde_json::from_str(&text).map_err(|e| e.to_string())?;
         if hw.schema_version > SCHEMA_VERSION {
             return Err(format!(
@@ -79,10 +80,26 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
         config.agents.token_dir.as_deref(),
     )
     .context("agents: cannot read tokens")?;
-    let admin_token = std::fs::read_to_string(&config.admin.token_file)
-        .with_context(|| format!("admin.token_file: {}", config.admin.token_file.display()))?
-        .trim()
-        .to_owned();
+    let admin_token = accord_api::files::read_to_string(
+        &config.admin.token_file,
+        accord_api::files::limit::SECRET,
+    )
+    .with_context(|| format!("admin.token_file: {}", config.admin.token_file.display()))?
+    .trim()
+    .to_owned();
+    if admin_token.is_empty() {
+        anyhow::bail!(
+            "admin.token_file: {}: empty token",
+            config.admin.token_file.display()
+        );
+    }
+    if agent_tokens.contains(&admin_token) {
+        anyhow::bail!(
+            "admin.token_file: {}: the admin token is also an agent's token \
+             (an agent could act as the admin)",
+            config.admin.token_file.display()
+        );
+    }
     // Where each node stands (its rack), from the fleet file when set.
     let racks = match &config.fleet {
         Some(f) => load_fleet(&f.file)?

@@ -189,8 +189,8 @@ impl HttpPool {
             TlsMode::Verify {
                 ca_file: Some(path),
             } => {
-                let pem =
-                    std::fs::read(path).map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+                let pem = accord_api::files::read(path, accord_api::files::limit::CONFIG)
+                    .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
                 let certs = reqwest::Certificate::from_pem_bundle(&pem)
                     .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
                 if certs.is_empty() {

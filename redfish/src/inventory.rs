@@ -283,7 +283,7 @@ pub struct ResolvedBmc {
 
 impl Inventory {
     pub fn load(file: &Path) -> Result<Inventory, InventoryError> {
-        let text = std::fs::read_to_string(file)
+        let text = accord_api::files::read_to_string(file, accord_api::files::limit::CONFIG)
             .map_err(|source| accord::config_file::ConfigFileError::read(file, source))?;
         let base_dir = file.parent().map(Path::to_owned).unwrap_or_default();
         let mut inv: Inventory = accord::config_file::parse(&text, &file.display().to_string())?;

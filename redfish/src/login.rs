@@ -144,8 +144,8 @@ pub fn read_credentials(path: &Path) -> Result<Credentials, String> {
     {
         return Err(p);
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("{key}: {}: {e}", path.display()))?;
+    let text = accord_api::files::read_to_string(path, accord_api::files::limit::SECRET)
+        .map_err(|e| format!("{key}: {}: {e}", path.display()))?;
     let c: CredentialsFile = accord::config_file::parse(&text, &path.display().to_string())
         .map_err(|e| match e {
             // A TOML error can quote the offending line: the password.

@@ -12,6 +12,8 @@ use accord_testkit::daemon::{command, nodes, secret};
 use accord_testkit::process::Process;
 
 const TOKEN: &str = "agent-token-for-tests";
+/// The admin's (accordd refuses an admin token an agent also holds).
+const ADMIN_TOKEN: &str = "admin-token-for-tests";
 
 /// How long any wait here waits for its condition.
 const WAIT: Duration = Duration::from_secs(30);
@@ -32,9 +34,9 @@ const NODES: [&str; 7] = [
     "dgx2-lab", "dgx2", "e5-2650", "x9drg", "tls-node", "hup", "replicas",
 ];
 
-/// The token files of a test's daemons and agents (all `TOKEN`).
+/// The token files of a test's daemons and agents (`TOKEN-<node>` each,
+/// `ADMIN_TOKEN` the admin's).
 struct Secrets {
-    agent: PathBuf,
     /// accordd's per-node agent tokens (the way to run; the recordings
     /// replayed here have no serial and most no GPU UUIDs, which a shared
     /// token would need to bind a node name to its machine).
@@ -50,13 +52,13 @@ impl Secrets {
         let agent_dir = dir.join("agent-tokens");
         std::fs::create_dir(&agent_dir).unwrap();
         std::fs::set_permissions(&agent_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // One token per node: accordd refuses two nodes sharing one.
         for node in NODES {
-            secret(&agent_dir, node, TOKEN);
+            secret(&agent_dir, node, &format!("{TOKEN}-{node}"));
         }
         Secrets {
-            agent: secret(dir, "agent-token", TOKEN),
             agent_dir,
-            admin: secret(dir, "admin-token", TOKEN),
+            admin: secret(dir, "admin-token", ADMIN_TOKEN),
         }
     }
 }
@@ -175,7 +177,7 @@ async fn still_running(watched: &mut [Watched<'_>], waiting_for: &str) {
 
 /// What `url/v1/nodes` lists, or why it could not be read.
 async fn listed(client: &reqwest::Client, url: &str) -> Result<Vec<Node>, String> {
-    Ok(nodes(client, url, TOKEN)
+    Ok(nodes(client, url, ADMIN_TOKEN)
         .await?
         .iter()
         .map(|n| {
@@ -245,7 +247,7 @@ interval_ms = 100
 initial_ms = 20
 max_ms = 200
 "#,
-        secrets.agent.display(),
+        secrets.agent_dir.join("dgx2-lab").display(),
         fixture("nvidiaDGX2.xml").display()
     );
     let file = dir.path().join("agent.toml");
@@ -314,7 +316,7 @@ async fn record(
 ) -> Result<serde_json::Value, String> {
     let r = client
         .get(format!("{url}/v1/nodes/{node}"))
-        .bearer_auth(TOKEN)
+        .bearer_auth(ADMIN_TOKEN)
         .send()
         .await
         .map_err(|e| e.to_string())?;
@@ -345,7 +347,7 @@ async fn the_agent_reports_to_every_replica_independently() {
     let (url_a, url_b) = (a.url.clone(), b.url.clone());
     let text = format!(
         "[daemon]\nurls = [\"{url_a}\", \"{url_b}\"]\ntoken_file = \"{}\"\n[node]\nname = \"replicas\"\n[discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
-        secrets.agent.display(),
+        secrets.agent_dir.join("replicas").display(),
         xml.display()
     );
     let file = dir.path().join("agent.toml");
@@ -597,7 +599,7 @@ async fn three_agents_replaying_recorded_machines_register() {
         let text = format!(
             "[daemon]\nurl = \"{}\"\ntoken_file = \"{}\"\n[node]\nname = \"{name}\"\n[discovery]\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
             d.url,
-            secrets.agent.display(),
+            secrets.agent_dir.join(name).display(),
             fixture(xml).display()
         );
         let file = dir.path().join(format!("{name}.toml"));
@@ -656,7 +658,7 @@ async fn agents_register_over_tls() {
     let xml = fixture("32em64t-2n8c2t-pci-wholeio.xml");
     let agent_toml = format!(
         "[daemon]\nurl = \"{url}\"\ntoken_file = \"{}\"\nca_file = \"{}\"\n[node]\nname = \"tls-node\"\n[discovery]\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
-        secrets.agent.display(),
+        secrets.agent_dir.join("tls-node").display(),
         ca.display(),
         xml.display()
     );
@@ -703,7 +705,7 @@ async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
     let text = format!(
         "[daemon]\nurl = \"{}\"\ntoken_file = \"{}\"\n[node]\nname = \"hup\"\n[discovery]\ninterval_s = 3600\nhwloc_xml = \"{}\"\n[heartbeat]\ninterval_ms = 100\n[backoff]\ninitial_ms = 20\nmax_ms = 200\n",
         d.url,
-        secrets.agent.display(),
+        secrets.agent_dir.join("hup").display(),
         topology.display()
     );
     let file = dir.path().join("agent.toml");
@@ -731,7 +733,7 @@ async fn sighup_rediscovers_and_heartbeats_carry_gpu_health() {
     let health = loop {
         let got = match client
             .get(format!("{}/v1/nodes/hup", d.url))
-            .bearer_auth(TOKEN)
+            .bearer_auth(ADMIN_TOKEN)
             .send()
             .await
         {

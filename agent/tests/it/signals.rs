@@ -9,10 +9,11 @@ use accord_testkit::daemon::{command, nodes, secret};
 use accord_testkit::process::Process;
 
 const TOKEN: &str = "agent-token-for-signals";
+const ADMIN_TOKEN: &str = "admin-token-for-signals";
 
 /// Whether accordd at `url` lists `node`, or why it could not tell.
 async fn registered(client: &reqwest::Client, url: &str, node: &str) -> Result<bool, String> {
-    Ok(nodes(client, url, TOKEN)
+    Ok(nodes(client, url, ADMIN_TOKEN)
         .await?
         .iter()
         .any(|n| n["name"] == node))
@@ -26,6 +27,7 @@ async fn stops_gracefully_on(signal: &str) {
     let addr = listener.local_addr().unwrap();
     let url = format!("http://{addr}");
     let token = secret(dir.path(), "token", TOKEN);
+    let admin = secret(dir.path(), "admin-token", ADMIN_TOKEN);
     let daemon_toml = dir.path().join("accordd.toml");
     std::fs::write(
         &daemon_toml,
@@ -34,7 +36,7 @@ async fn stops_gracefully_on(signal: &str) {
              [agents]\ntoken_file = \"{}\"\n[admin]\ntoken_file = \"{}\"\n",
             dir.path().join("store").display(),
             token.display(),
-            token.display()
+            admin.display()
         ),
     )
     .unwrap();

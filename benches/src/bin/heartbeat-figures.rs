@@ -26,7 +26,14 @@ fn rss_mb(pid: u32) -> f64 {
 
 fn secret(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
     let p = dir.join(name);
-    std::fs::write(&p, "bench-token").unwrap();
+    // The agents' token is "bench-token"; the admin's differs (accordd
+    // refuses one token for both).
+    let token = if name == "agent" {
+        "bench-token"
+    } else {
+        "bench-admin-token"
+    };
+    std::fs::write(&p, token).unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
     p
 }

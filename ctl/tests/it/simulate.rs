@@ -122,3 +122,54 @@ fn bad_inputs_are_refused_naming_the_file() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("NAME=FILE"));
 }
+
+/// `--out` may be a directory others can write to: a symlink planted there
+/// is replaced, its target left alone; a FIFO given as the trace is
+/// refused at once (no hang waiting for a writer).
+#[test]
+fn planted_symlinks_are_not_followed_and_fifos_are_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, out_dir.join("figures.json")).unwrap();
+    std::os::unix::fs::symlink(&victim, out_dir.join("report.html")).unwrap();
+    let out = simulate(&["--seed", "7"], &out_dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    let figures = std::fs::symlink_metadata(out_dir.join("figures.json")).unwrap();
+    assert!(figures.is_file(), "figures.json is a file of its own now");
+
+    let fifo = dir.path().join("trace.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_accordctl"))
+        .args(["simulate", "--out"])
+        .arg(dir.path().join("o"))
+        .arg("--trace")
+        .arg(&fifo)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("accordctl still waited on the FIFO after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("a FIFO, not a regular file"), "{err}");
+}

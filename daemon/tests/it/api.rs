@@ -675,6 +675,47 @@ fn the_daemon_refuses_secrets_others_can_read_and_lists_every_problem() {
     );
 }
 
+/// Secrets and configuration that cannot be what they should: an empty
+/// token, one token for two nodes, the admin's token given to the agents,
+/// a FIFO or a device where a file should be (refused at once, not a hang
+/// or an endless read).
+#[test]
+fn tokens_and_files_that_cannot_be_right_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = config(dir.path(), "127.0.0.1:0");
+    let config = DaemonConfig::load(&file).unwrap();
+    secret(dir.path(), "agent-token", ADMIN_TOKEN);
+    let err = format!("{:#}", accordd::state(&config).unwrap_err());
+    assert!(err.contains("also an agent's token"), "{err}");
+    secret(dir.path(), "agent-token", " \n");
+    let err = format!("{:#}", accordd::state(&config).unwrap_err());
+    assert!(err.contains("empty token"), "{err}");
+
+    let tokens = dir.path().join("tokens");
+    std::fs::create_dir(&tokens).unwrap();
+    secret(&tokens, "gpu-01", "same");
+    secret(&tokens, "gpu-02", "same");
+    let err = accordd::api::AgentTokens::load(None, Some(&tokens)).unwrap_err();
+    assert!(err.to_string().contains("have the same token"), "{err}");
+
+    let fifo = dir.path().join("accordd.toml.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for path in [fifo.as_path(), Path::new("/dev/zero")] {
+        let out = output_within(
+            Command::new(env!("CARGO_BIN_EXE_accordd"))
+                .arg("check-config")
+                .arg(path),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "{err}");
+        assert!(err.contains("not a regular file"), "{err}");
+    }
+}
+
 /// A configuration that is missing is a configuration error (78); a good
 /// one with a store another process holds is not (1).
 #[test]
