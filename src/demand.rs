@@ -394,10 +394,50 @@ pub struct Demand {
     /// `mig.nvidia.com` and `rdma.accord.dev`.
     #[serde(default)]
     pub device_classes: Vec<DeviceClass>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "at_most_max_workloads")]
     pub workloads: Vec<Workload>,
     #[serde(default)]
     pub bound: Vec<BoundPod>,
+}
+
+/// Workloads (or a trace's jobs) in one file at most: counted while the
+/// file is read, so a hostile file is refused before it is built.
+pub const MAX_WORKLOADS_IN_FILE: usize = 2_000_000;
+
+fn at_most_max_workloads<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<Workload>, D::Error> {
+    at_most(d, MAX_WORKLOADS_IN_FILE)
+}
+
+/// A JSON list of at most `max` elements, refused at the first past it
+/// (nothing beyond it is built).
+pub fn at_most<'de, D, T>(d: D, max: usize) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Bounded<T>(usize, std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Bounded<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "a list of at most {} entries", self.0)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            while let Some(v) = seq.next_element()? {
+                if out.len() == self.0 {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {} entries; refused while reading",
+                        self.0
+                    )));
+                }
+                out.push(v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Bounded(max, std::marker::PhantomData))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -458,7 +498,14 @@ impl Demand {
                 ));
             }
             if let Some(m) = w.min_count {
-                if u64::from(m) > pods {
+                if m == 0 {
+                    // A gang of none would be "placed" with nothing
+                    // provisioned (upstream's PodGroup minCount is at
+                    // least 1).
+                    problems.push(format!(
+                        "workload {key}: min_count 0; a gang needs at least 1"
+                    ));
+                } else if u64::from(m) > pods {
                     problems.push(format!(
                         "workload {key}: min_count {m} is larger than its {pods} pods"
                     ));

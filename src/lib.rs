@@ -10,6 +10,7 @@ pub mod fit;
 pub mod fleet;
 pub mod hardware;
 pub mod lifecycle;
+pub mod names;
 pub mod plan;
 pub mod quantity;
 pub mod truth;

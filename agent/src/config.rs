@@ -250,7 +250,23 @@ impl AgentConfig {
     /// naming its key (pure: no file is read).
     pub(crate) fn daemon_url_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        let http = |u: &str| u.starts_with("http://") || u.starts_with("https://");
+        // What is wrong with one URL, said without echoing a secret: a
+        // user name or password in it would be logged and shown wherever
+        // the URL is (the agent's token goes in daemon.token_file).
+        let url_problem = |u: &str| -> Option<String> {
+            let parsed = reqwest::Url::parse(u)
+                .ok()
+                .filter(|p| matches!(p.scheme(), "http" | "https") && p.host_str().is_some());
+            match parsed {
+                None => Some(format!("{u:?} is not an http(s) URL")),
+                Some(p) if !p.username().is_empty() || p.password().is_some() => Some(format!(
+                    "{}://<redacted>@{}: a URL carries no credentials; the agent's token goes in daemon.token_file",
+                    p.scheme(),
+                    p.host_str().unwrap_or_default()
+                )),
+                Some(_) => None,
+            }
+        };
         match (&self.daemon.url, &self.daemon.urls) {
             (Some(_), Some(_)) => problems.push(
                 "daemon.urls: set either daemon.url (one accordd) or daemon.urls (its replicas), not both"
@@ -263,8 +279,8 @@ impl AgentConfig {
             _ => {}
         }
         if let Some(url) = &self.daemon.url {
-            if !http(url) {
-                problems.push(format!("daemon.url: {url:?} is not an http(s) URL"));
+            if let Some(p) = url_problem(url) {
+                problems.push(format!("daemon.url: {p}"));
             }
         }
         if let Some(urls) = &self.daemon.urls {
@@ -288,8 +304,9 @@ impl AgentConfig {
             };
             let mut seen: Vec<String> = Vec::with_capacity(urls.len());
             for (i, url) in urls.iter().enumerate() {
-                if !http(url) {
-                    problems.push(format!("daemon.urls[{i}]: {url:?} is not an http(s) URL"));
+                if let Some(p) = url_problem(url) {
+                    problems.push(format!("daemon.urls[{i}]: {p}"));
+                    continue;
                 }
                 let key = same(url);
                 if let Some(first) = seen.iter().position(|k| *k == key) {

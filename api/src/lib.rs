@@ -19,7 +19,7 @@ pub mod files;
 #[cfg(feature = "cli")]
 pub mod logging;
 pub mod mig_parted;
-pub mod names;
+pub use accord::names;
 pub mod nodes;
 #[cfg(feature = "cli")]
 pub mod signals;

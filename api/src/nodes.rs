@@ -14,38 +14,104 @@ pub struct MachineIdentity {
 }
 
 /// Serials firmware ships unset (the same on every board of a maker):
-/// they identify no machine.
+/// they identify no machine. Compared without case, spaces, dots or
+/// hyphens; [`placeholder_serial`] adds shape rules for the rest.
 const PLACEHOLDER_SERIALS: &[&str] = &[
-    "to be filled by o.e.m.",
-    "default string",
-    "system serial number",
-    "not specified",
-    "not applicable",
+    "tobefilledbyoem",
+    "tobefilled",
+    "defaultstring",
+    "default",
+    "systemserialnumber",
+    "chassisserialnumber",
+    "baseboardserialnumber",
+    "serialnumber",
+    "serial",
+    "notspecified",
+    "notapplicable",
+    "notavailable",
+    "notpresent",
+    "notsettable",
     "none",
+    "na",
     "n/a",
-    "0",
+    "[n/a]",
+    "unknown",
+    "undefined",
+    "invalid",
+    "empty",
+    "null",
+    "oem",
+    "type1sku0",
     "0123456789",
     "1234567890",
     "123456789",
+    "12345678",
+    "1234567",
+    "123456",
+    "abcdefghij",
+    "abcdefg",
 ];
+
+/// Whether `s` is a placeholder: listed, or shaped like one (one
+/// character repeated, like `00000000`, `FFFFFFFF` or `XXXXXXX`; text
+/// that says it is a serial or unset).
+fn placeholder_serial(s: &str) -> bool {
+    let folded: String = s
+        .chars()
+        .filter(|c| !matches!(c, ' ' | '.' | '-' | '_'))
+        .flat_map(char::to_lowercase)
+        .collect();
+    let mut chars = folded.chars();
+    let repeated = chars.next().is_none_or(|first| chars.all(|c| c == first));
+    repeated
+        || PLACEHOLDER_SERIALS.contains(&folded.as_str())
+        || ["serialnumber", "filledby", "notspecified"]
+            .iter()
+            .any(|w| folded.contains(w))
+}
+
+/// Whether a GPU UUID identifies a GPU: not empty, no spaces or controls,
+/// not a placeholder NVML or a BMC prints for an unknown one (`N/A`,
+/// `[N/A]`, `Unknown`), not all zeros.
+pub fn real_gpu_uuid(uuid: &str) -> bool {
+    let u = uuid.trim();
+    let body = u.strip_prefix("GPU-").unwrap_or(u);
+    let lower = body.to_ascii_lowercase();
+    !body.is_empty()
+        && u.chars().all(|c| c.is_ascii_graphic())
+        && !matches!(
+            lower.as_str(),
+            "n/a"
+                | "[n/a]"
+                | "na"
+                | "none"
+                | "unknown"
+                | "null"
+                | "undefined"
+                | "not supported"
+                | "[not supported]"
+                | "not available"
+        )
+        && !body.chars().all(|c| c == '0' || c == '-')
+}
 
 /// A serial that identifies a machine: not empty, not a placeholder.
 fn real_serial(serial: Option<&str>) -> Option<&str> {
     let s = serial?.trim();
-    let placeholder = s.is_empty()
-        || PLACEHOLDER_SERIALS
-            .iter()
-            .any(|p| s.eq_ignore_ascii_case(p))
-        || s.chars()
-            .all(|c| c == '0' || c == 'f' || c == 'F' || c == ' ');
-    (!placeholder).then_some(s)
+    (!placeholder_serial(s)).then_some(s)
 }
 
 impl MachineIdentity {
     /// The machine's serial (a placeholder one counts as none) and its GPU
     /// UUIDs, sorted.
     pub fn of(hw: &NodeHardware) -> MachineIdentity {
-        let mut gpu_uuids: Vec<String> = hw.gpus.iter().filter_map(|g| g.uuid.clone()).collect();
+        let mut gpu_uuids: Vec<String> = hw
+            .gpus
+            .iter()
+            .filter_map(|g| g.uuid.as_deref())
+            .filter(|u| real_gpu_uuid(u))
+            .map(|u| u.trim().to_owned())
+            .collect();
         gpu_uuids.sort();
         gpu_uuids.dedup();
         MachineIdentity {
@@ -61,21 +127,19 @@ impl MachineIdentity {
     }
 
     /// Whether a report's identity (`self`) proves it comes from the
-    /// machine `bound` names. Where both know a serial, the serial decides
+    /// machine `bound` names. A bound serial must be reported, and decides
     /// (a GPU that fell off the bus or was replaced is the same machine,
-    /// and accordd must hear about it). Otherwise the GPUs decide: at least
-    /// half of the larger set in common. Nothing known in common proves
-    /// nothing. An empty `bound` (a record from before identities were
-    /// bound) binds to anything.
+    /// and accordd must hear about it); GPU UUIDs, which tenants can read
+    /// from their pods, never stand in for it. Without a bound serial the
+    /// GPUs decide: at least half of the larger set in common. Nothing
+    /// known in common proves nothing. An empty `bound` (a record from
+    /// before identities were bound) binds to anything.
     pub fn proves(&self, bound: &MachineIdentity) -> bool {
         if bound.is_empty() {
             return true;
         }
-        if let (Some(a), Some(b)) = (
-            real_serial(self.serial.as_deref()),
-            real_serial(bound.serial.as_deref()),
-        ) {
-            return a == b;
+        if let Some(b) = real_serial(bound.serial.as_deref()) {
+            return real_serial(self.serial.as_deref()) == Some(b);
         }
         !self.gpu_uuids.is_empty() && !bound.gpu_uuids.is_empty() && self.mostly_same_gpus(bound)
     }
@@ -200,7 +264,9 @@ mod tests {
     fn an_identity_proves_a_binding_only_by_a_part_both_know() {
         let bound = id(Some("SN1"), &["GPU-a", "GPU-b"]);
         assert!(id(Some("SN1"), &["GPU-a", "GPU-b"]).proves(&bound));
-        assert!(id(None, &["GPU-a", "GPU-b"]).proves(&bound));
+        // A bound serial is required: the GPUs (their UUIDs readable from
+        // a tenant's pod) do not stand in for it.
+        assert!(!id(None, &["GPU-a", "GPU-b"]).proves(&bound));
         assert!(id(Some("SN1"), &[]).proves(&bound));
         // The defect: nothing known used to match anything.
         assert!(!id(None, &[]).proves(&bound));
@@ -210,7 +276,8 @@ mod tests {
         // is the same machine, and the report must reach accordd.
         assert!(id(Some("SN1"), &["GPU-a"]).proves(&bound));
         assert!(id(Some("SN1"), &["GPU-a", "GPU-c"]).proves(&bound));
-        // Without a serial the GPUs decide: half of them in common.
+        // Without a bound serial the GPUs decide: half of them in common.
+        let bound = id(None, &["GPU-a", "GPU-b"]);
         assert!(id(None, &["GPU-a"]).proves(&bound));
         assert!(!id(None, &["GPU-c", "GPU-d"]).proves(&bound));
         let eight = id(None, &["G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8"]);
@@ -231,10 +298,36 @@ mod tests {
             "0123456789",
             "00000000",
             "Not Specified",
+            "FFFFFFFF",
+            "XXXXXXXXXX",
+            "Chassis Serial Number",
+            "To be filled by O.E.M",
+            "Default-String",
+            "SerialNumber",
+            "Type1Sku0",
+            "N/A",
+            "Unknown",
         ] {
             assert!(id(Some(s), &[]).is_empty(), "{s:?}");
         }
         assert!(!id(Some("CN7475123A0042"), &[]).is_empty());
         assert!(!id(None, &["GPU-a"]).is_empty());
+    }
+
+    #[test]
+    fn placeholder_gpu_uuids_identify_nothing() {
+        for u in [
+            "",
+            "  ",
+            "N/A",
+            "[N/A]",
+            "GPU-N/A",
+            "Unknown",
+            "GPU-00000000-0000-0000-0000-000000000000",
+            "GPU a",
+        ] {
+            assert!(!real_gpu_uuid(u), "{u:?}");
+        }
+        assert!(real_gpu_uuid("GPU-00005a17-0000-4000-a100-d6cc78506ee0"));
     }
 }

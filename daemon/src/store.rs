@@ -481,8 +481,8 @@ impl Store {
     /// by `rule`; refused with nothing written otherwise. `session` is the
     /// one the agent sent: kept when it is the node's current one, else a
     /// new one is made (the report proved the machine) and returned.
-    /// Under [`IdentityRule::Bound`] the binding only grows: a report
-    /// without a serial (or GPU UUIDs) keeps the bound one.
+    /// Under [`IdentityRule::Bound`] the binding only grows: a bound serial
+    /// or GPU set stays; one not yet bound is added.
     pub fn report_as(
         &self,
         name: &str,
@@ -529,15 +529,22 @@ impl Store {
                         reported: reported.to_string(),
                     });
                 }
+                // Under a shared token the binding only grows by proof: a
+                // serial is added once, the bound GPU UUIDs stay as they
+                // were (replacing them with a report's that shares half
+                // would let two reports walk the name to another machine);
+                // a change of machine is `accordctl node replace`.
                 let identity = match rule {
-                    IdentityRule::Bound if !old.replacement_allowed => MachineIdentity {
-                        serial: reported.serial.or(old.identity.serial.clone()),
-                        gpu_uuids: if reported.gpu_uuids.is_empty() {
-                            old.identity.gpu_uuids.clone()
-                        } else {
-                            reported.gpu_uuids
-                        },
-                    },
+                    IdentityRule::Bound if !old.replacement_allowed && !old.identity.is_empty() => {
+                        MachineIdentity {
+                            serial: old.identity.serial.clone().or(reported.serial),
+                            gpu_uuids: if old.identity.gpu_uuids.is_empty() {
+                                reported.gpu_uuids
+                            } else {
+                                old.identity.gpu_uuids.clone()
+                            },
+                        }
+                    }
                     _ => reported,
                 };
                 // The agent's session goes on; any other report that

@@ -193,13 +193,19 @@ fn run_quietly(
             arrived = true;
         }
 
-        // Observe → decide, as accordd's loop does.
+        // Observe → decide, as accordd's loop does: at most a round's
+        // worth of pending pods, the rest waiting for a later round.
+        let deferred = defer_past_round_limit(
+            &mut demand.workloads,
+            u64::from(accord::demand::DEFAULT_MAX_PODS_PER_ROUND),
+        );
         let snap = Snapshot {
             demand: std::mem::take(&mut demand),
             ..dc.snapshot(t)
         };
         let d = decider.decide(&snap);
         demand = snap.demand;
+        demand.workloads.extend(deferred);
 
         // The stand-in scheduler binds what the decider shows Placed on
         // nodes that are up.
@@ -352,6 +358,39 @@ fn run_quietly(
     )
 }
 
+/// accordd plans at most `max` pending pods a round, workloads taken in
+/// key order while they fit (kube/src/translate/mod.rs, `round_limit`);
+/// the others are taken out of `workloads` and returned, to wait. Nothing
+/// moves when all fit.
+fn defer_past_round_limit(workloads: &mut Vec<Workload>, max: u64) -> Vec<Workload> {
+    let total: u64 = workloads.iter().map(Workload::pod_count_u64).sum();
+    if total <= max {
+        return Vec::new();
+    }
+    let mut order: Vec<usize> = (0..workloads.len()).collect();
+    order.sort_by_cached_key(|&i| workloads[i].key());
+    let mut keep = vec![false; workloads.len()];
+    let mut taken: u64 = 0;
+    for i in order {
+        let n = workloads[i].pod_count_u64();
+        if taken.saturating_add(n) <= max {
+            taken += n;
+            keep[i] = true;
+        }
+    }
+    let mut kept = Vec::with_capacity(workloads.len());
+    let mut deferred = Vec::new();
+    for (w, k) in std::mem::take(workloads).into_iter().zip(keep) {
+        if k {
+            kept.push(w);
+        } else {
+            deferred.push(w);
+        }
+    }
+    *workloads = kept;
+    deferred
+}
+
 fn started_at(started_after: &[Option<u64>], jobs: &[crate::trace::Job], k: usize) -> u64 {
     jobs[k].submit_s + started_after[k].unwrap_or(0)
 }
@@ -437,4 +476,32 @@ fn by_stage(stages: &[Stage]) -> NodesByStage {
         *slot += 1;
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(name: &str, pods: u32) -> Workload {
+        let mut w: Workload = serde_json::from_value(serde_json::json!({
+            "namespace": "ml",
+            "name": name,
+            "pod_sets": [{"name": "w", "count": pods, "pod": {"requests": {}}}],
+        }))
+        .unwrap();
+        w.created = 0;
+        w
+    }
+
+    #[test]
+    fn a_round_takes_its_limit_of_pods_in_key_order_and_the_rest_wait() {
+        let mut all = vec![workload("c", 3), workload("a", 4), workload("b", 2)];
+        assert!(defer_past_round_limit(&mut all, 9).is_empty(), "all fit");
+        assert_eq!(all.len(), 3);
+        let deferred = defer_past_round_limit(&mut all, 6);
+        let keys = |v: &[Workload]| v.iter().map(|w| w.name.clone()).collect::<Vec<_>>();
+        // a (4) fits, b (2) fits, c (3) would pass 6: it waits.
+        assert_eq!(keys(&all), ["a", "b"]);
+        assert_eq!(keys(&deferred), ["c"]);
+    }
 }

@@ -239,6 +239,12 @@ pub fn parse_pods(text: &str, file: &str) -> Result<Vec<OpenbPod>, OpenbError> {
             deletion_s,
             scheduled_s,
         };
+        if pods.len() == crate::trace::MAX_JOBS {
+            return Err(row.problem(&format!(
+                "more than {} pods; refused while reading",
+                crate::trace::MAX_JOBS
+            )));
+        }
         row.unique(&mut seen, &pod.name)?;
         pods.push(pod);
         Ok(())

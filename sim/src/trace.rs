@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use crate::figures::Class;
 use crate::rng::SplitMix;
 
-/// Jobs in one trace at most: bounds memory on a hostile file.
-pub const MAX_JOBS: usize = 2_000_000;
+/// Jobs in one trace at most: counted while the file is read, so a
+/// hostile file is refused before its jobs are built.
+pub const MAX_JOBS: usize = accord::demand::MAX_WORKLOADS_IN_FILE;
 /// Submission and run times at most (100 years): sums never overflow.
 pub const MAX_TIME_S: u64 = 100 * 365 * 86_400;
 
@@ -39,7 +40,12 @@ pub struct Trace {
     /// Device classes besides the built-in ones (as in demand JSON).
     #[serde(default)]
     pub device_classes: Vec<DeviceClass>,
+    #[serde(deserialize_with = "at_most_max_jobs")]
     pub jobs: Vec<Job>,
+}
+
+fn at_most_max_jobs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Job>, D::Error> {
+    accord::demand::at_most(d, MAX_JOBS)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -190,7 +196,13 @@ impl Trace {
                 .collect(),
             bound: Vec::new(),
         };
-        let problems = demand.validate(&accord::demand::Limits::default());
+        // The per-round limit is accordd's per round (the engine applies
+        // it round by round), not a limit on the whole trace.
+        let limits = accord::demand::Limits {
+            max_pods_per_round: u32::MAX,
+            ..Default::default()
+        };
+        let problems = demand.validate(&limits);
         if !problems.is_empty() {
             return Err(TraceError::Invalid {
                 file: file.to_owned(),

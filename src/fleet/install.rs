@@ -97,6 +97,18 @@ impl FleetFile {
                                     path: path.clone(),
                                     reason,
                                 })?;
+                            for (i, g) in hw.gpus.iter().enumerate() {
+                                if let Some(e) =
+                                    g.mig.as_ref().and_then(|m| m.check_instances().err())
+                                {
+                                    return Err(FleetError::Hardware {
+                                        file: file.to_owned(),
+                                        node: cfg.name.clone(),
+                                        path: path.clone(),
+                                        reason: format!("gpus[{i}].mig: {e}"),
+                                    });
+                                }
+                            }
                             if let Some(layout) = &cfg.mig_layout {
                                 let key = format!("nodes.{}.mig_layout", cfg.name);
                                 if let Some(problem) = model_layout_problem(&key, &hw, layout) {

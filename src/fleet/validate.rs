@@ -194,6 +194,12 @@ impl FleetFile {
         }
         let mut names = BTreeSet::new();
         for n in &self.nodes {
+            // Names reach URLs, BMC lookups, logs and Kubernetes: refused
+            // here unless they are node names, and said escaped.
+            if let Err(e) = crate::names::validate_node_name(&n.name) {
+                problems.push(format!("nodes: {e}"));
+                continue;
+            }
             if !names.insert(n.name.as_str()) {
                 problems.push(format!("nodes.{}: duplicate node name", n.name));
             }

@@ -212,6 +212,50 @@ impl MigState {
         Ok(state)
     }
 
+    /// Whether the GPU instances can be on this GPU: where the profiles
+    /// are known, each instance's profile is one of them, its placement
+    /// one of that profile's, at most `max_count` of a profile; placed
+    /// instances never overlap (seven overlapping `7g.80gb` would count
+    /// one GPU seven times). Checked wherever instances enter: agents'
+    /// reports, hardware files.
+    pub fn check_instances(&self) -> Result<(), String> {
+        let mut placed: Vec<(MigPlacement, &str)> = Vec::new();
+        let mut per_profile: std::collections::BTreeMap<&str, usize> = Default::default();
+        for gi in &self.gpu_instances {
+            *per_profile.entry(gi.profile.as_str()).or_default() += 1;
+        }
+        for gi in &self.gpu_instances {
+            let what = format!("GPU instance {} ({})", gi.id, gi.profile);
+            if !self.profiles.is_empty() {
+                let profile = self
+                    .profile(&gi.profile)
+                    .ok_or_else(|| format!("{what}: the GPU has no such profile"))?;
+                if let Some(p) = gi.placement {
+                    if !profile.placements.contains(&p) {
+                        return Err(format!(
+                            "{what}: placement {}+{} is not one of the profile's",
+                            p.start, p.size
+                        ));
+                    }
+                }
+                let same = per_profile[gi.profile.as_str()];
+                if same > profile.max_count as usize {
+                    return Err(format!(
+                        "{what}: {same} instances of the profile; the GPU holds at most {}",
+                        profile.max_count
+                    ));
+                }
+            }
+            if let Some(p) = gi.placement {
+                if let Some((_, other)) = placed.iter().find(|(q, _)| q.overlaps(p)) {
+                    return Err(format!("{what}: overlaps {other}"));
+                }
+                placed.push((p, &gi.profile));
+            }
+        }
+        Ok(())
+    }
+
     /// Instances as `PROFILE@START`, in placement order; `None` when a
     /// placement is unknown.
     pub fn layout(&self) -> Option<Vec<String>> {
@@ -338,6 +382,38 @@ mod tests {
 
     fn starts(v: Vec<MigPlacement>) -> Vec<u32> {
         v.into_iter().map(|p| p.start).collect()
+    }
+
+    #[test]
+    fn instances_that_cannot_be_on_the_gpu_are_refused() {
+        assert_eq!(
+            h100(&[(1, "3g.40gb", 4, 4), (2, "1g.10gb", 0, 1)]).check_instances(),
+            Ok(())
+        );
+        // Seven overlapping 7g.80gb: one GPU counted seven times.
+        let seven: Vec<_> = (1..=7).map(|id| (id, "7g.80gb", 0, 8)).collect();
+        let e = h100(&seven).check_instances().unwrap_err();
+        assert!(
+            e.contains("7 instances of the profile; the GPU holds at most 1"),
+            "{e}"
+        );
+        let e = h100(&[
+            (1, "3g.40gb", 4, 4),
+            (2, "4g.40gb", 0, 4),
+            (3, "1g.10gb", 4, 1),
+        ])
+        .check_instances()
+        .unwrap_err();
+        assert_eq!(e, "GPU instance 3 (1g.10gb): overlaps 3g.40gb");
+        let e = h100(&[(1, "9g.900gb", 0, 8)])
+            .check_instances()
+            .unwrap_err();
+        assert!(e.contains("no such profile"), "{e}");
+        let e = h100(&[(1, "3g.40gb", 1, 4)]).check_instances().unwrap_err();
+        assert!(
+            e.contains("placement 1+4 is not one of the profile's"),
+            "{e}"
+        );
     }
 
     #[test]

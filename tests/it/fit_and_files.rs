@@ -524,6 +524,66 @@ nodes = ["ghost"]
     );
 }
 
+/// A list in a file is counted while it is read: the first entry past
+/// the limit stops the read with a located error.
+#[test]
+fn lists_are_counted_while_they_are_read() {
+    #[derive(Debug, serde::Deserialize)]
+    struct Few {
+        #[serde(deserialize_with = "three")]
+        items: Vec<u32>,
+    }
+    fn three<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+        accord::demand::at_most(d, 3)
+    }
+    let ok: Few = serde_json::from_str(r#"{"items": [1, 2, 3]}"#).unwrap();
+    assert_eq!(ok.items, [1, 2, 3]);
+    let e = serde_json::from_str::<Few>(r#"{"items": [1, 2, 3, 4, "never read"]}"#).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("more than 3 entries; refused while reading"),
+        "{e}"
+    );
+    assert_eq!(
+        (e.line(), e.column()),
+        (1, 23),
+        "stopped at the fourth: {e}"
+    );
+}
+
+/// Fleet node names are node names: path-like, escape-laden, upper-case,
+/// lookalike (Cyrillic `а`) and 300-character names are refused, said
+/// escaped, before they reach a plan or a BMC lookup.
+#[test]
+fn fleet_node_names_are_node_names() {
+    let long = "n".repeat(300);
+    let mut text = "[profiles.p]\ncpu = \"1\"\nmemory = \"1Gi\"\n".to_owned();
+    for name in [
+        "../etc/passwd",
+        "gpu-01\\u001b[31m",
+        "GPU-01",
+        "gpu-\u{430}",
+        &long,
+        "gpu-01",
+    ] {
+        text.push_str(&format!("[[nodes]]\nname = \"{name}\"\nprofile = \"p\"\n"));
+    }
+    let err = Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap_err();
+    let FleetError::Invalid { problems, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(problems.len(), 5, "{problems:?}");
+    assert!(
+        problems.iter().all(|p| p.starts_with("nodes: ")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().all(|p| !p.contains('\u{1b}')),
+        "{problems:?}"
+    );
+    assert!(problems[0].contains("\"../etc/passwd\""), "{problems:?}");
+}
+
 /// The hostile values of issue 16: each is refused with a line naming its
 /// key, before anything is built by it (a million GPUs would abort on
 /// allocation, NaN power would pass every rack budget).

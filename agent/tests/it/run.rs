@@ -477,6 +477,14 @@ fn daemon_urls_problems_are_named_by_key() {
         p[0].starts_with("daemon.urls[1]: \"accordd:7480\" is not an http(s) URL"),
         "{p:?}"
     );
+    // A secret in the URL's userinfo: refused, and not echoed.
+    let (p, _) = problems("url = \"https://agent:s3cret@a:7480\"");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with("daemon.url: https://<redacted>@a: a URL carries no credentials")
+            && !p[0].contains("s3cret"),
+        "{p:?}"
+    );
     // The same accordd, however spelt (the host's case, a trailing slash).
     let (p, _) = problems("urls = [\"http://a:7480\", \"http://b:7480\", \"http://A:7480/\"]");
     assert_eq!(p.len(), 1, "{p:?}");

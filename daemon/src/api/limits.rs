@@ -16,6 +16,15 @@ pub use accord::hardware::limits as max;
 /// Kubernetes allows them, device IDs short and printable (they end up in
 /// `explain` and logs).
 pub fn check_heartbeat(beat: &accord_api::agent::Heartbeat) -> Result<(), String> {
+    agent_version(beat.agent_version.as_deref())?;
+    if let Some(h) = &beat.gpu_health {
+        if h.len() > GPU_HEALTH_BYTES || h.chars().any(char::is_control) {
+            return Err(format!(
+                "gpu_health: {:?}: at most {GPU_HEALTH_BYTES} bytes, no control characters",
+                clip(h)
+            ));
+        }
+    }
     if let Some(pods) = &beat.assigned {
         count("assigned", pods.len(), max::ASSIGNED_PODS)?;
         for (i, p) in pods.iter().enumerate() {
@@ -52,6 +61,29 @@ pub fn check_heartbeat(beat: &accord_api::agent::Heartbeat) -> Result<(), String
     finite_and_bounded(beat)
 }
 
+/// An agent version (`accord-agent --version`, a build's `git describe`).
+const AGENT_VERSION_BYTES: usize = 64;
+/// A heartbeat's word on its GPUs ("ok", "2 GPUs with XID errors").
+const GPU_HEALTH_BYTES: usize = 256;
+
+/// Reports and heartbeats carry the same version: 1 to 64 printable
+/// ASCII bytes (it is stored with every heartbeat and shown to admins).
+fn agent_version(v: Option<&str>) -> Result<(), String> {
+    match v {
+        Some(v)
+            if v.is_empty()
+                || v.len() > AGENT_VERSION_BYTES
+                || !v.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            Err(format!(
+                "agent_version: {:?}: 1 to {AGENT_VERSION_BYTES} printable ASCII bytes",
+                clip(v)
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// At most 80 characters of `text`, for a message.
 fn clip(text: &str) -> String {
     text.chars().take(80).collect()
@@ -60,6 +92,7 @@ fn clip(text: &str) -> String {
 /// Why a report is refused: the field (a path like
 /// `hardware.gpus[3].mig.gpu_instances`) and what is wrong.
 pub fn check_report(report: &accord_api::agent::Report) -> Result<(), String> {
+    agent_version(report.agent_version.as_deref())?;
     plausible(&report.hardware)?;
     if let Some(c) = &report.command {
         command_outcome(c)?;
@@ -194,6 +227,8 @@ pub fn plausible(hw: &NodeHardware) -> Result<(), String> {
                     max::MIG_PLACEMENTS,
                 )?;
             }
+            mig.check_instances()
+                .map_err(|e| format!("hardware.gpus[{i}].mig: {e}"))?;
         }
     }
     for (i, n) in hw.nics.iter().enumerate() {

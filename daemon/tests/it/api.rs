@@ -347,6 +347,33 @@ async fn agents_register_and_the_store_survives_a_restart() {
             "{field}: {v}"
         );
     }
+    // A heartbeat's strings are held to the report's limits: a version
+    // is short and printable, the GPU health short and without controls.
+    for (body, field) in [
+        (
+            serde_json::json!({"agent_version": "1".repeat(4000)}),
+            "agent_version",
+        ),
+        (
+            serde_json::json!({"agent_version": "1.0\nforged"}),
+            "agent_version",
+        ),
+        (
+            serde_json::json!({"gpu_health": "x".repeat(300)}),
+            "gpu_health",
+        ),
+        (
+            serde_json::json!({"gpu_health": "ok\u{1b}]52;c;eA==\u{7}"}),
+            "gpu_health",
+        ),
+    ] {
+        let (status, v) = beat(serde_json::to_vec(&body).unwrap()).await;
+        assert_eq!(status, 422, "{field}: {v}");
+        assert!(
+            v["error"].as_str().unwrap_or("").contains(field),
+            "{field}: {v}"
+        );
+    }
     // Prometheus: accepted reports and heartbeats are counted.
     let metrics = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -1259,25 +1286,68 @@ async fn with_a_shared_token_a_node_name_is_bound_to_its_machine() {
     // The heartbeats' session still holds.
     assert_eq!(d.heartbeat("gpu-01", Some(&first)).await.0, 200);
 
-    // The same machine with its session: the session goes on. Without
-    // it (an agent restarted): a new one, and the old one is done with.
+    // The same machine with its session: the session goes on.
     let (status, v) = d.report_as("gpu-01", &dgx2, Some(&first)).await;
     assert_eq!((status, session_of(&v)), (200, first.clone()), "{v}");
+    // A report that omits the bound serial: the GPU UUIDs (which tenants
+    // read from their pods) do not stand in for it.
     let mut no_serial = dgx2.clone();
     no_serial["machine"]["serial"] = Value::Null;
-    let (status, v) = d.report_as("gpu-01", &no_serial, None).await;
-    assert_eq!(status, 200, "the GPU UUIDs prove it: {v}");
+    let (status, v) = d.report_as("gpu-01", &no_serial, Some(&first)).await;
+    assert_eq!(status, 409, "a bound serial is required: {v}");
+    assert_eq!(d.nodes().await, bound, "the store changed");
+    // The agent restarted (no session): a new one, the old one done with.
+    let (status, v) = d.report_as("gpu-01", &dgx2, None).await;
+    assert_eq!(status, 200, "{v}");
     let second = session_of(&v);
     assert_ne!(second, first);
     assert_eq!(d.heartbeat("gpu-01", Some(&first)).await.0, 403);
     assert_eq!(d.heartbeat("gpu-01", Some(&second)).await.0, 200);
-    // The binding kept the serial the GPU-only report did not carry.
     let mut gpus_moved = dgx2.clone();
     gpus_moved["machine"]["serial"] = "SN-other".into();
     assert_eq!(
         d.report_as("gpu-01", &gpus_moved, Some(&second)).await.0,
         409
     );
+
+    // Bound by GPU UUIDs alone (no serial): a report sharing half of them
+    // is the same machine (GPUs replaced), but the binding keeps its
+    // GPUs, so a second report sharing half of the first's cannot walk the
+    // name to a third machine. Placeholder UUIDs prove nothing.
+    let mut a = fixture("h100-8gpu-mig.json");
+    a["machine"]["serial"] = Value::Null;
+    let uuid = |prefix: &str, i: usize| format!("GPU-{prefix}{i:07}-0000-4000-a100-d6cc78506ee0");
+    let with_uuids = |hw: &Value, uuids: Vec<String>| {
+        let mut hw = hw.clone();
+        for (g, u) in hw["gpus"].as_array_mut().unwrap().iter_mut().zip(uuids) {
+            g["uuid"] = u.into();
+        }
+        hw
+    };
+    let a = with_uuids(&a, (0..8).map(|i| uuid("a", i)).collect());
+    assert_eq!(d.report_as("gpu-02", &a, None).await.0, 200);
+    let half = with_uuids(
+        &a,
+        (0..8)
+            .map(|i| uuid(if i < 4 { "a" } else { "b" }, i))
+            .collect(),
+    );
+    assert_eq!(
+        d.report_as("gpu-02", &half, None).await.0,
+        200,
+        "half in common"
+    );
+    let walked = with_uuids(
+        &a,
+        (0..8)
+            .map(|i| uuid(if i < 4 { "c" } else { "b" }, i))
+            .collect(),
+    );
+    let (status, v) = d.report_as("gpu-02", &walked, None).await;
+    assert_eq!(status, 409, "the binding was walked: {v}");
+    let placeholders = with_uuids(&a, vec!["N/A".to_owned(); 8]);
+    let (status, v) = d.report_as("gpu-03", &placeholders, None).await;
+    assert_eq!(status, 422, "placeholder UUIDs bound a name: {v}");
 
     // The machine is replaced: the admin says so; the old agent's session
     // is done with, the new machine binds the name and gets its own.
@@ -1305,8 +1375,9 @@ async fn with_a_shared_token_a_node_name_is_bound_to_its_machine() {
         409,
         "bound to the new machine"
     );
-    // Generations: registered, the report without a serial, the new machine.
-    assert_eq!(summary(&d.nodes().await), vec![("gpu-01".to_owned(), 8, 3)]);
+    // Generations: registered, the new machine.
+    let listed = summary(&d.nodes().await);
+    assert_eq!(listed[0], ("gpu-01".to_owned(), 8, 2));
     // The session is the agent's secret: no admin view shows it.
     let listed = d.nodes().await.to_string();
     for s in [&first, &second, &third] {

@@ -110,9 +110,10 @@ pub(super) fn workload(
                 .ok_or_else(|| fail(format!("PodGroup {ns}/{g} (scheduling.k8s.io) not found")))?;
             let spec = &pg.spec;
             if let Some(gang) = &spec.scheduling_policy.gang {
-                if gang.min_count < 0 {
+                // k8s.io/api scheduling/v1beta1/types.go: `+k8s:minimum=1`.
+                if gang.min_count < 1 {
                     return Err(fail(format!(
-                        "PodGroup {ns}/{g}: negative minCount {}",
+                        "PodGroup {ns}/{g}: minCount {} (at least 1)",
                         gang.min_count
                     )));
                 }
@@ -138,8 +139,10 @@ pub(super) fn workload(
                     fail(format!("PodGroup {ns}/{g} (scheduling.x-k8s.io) not found"))
                 })?;
             let m = pg.spec.min_member.unwrap_or(1);
-            if m < 0 {
-                return Err(fail(format!("PodGroup {ns}/{g}: negative minMember {m}")));
+            if m < 1 {
+                return Err(fail(format!(
+                    "PodGroup {ns}/{g}: minMember {m} (at least 1)"
+                )));
             }
             min_count = Some(m as u32);
         }

@@ -1,5 +1,5 @@
-//! Node names: the one check accordd's API, the agent's configuration and
-//! accordctl share. A node name is a Kubernetes node name: an RFC 1123
+//! Node names: the one check the fleet file, accordd's API, the agent's
+//! configuration and accordctl share. A node name is a Kubernetes node name: an RFC 1123
 //! subdomain of at most 253 characters (lowercase letters, digits, `-`
 //! and `.`, starting and ending with a letter or digit), each dot-separated
 //! label at most 63 characters (as in a hostname). Anything else (`..`,
