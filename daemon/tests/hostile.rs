@@ -2,7 +2,9 @@
 //! agent reports (as the API takes them), accordd.toml, the fleet file,
 //! demand files, CEL selectors, bmcs.toml, Redfish answers, Kubernetes
 //! manifests, Nodes and ResourceSlices, lab scenarios, AccordNode objects
-//! (the shared state with replicas). Each parser runs a small seeded count
+//! (the shared state with replicas), heartbeats, node ranges, MIG
+//! instance lists, what reaches a terminal, machine identity proofs.
+//! Each parser runs a small seeded count
 //! of cases mutated from the recorded fixtures
 //! (`accord_testkit::hostile`): no panic, no hang (the harness deadline, 10 s a case), no case
 //! over 256 MiB of heap. A failure names the parser, seed and case;
@@ -81,4 +83,29 @@ fn lab_scenarios() {
 #[test]
 fn accord_node_objects() {
     check(targets::accord_node(), 150);
+}
+
+#[test]
+fn heartbeats() {
+    check(targets::heartbeat(), 150);
+}
+
+#[test]
+fn node_ranges() {
+    check(targets::node_ranges(), 200);
+}
+
+#[test]
+fn mig_instance_lists() {
+    check(targets::mig_instances(), 150);
+}
+
+#[test]
+fn terminal_output() {
+    check(targets::terminal_output(), 200);
+}
+
+#[test]
+fn identity_proofs() {
+    check(targets::identity_proofs(), 100);
 }

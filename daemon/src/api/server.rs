@@ -18,6 +18,18 @@
 //!   within this long of its headers; a later one fails the request
 //!   (400) and the connection closes.
 //!
+//! - **first byte** ([`FIRST_BYTE_TIMEOUT`]): a connection that sends
+//!   nothing that long after it opens is closed (not held for the idle
+//!   timeout).
+//!
+//! And bounds no client can push past: at most [`MAX_CONNECTIONS`] open
+//! at once; when all are taken, a new connection takes the slot of the
+//! oldest one that has not yet sent a whole request head (a flood of
+//! stalled connections churns itself, and `/v1/health` and agents, whose
+//! heads arrive at once, are served); each connection's unparsed request
+//! head is at most [`MAX_HEADER_BYTES`] (hyper's read buffer; past it the
+//! answer is 431 and the connection closes). `flood-figures` measures it.
+//!
 //! Shutdown as `axum::serve`'s graceful one: no new connections, requests
 //! in flight answered, then [`serve`] returns once every connection has
 //! closed.
@@ -49,6 +61,17 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a request's body may take after its headers: a report at the
 /// 4 MiB body limit needs 70 KB/s.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Connections open at once, at most (the process's file limit must be
+/// above it: the systemd unit sets `LimitNOFILE=65536`).
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// A connection's request line and headers, at most (hyper's read buffer,
+/// whose minimum is 8 KiB): 1,024 connections hold at most 16 MiB of them.
+pub const MAX_HEADER_BYTES: usize = 16 << 10;
+
+/// How long a new connection may stay silent.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The deadlines of every connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,11 +110,19 @@ where
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     // Each connection holds a receiver; `closed` once all are gone.
     let (closed_tx, closed_rx) = tokio::sync::watch::channel(());
+    let admission = Admission::new(MAX_CONNECTIONS);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (io, peer) = tokio::select! {
             conn = listener.accept() => conn,
             () = &mut shutdown => break,
+        };
+        let Some(admitted) = admission.admit().await else {
+            tracing::debug!(
+                ?peer,
+                "connection refused: every slot holds a connection that sent a request"
+            );
+            continue;
         };
         tracing::trace!(?peer, "connection accepted");
         let (router, mut stop, closed) = (router.clone(), stop_rx.clone(), closed_rx.clone());
@@ -100,7 +131,7 @@ where
                 // Err once the sender is dropped: the server is stopping.
                 let _ = stop.changed().await;
             };
-            serve_connection(io, router, deadlines.header_read, stop).await;
+            serve_connection(io, router, deadlines.header_read, stop, admitted).await;
             drop(closed);
         });
     }
@@ -109,6 +140,122 @@ where
     drop(closed_rx);
     closed_tx.closed().await;
     Ok(())
+}
+
+/// The connection slots: a permit per open connection, and the open
+/// connections that have not yet sent a whole request head, oldest
+/// first, each with the signal that closes it.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    slots: Arc<tokio::sync::Semaphore>,
+    unproven: Arc<std::sync::Mutex<Unproven>>,
+}
+
+#[derive(Debug, Default)]
+struct Unproven {
+    next: u64,
+    open: std::collections::BTreeMap<u64, Arc<tokio::sync::Notify>>,
+}
+
+/// One admitted connection: its slot, and its place among the unproven.
+#[derive(Debug)]
+pub struct Admitted {
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    id: u64,
+    evict: Arc<tokio::sync::Notify>,
+    unproven: Option<Arc<std::sync::Mutex<Unproven>>>,
+}
+
+impl Admitted {
+    /// A connection outside any admission (tests of one connection).
+    pub fn alone() -> Admitted {
+        Admitted {
+            _slot: None,
+            id: 0,
+            evict: Arc::new(tokio::sync::Notify::new()),
+            unproven: None,
+        }
+    }
+
+    /// Its first request head arrived: no longer evictable.
+    fn proven(&self) {
+        if let Some(u) = &self.unproven {
+            u.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .open
+                .remove(&self.id);
+        }
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.proven();
+    }
+}
+
+impl Admission {
+    pub fn new(max: usize) -> Admission {
+        Admission {
+            slots: Arc::new(tokio::sync::Semaphore::new(max)),
+            unproven: Default::default(),
+        }
+    }
+
+    /// A slot for a new connection: a free one, else the one of the oldest
+    /// connection that has not sent a whole request head (closed for it).
+    /// `None` when every slot holds a connection that has.
+    pub async fn admit(&self) -> Option<Admitted> {
+        let slot = match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let oldest = {
+                    let mut u = self.unproven.lock().unwrap_or_else(|e| e.into_inner());
+                    u.open.pop_first()
+                };
+                oldest?.1.notify_one();
+                // The evicted connection's task drops its slot at once.
+                tokio::time::timeout(Duration::from_secs(1), self.slots.clone().acquire_owned())
+                    .await
+                    .ok()?
+                    .ok()?
+            }
+        };
+        let evict = Arc::new(tokio::sync::Notify::new());
+        let id = {
+            let mut u = self.unproven.lock().unwrap_or_else(|e| e.into_inner());
+            u.next += 1;
+            let id = u.next;
+            u.open.insert(id, evict.clone());
+            id
+        };
+        Some(Admitted {
+            _slot: Some(slot),
+            id,
+            evict,
+            unproven: Some(self.unproven.clone()),
+        })
+    }
+}
+
+/// A hyper service that says when its first request head has arrived.
+struct OnFirstRequest<S> {
+    inner: S,
+    admitted: Arc<Admitted>,
+    seen: std::sync::atomic::AtomicBool,
+}
+
+impl<R, S: hyper::service::Service<R>> hyper::service::Service<R> for OnFirstRequest<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn call(&self, request: R) -> S::Future {
+        if !self.seen.swap(true, Ordering::Relaxed) {
+            self.admitted.proven();
+        }
+        self.inner.call(request)
+    }
 }
 
 /// `router` with every request body cut off `within` after its headers.
@@ -151,6 +298,7 @@ pub async fn serve_connection<I>(
     router: Router,
     header_read: Duration,
     stop: impl Future<Output = ()>,
+    admitted: Admitted,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -161,12 +309,23 @@ pub async fn serve_connection<I>(
     });
     let mut builder = http1::Builder::new();
     builder
-        .timer(FromFirstByte { read })
-        .header_read_timeout(header_read);
-    let conn = builder.serve_connection(io, TowerToHyperService::new(router));
+        .timer(FromFirstByte { read: read.clone() })
+        .header_read_timeout(header_read)
+        .max_buf_size(MAX_HEADER_BYTES);
+    let admitted = Arc::new(admitted);
+    let evict = admitted.evict.clone();
+    let service = OnFirstRequest {
+        inner: TowerToHyperService::new(router),
+        admitted,
+        seen: Default::default(),
+    };
+    let conn = builder.serve_connection(io, service);
     let mut conn = std::pin::pin!(conn);
     let mut stop = std::pin::pin!(stop);
     let mut stopping = false;
+    let silent = tokio::time::sleep(FIRST_BYTE_TIMEOUT);
+    let mut silent = std::pin::pin!(silent);
+    let mut heard = false;
     loop {
         tokio::select! {
             result = conn.as_mut() => {
@@ -178,6 +337,17 @@ pub async fn serve_connection<I>(
             () = &mut stop, if !stopping => {
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
+            }
+            () = evict.notified() => {
+                tracing::debug!("connection closed: its slot went to a newer one (no request head yet)");
+                return;
+            }
+            () = &mut silent, if !heard => {
+                heard = read.load(Ordering::Relaxed) > 0;
+                if !heard {
+                    tracing::debug!("connection closed: nothing sent within {} s", FIRST_BYTE_TIMEOUT.as_secs());
+                    return;
+                }
             }
         }
     }
@@ -340,6 +510,7 @@ mod tests {
             app(),
             HEAD,
             std::future::pending(),
+            Admitted::alone(),
         ));
         client
     }
@@ -384,6 +555,69 @@ mod tests {
             "closed after {took:?}, the header deadline is {HEAD:?}"
         );
         trickle.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_sends_nothing_is_closed_at_the_first_byte_deadline() {
+        let mut client = connect();
+        let from = Instant::now();
+        let rest =
+            read_to_close(&mut client, Duration::from_secs(300), "a silent connection").await;
+        let took = from.elapsed();
+        assert_eq!(rest, "");
+        assert!(
+            took >= FIRST_BYTE_TIMEOUT && took < FIRST_BYTE_TIMEOUT + Duration::from_secs(1),
+            "a silent connection closed after {took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_head_past_the_limit_is_refused_and_the_connection_closed() {
+        let mut client = connect();
+        let head = format!(
+            "GET /ping HTTP/1.1\r\nX-Big: {}",
+            "a".repeat(MAX_HEADER_BYTES * 2)
+        );
+        // The server stops reading at the limit: the write may not finish.
+        let (mut reader, mut writer) = tokio::io::split(&mut client);
+        let write = async move {
+            let _ = writer.write_all(head.as_bytes()).await;
+        };
+        let read = async move {
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(300), reader.read_to_end(&mut answer))
+                .await;
+            String::from_utf8_lossy(&answer).into_owned()
+        };
+        let ((), answer) = tokio::join!(write, read);
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    }
+
+    #[tokio::test]
+    async fn when_every_slot_is_taken_the_oldest_silent_connection_gives_way() {
+        let admission = Admission::new(2);
+        let a = admission.admit().await.expect("a slot");
+        let b = admission.admit().await.expect("a slot");
+        b.proven();
+        let told = a.evict.clone();
+        let newcomer = tokio::spawn({
+            let admission = admission.clone();
+            async move { admission.admit().await }
+        });
+        tokio::time::timeout(Duration::from_secs(10), told.notified())
+            .await
+            .expect("the oldest connection without a request was told to close");
+        drop(a);
+        let c = tokio::time::timeout(Duration::from_secs(10), newcomer)
+            .await
+            .expect("the newcomer admitted within 10 s")
+            .unwrap()
+            .expect("the newcomer took a's slot");
+        c.proven();
+        // Every slot holds a connection that sent a request: refused.
+        assert!(admission.admit().await.is_none());
+        drop(b);
+        assert!(admission.admit().await.is_some(), "a freed slot is taken");
     }
 
     #[tokio::test(start_paused = true)]

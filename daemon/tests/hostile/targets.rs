@@ -531,6 +531,98 @@ pub fn accord_node() -> Target {
     })
 }
 
+/// A heartbeat body, checked as the API checks it.
+pub fn heartbeat() -> Target {
+    let corpus = vec![
+        br#"{"agent_version": "0.1.0", "uptime_s": 60, "gpu_health": "ok"}"#.to_vec(),
+        br#"{"uptime_s": 6, "assigned": [{"namespace": "ml", "name": "train-0", "ids": ["GPU-1", "MIG-2::3"]}]}"#.to_vec(),
+    ];
+    Target::new("heartbeat", Dialect::Json, corpus, |input| {
+        let beat: accord_api::agent::Heartbeat =
+            serde_json::from_slice(input).map_err(|e| format!("invalid JSON body: {e}"))?;
+        accordd::api::limits::check_heartbeat(&beat)
+    })
+}
+
+/// Node ranges as `bmcs.toml` and `accordctl power` expand them: counted
+/// before they are built.
+pub fn node_ranges() -> Target {
+    let corpus = ["gpu-[001-064]", "r[1-2]n[08-09,10]", "solo", "n[0-9]-[0-9]"]
+        .map(|s| s.as_bytes().to_vec())
+        .to_vec();
+    Target::new("node range", Dialect::Text, corpus, |input| {
+        let names = accord_redfish::inventory::expand_range(text(input)?)?;
+        assert!(names.len() as u64 <= accord_redfish::inventory::MAX_EXPANDED_NAMES);
+        Ok(())
+    })
+}
+
+/// MIG instance lists (a GPU's `mig` in a report or hardware file)
+/// against its profile tables.
+pub fn mig_instances() -> Target {
+    let corpus = models()
+        .iter()
+        .flat_map(|hw| hw.gpus.iter().filter_map(|g| g.mig.clone()))
+        .take(4)
+        .map(|m| serde_json::to_vec(&m).unwrap())
+        .collect();
+    Target::new("MIG instances", Dialect::Json, corpus, |input| {
+        let mig: accord::hardware::MigState =
+            serde_json::from_slice(input).map_err(|e| e.to_string())?;
+        mig.check_instances()
+    })
+}
+
+/// What a person reads: any text through the one escaping rule leaves no
+/// control or invisible character but newline and tab.
+pub fn terminal_output() -> Target {
+    let corpus = vec![
+        "NVIDIA H100 80GB HBM3\n\tok".as_bytes().to_vec(),
+        "x\u{1b}]52;c;cm0=\u{7}\u{9b}2J\u{202e}y"
+            .as_bytes()
+            .to_vec(),
+    ];
+    Target::new("terminal output", Dialect::Text, corpus, |input| {
+        let shown =
+            accord_api::terminal::for_terminal(&String::from_utf8_lossy(input)).into_owned();
+        let leaked = shown
+            .chars()
+            .find(|&c| (c.is_control() && c != '\n' && c != '\t') || c == '\u{202e}');
+        assert_eq!(leaked, None, "a control character reached the terminal");
+        let line = accord_api::terminal::one_line(&shown);
+        assert!(!line.contains('\n'), "a line break in one line");
+        Ok(())
+    })
+}
+
+/// Machine identity from a report: placeholders never count, and an
+/// identity proves itself and nothing it shares no part with.
+pub fn identity_proofs() -> Target {
+    let corpus = models()
+        .into_iter()
+        .filter(|hw| !accord_api::nodes::MachineIdentity::of(hw).is_empty())
+        .map(|hw| serde_json::to_vec(&hw).unwrap())
+        .collect();
+    Target::new("identity proofs", Dialect::Json, corpus, |input| {
+        let hw: NodeHardware = serde_json::from_slice(input).map_err(|e| e.to_string())?;
+        let id = accord_api::nodes::MachineIdentity::of(&hw);
+        if id.is_empty() {
+            return Err("no machine identity".into());
+        }
+        assert!(id
+            .gpu_uuids
+            .iter()
+            .all(|u| accord_api::nodes::real_gpu_uuid(u)));
+        assert!(id.proves(&id), "an identity does not prove itself");
+        let stranger = accord_api::nodes::MachineIdentity {
+            serial: id.serial.as_ref().map(|s| format!("{s}-other")),
+            gpu_uuids: id.gpu_uuids.iter().map(|u| format!("{u}-other")).collect(),
+        };
+        assert!(!stranger.proves(&id), "a stranger proves the binding");
+        Ok(())
+    })
+}
+
 /// Every target of this file (the bench runs them all).
 #[allow(dead_code)]
 pub fn all() -> Vec<Target> {
@@ -546,5 +638,10 @@ pub fn all() -> Vec<Target> {
         cluster(),
         scenario(),
         accord_node(),
+        heartbeat(),
+        node_ranges(),
+        mig_instances(),
+        terminal_output(),
+        identity_proofs(),
     ]
 }
