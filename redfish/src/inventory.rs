@@ -190,6 +190,12 @@ pub struct BiosProfile {
 /// so `n[0-99999]-[0-99999]` is refused without allocating 10^10 names.
 pub const MAX_EXPANDED_NAMES: u64 = 100_000;
 
+/// The most bytes all the names of one pattern may take, and the longest
+/// pattern: a long prefix times many numbers is refused as surely as many
+/// numbers are.
+pub const MAX_EXPANDED_BYTES: u64 = 8 << 20;
+const MAX_PATTERN_BYTES: usize = 1024;
+
 /// One bracket group's numbers: `(low, high, width)` per part.
 type Group = Vec<(u64, u64, usize)>;
 
@@ -197,9 +203,18 @@ type Group = Vec<(u64, u64, usize)>;
 /// one more entry than groups), checking the syntax and counting the
 /// names before any is built.
 fn parse_range(pattern: &str) -> Result<(Vec<&str>, Vec<Group>), String> {
+    if pattern.len() > MAX_PATTERN_BYTES {
+        return Err(format!(
+            "{:?}…: {} bytes; a pattern has at most {MAX_PATTERN_BYTES}",
+            pattern.chars().take(32).collect::<String>(),
+            pattern.len()
+        ));
+    }
     let (mut pieces, mut groups) = (Vec::new(), Vec::new());
     let mut rest = pattern;
     let mut count: u64 = 1;
+    // Each name is at most the literal text and 20 digits per group.
+    let mut name_bytes: u64 = 0;
     while let Some(open) = rest.find('[') {
         let close = rest[open..]
             .find(']')
@@ -227,12 +242,19 @@ fn parse_range(pattern: &str) -> Result<(Vec<&str>, Vec<Group>), String> {
                 "{pattern:?}: expands to more than {MAX_EXPANDED_NAMES} names"
             ));
         }
+        name_bytes += open as u64 + 20;
         pieces.push(&rest[..open]);
         groups.push(group);
         rest = &rest[close + 1..];
     }
     if rest.contains(']') {
         return Err(format!("{pattern:?}: ']' without '['"));
+    }
+    name_bytes += rest.len() as u64;
+    if count.saturating_mul(name_bytes) > MAX_EXPANDED_BYTES {
+        return Err(format!(
+            "{pattern:?}: {count} names of up to {name_bytes} bytes, more than {MAX_EXPANDED_BYTES} bytes in all"
+        ));
     }
     pieces.push(rest);
     Ok((pieces, groups))
@@ -599,6 +621,12 @@ mod tests {
         assert!(e.contains("more than 100000 names"), "{e}");
         assert!(expand_range("n[0-18446744073709551615]").is_err());
         assert_eq!(expand_range("n[1-1000]-[1-100]").unwrap().len(), 100_000);
+        // A long prefix times many numbers: refused by the bytes.
+        let long = format!("{}[0-99999]", "n".repeat(1000));
+        assert!(expand_range(&long).unwrap_err().contains("bytes in all"));
+        assert!(expand_range(&"n".repeat(2000))
+            .unwrap_err()
+            .contains("at most 1024"));
         let three = expand_range("r[1-3]").unwrap();
         assert_eq!(three[2], ("r3".to_owned(), "3".to_owned()));
     }

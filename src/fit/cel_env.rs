@@ -29,8 +29,24 @@ const SHOWN_CHARS: usize = 120;
 struct Expr {
     text: String,
     program: Result<Program, String>,
+    /// Estimated steps of one evaluation.
+    cost: u64,
+    /// Estimated steps charged to it this round.
+    spent: u64,
     node_specific: bool,
 }
+
+/// Estimated evaluation steps one round may spend on all selectors (a
+/// step is 20 to 30 ns in a release build: a few seconds), and on one
+/// selector. The estimate at compile time bounds one evaluation; these
+/// bound a round, so a claim whose selector is costly on every device of
+/// a large fleet cannot stall planning: what is past them is refused this
+/// round ("budget spent") and tried again the next. Charged per
+/// evaluation actually run (cached answers cost nothing), in the order
+/// the plan evaluates, so the same inputs spend the same way.
+pub const ROUND_CEL_BUDGET: u64 = 200_000_000;
+/// See [`ROUND_CEL_BUDGET`].
+pub const SELECTOR_CEL_BUDGET: u64 = 50_000_000;
 
 /// FNV-1a as a `Hasher`: much cheaper than SipHash for the small keys of
 /// the caches here, which hold no attacker-controlled data.
@@ -68,6 +84,10 @@ pub struct CelEngine {
     /// lookup per fit instead of one per device and expression. The keys
     /// are kept so a hash collision cannot return another node's answer.
     masks: FnvMap<(u64, u64), MaskEntry>,
+    /// Estimated steps spent this round, and the budgets (see
+    /// [`ROUND_CEL_BUDGET`]; `None`: the defaults).
+    spent: u64,
+    budgets: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for CelEngine {
@@ -216,16 +236,30 @@ fn context(device: &Device) -> Result<Context<'static, 'static>, cel::Declaratio
 }
 
 impl CelEngine {
+    /// An engine with other budgets than [`ROUND_CEL_BUDGET`] and
+    /// [`SELECTOR_CEL_BUDGET`] (tests).
+    pub fn with_budgets(round: u64, per_selector: u64) -> CelEngine {
+        CelEngine {
+            budgets: Some((round, per_selector)),
+            ..CelEngine::default()
+        }
+    }
+
     /// The id of an expression, compiling it on first sight.
     pub fn id(&mut self, text: &str) -> usize {
         if let Some(id) = self.ids.get(text) {
             return *id;
         }
-        let program = compile(text);
+        let (program, cost) = match cel_limits::compile_costed(text) {
+            Ok((program, cost)) => (Ok(program), cost),
+            Err(e) => (Err(e), 0),
+        };
         let id = self.exprs.len();
         self.exprs.push(Expr {
             text: text.to_owned(),
             program,
+            cost,
+            spent: 0,
             node_specific: NODE_SPECIFIC.iter().any(|n| text.contains(n)),
         });
         self.ids.insert(text.to_owned(), id);
@@ -304,8 +338,23 @@ impl CelEngine {
             return hit.clone();
         }
         let shown = || clip(&expr.text, SHOWN_CHARS);
+        let (round_budget, selector_budget) = self
+            .budgets
+            .unwrap_or((ROUND_CEL_BUDGET, SELECTOR_CEL_BUDGET));
+        let over = expr.program.is_ok()
+            && (self.spent.saturating_add(expr.cost) > round_budget
+                || expr.spent.saturating_add(expr.cost) > selector_budget);
         let result = match &expr.program {
             Err(e) => Err(format!("invalid CEL selector `{}`: {e}", shown())),
+            Ok(_) if over => Err(format!(
+                "CEL selector `{}` not evaluated on {}: this round's evaluation budget is spent \
+                 ({} estimated steps on this selector, {} on all; at most {selector_budget} and \
+                 {round_budget}); planned again next round",
+                shown(),
+                device.name,
+                expr.spent,
+                self.spent
+            )),
             Ok(program) => match context(device) {
                 Err(e) => Err(format!("CEL environment: {e}")),
                 // A panic in the interpreter is this selector's failure on
@@ -336,6 +385,11 @@ impl CelEngine {
                 },
             },
         };
+        if !over && self.exprs[id].program.is_ok() {
+            let cost = self.exprs[id].cost;
+            self.exprs[id].spent = self.exprs[id].spent.saturating_add(cost);
+            self.spent = self.spent.saturating_add(cost);
+        }
         self.cache.insert(key, result.clone());
         result
     }
@@ -560,5 +614,39 @@ mod library_tests {
         )
         .unwrap_err();
         assert!(err.contains("two quantities or two semvers"), "{err}");
+    }
+
+    /// A round's evaluations are charged their estimated cost: past the
+    /// per-selector budget a selector is not evaluated on more devices
+    /// (refused, saying so), another selector still is; past the round's,
+    /// none is. Cached answers cost nothing.
+    #[test]
+    fn a_round_spends_at_most_its_cel_budget() {
+        let d = gpu("580.105.4");
+        let costly = "device.attributes['gpu.nvidia.com'].type == 'gpu'";
+        let cheap = "device.driver == 'gpu.nvidia.com'";
+        let mut probe = CelEngine::default();
+        let id = probe.id(costly);
+        let one = probe.exprs[id].cost;
+        assert!(one > 0);
+        let mut e = CelEngine::with_budgets(one * 5, one * 3);
+        let (a, b) = (e.id(costly), e.id(cheap));
+        for print in 0..3 {
+            assert_eq!(e.matches(a, &d, 0, print), Ok(true), "device {print}");
+        }
+        // The same device again: cached, free.
+        assert_eq!(e.matches(a, &d, 0, 0), Ok(true));
+        let refused = e.matches(a, &d, 0, 3).unwrap_err();
+        assert!(refused.contains("evaluation budget is spent"), "{refused}");
+        // Another selector has a budget of its own, within the round's.
+        assert_eq!(e.matches(b, &d, 0, 10), Ok(true));
+        let mut spent_all = false;
+        for print in 11..40 {
+            if e.matches(b, &d, 0, print).is_err() {
+                spent_all = true;
+                break;
+            }
+        }
+        assert!(spent_all, "the round's budget held no limit");
     }
 }

@@ -84,6 +84,12 @@ const REGEX_WORD_CLASS: u64 = 8_000;
 /// Parses `text` and checks it against the limits above. The error says
 /// why, in words that follow "invalid CEL selector: ".
 pub(crate) fn compile(text: &str) -> Result<Program, String> {
+    compile_costed(text).map(|(program, _)| program)
+}
+
+/// [`compile`], with the estimated steps of one evaluation (what
+/// `CelEngine` charges against its budgets).
+pub(crate) fn compile_costed(text: &str) -> Result<(Program, u64), String> {
     if text.len() > MAX_SELECTOR_BYTES {
         return Err(format!(
             "{} bytes long; a selector may have at most {MAX_SELECTOR_BYTES} (Kubernetes' limit)",
@@ -120,7 +126,7 @@ pub(crate) fn compile(text: &str) -> Result<Program, String> {
 }
 
 /// Runs on the parsing thread: what fails is dropped there too.
-fn parse_and_bound(text: &str) -> Result<Program, String> {
+fn parse_and_bound(text: &str) -> Result<(Program, u64), String> {
     let program = parser_env()
         .compile(text)
         .map_err(|e| format!("does not compile: {}", first_error(&e)))?;
@@ -131,7 +137,7 @@ fn parse_and_bound(text: &str) -> Result<Program, String> {
              {MAX_SELECTOR_COST} (Kubernetes' cost limit for a selector)"
         ));
     }
-    Ok(program)
+    Ok((program, cost))
 }
 
 /// The deepest nesting of `()`, `[]` and `{}` outside string literals and
