@@ -1293,9 +1293,10 @@ async fn with_a_shared_token_a_node_name_is_bound_to_its_machine() {
     // read from their pods) do not stand in for it.
     let mut no_serial = dgx2.clone();
     no_serial["machine"]["serial"] = Value::Null;
+    let before = d.nodes().await;
     let (status, v) = d.report_as("gpu-01", &no_serial, Some(&first)).await;
     assert_eq!(status, 409, "a bound serial is required: {v}");
-    assert_eq!(d.nodes().await, bound, "the store changed");
+    assert_eq!(d.nodes().await, before, "the store changed");
     // The agent restarted (no session): a new one, the old one done with.
     let (status, v) = d.report_as("gpu-01", &dgx2, None).await;
     assert_eq!(status, 200, "{v}");

@@ -298,6 +298,19 @@ fn gang_fleet() -> Fleet {
     Fleet::from_toml(&text, "fleet.toml", &mut |_| Err("none".into())).unwrap()
 }
 
+/// A gang of none would be "placed" with nothing provisioned: refused in
+/// a demand file, and as a PodGroup's minCount (upstream's minimum is 1).
+#[test]
+fn a_gang_minimum_of_zero_is_refused() {
+    let demand = r#"{"workloads": [{"name": "g", "namespace": "x", "min_count": 0,
+        "pod_sets": [{"name": "w", "count": 2, "pod": {"requests": {"cpu": "1"}}}]}]}"#;
+    let demand = Demand::from_json(demand, "demand.json").unwrap();
+    assert_eq!(
+        demand.validate(&Limits::default()),
+        ["workload x/g: min_count 0; a gang needs at least 1"]
+    );
+}
+
 #[test]
 fn a_demand_file_cannot_make_the_planner_expand_2147483647_pods() {
     let demand = r#"{"workloads": [
