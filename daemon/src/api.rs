@@ -119,6 +119,10 @@ pub struct ApiState {
     pub shared: Arc<Shared>,
     /// Node name → rack, from the fleet file.
     pub racks: BTreeMap<String, String>,
+    /// The fleet file's node names, when accordd has one: the only names
+    /// a report may register (a shared token's holder could otherwise
+    /// register names without end).
+    pub enrolled: Option<std::collections::BTreeSet<String>>,
     pub agent_tokens: AgentTokens,
     pub admin_token: String,
     pub stale_after_s: u64,
@@ -235,6 +239,24 @@ async fn blocking<T: Send + 'static>(
     })?
 }
 
+/// Whether a report may register `node`: with a fleet file, only its
+/// names (404 otherwise, nothing stored).
+fn enrolled(st: &ApiState, node: &str) -> Result<(), ApiError> {
+    match &st.enrolled {
+        Some(names) if !names.contains(node) => {
+            tracing::warn!(node = %node, "report refused: not a node of the fleet file");
+            Err(ApiError(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "node {node} is not in the fleet file; accordd registers only the fleet's \
+                     nodes (add it there, then restart accordd)"
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 async fn report(
     State(st): State<Arc<ApiState>>,
     Path(node): Path<String>,
@@ -261,6 +283,7 @@ async fn report(
             format!("report refused: {reason}"),
         )
     })?;
+    enrolled(&st, &node)?;
     let rule = st.agent_tokens.identity_rule();
     let given = session(&headers);
     let _guard = st.writes.lock().await;

@@ -101,12 +101,16 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
         );
     }
     // Where each node stands (its rack), from the fleet file when set.
-    let racks = match &config.fleet {
-        Some(f) => load_fleet(&f.file)?
-            .nodes
-            .into_iter()
-            .filter_map(|n| Some((n.name, n.rack?)))
-            .collect(),
+    let (racks, enrolled) = match &config.fleet {
+        Some(f) => {
+            let nodes = load_fleet(&f.file)?.nodes;
+            let enrolled = nodes.iter().map(|n| n.name.clone()).collect();
+            let racks = nodes
+                .into_iter()
+                .filter_map(|n| Some((n.name, n.rack?)))
+                .collect();
+            (racks, Some(enrolled))
+        }
         None => Default::default(),
     };
     if let Some(r) = &config.redfish {
@@ -123,6 +127,7 @@ pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
     Ok(Arc::new(ApiState {
         shared: Arc::new(shared::Shared::new(store)),
         racks,
+        enrolled,
         agent_tokens,
         admin_token,
         stale_after_s: config.agents.stale_after_s,

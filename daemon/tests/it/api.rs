@@ -83,7 +83,13 @@ name = "r07"
 name = "dgx2-01"
 rack = "r07"
 profile = "h100"
-"#,
+"#
+        .to_owned()
+            // The fleet names every node these tests register: accordd
+            // registers no other.
+            + &["h100-01", "x9drg-01", "new-01", "cpu-01", "cpu-02", "gpu-01", "gpu-02", "gpu-03"]
+                .map(|n| format!("\n[[nodes]]\nname = \"{n}\"\nprofile = \"h100\"\n"))
+                .concat(),
     )
     .unwrap();
     let text = format!("{text}\n[fleet]\nfile = \"{}\"\n", fleet.display());
@@ -403,6 +409,22 @@ async fn agents_register_and_the_store_survives_a_restart() {
     ] {
         assert!(metrics.contains(line), "{line:?} in {metrics}");
     }
+    // A name outside the fleet file registers nothing.
+    let (status, v) = d
+        .report(
+            "ghost-01",
+            Some(AGENT_TOKEN),
+            report_body(&fixture("dgx2.json")),
+        )
+        .await;
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not in the fleet file"),
+        "{v}"
+    );
     // Heartbeats for unknown nodes are refused, not stored.
     let (status, _) = d
         .send(
@@ -811,7 +833,11 @@ fn spawn_accordd(config: &Path, log: &Path, notify: Option<&Path>) -> Process {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_reports_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let (file, _) = config(dir.path(), "127.0.0.1:0");
+    let (file, text) = config(dir.path(), "127.0.0.1:0");
+    // No fleet file: the streams register names of their own (with one,
+    // accordd registers only the fleet's).
+    let no_fleet = text.split("\n[fleet]").next().unwrap();
+    std::fs::write(&file, no_fleet).unwrap();
     // Each run logs to its own file: the first run's log survives the second.
     let first_log = dir.path().join("accordd-1.log");
     let mut child = spawn_accordd(&file, &first_log, None);
