@@ -141,6 +141,19 @@ pub async fn read_bounded(
     Ok((body, false))
 }
 
+/// A JSON answer decoded; `None` when it is empty.
+fn decode<T: DeserializeOwned>(url: &str, bytes: &[u8]) -> Result<Option<T>, ClientError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    accord::json::from_slice(bytes)
+        .map(Some)
+        .map_err(|source| ClientError::Decode {
+            url: url.to_owned(),
+            source,
+        })
+}
+
 impl Client {
     pub fn new(base: &str, token: &str, options: ClientOptions) -> Result<Client, ClientError> {
         // accordd never redirects: a 3xx (from whatever answers at the
@@ -229,6 +242,21 @@ impl Client {
     ) -> Result<Option<T>, ClientError> {
         let parsed = self.url(path)?;
         let url = parsed.to_string();
+        let (_, bytes) = self.exchange(method, parsed, body, session).await?;
+        decode(&url, &bytes)
+    }
+
+    /// One request to `parsed`: the answer's headers and body, read up to
+    /// the bounds; an error status is [`ClientError::Refused`] with
+    /// accordd's reason.
+    async fn exchange(
+        &self,
+        method: reqwest::Method,
+        parsed: reqwest::Url,
+        body: Option<Vec<u8>>,
+        session: Option<&str>,
+    ) -> Result<(reqwest::header::HeaderMap, Vec<u8>), ClientError> {
+        let url = parsed.to_string();
         let mut req = self.http.request(method, parsed).bearer_auth(&self.token);
         if let Some(session) = session {
             req = req.header(crate::agent::SESSION_HEADER, session);
@@ -244,6 +272,7 @@ impl Client {
                 source,
             })?;
         let status = resp.status();
+        let headers = resp.headers().clone();
         let limit = if status.is_success() {
             self.max_answer_bytes
         } else {
@@ -271,12 +300,7 @@ impl Client {
                 reason,
             });
         }
-        if bytes.is_empty() {
-            return Ok(None);
-        }
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| ClientError::Decode { url, source })
+        Ok((headers, bytes))
     }
 
     async fn expect<T: DeserializeOwned>(
@@ -373,9 +397,71 @@ impl Client {
             .await
     }
 
+    /// Every node accordd holds, page by page ([`Client::nodes_page`]);
+    /// at most [`ClientOptions::max_answer_bytes`] read over all pages
+    /// ([`ClientError::TooLarge`] past it).
     pub async fn nodes(&self) -> Result<Vec<NodeView>, ClientError> {
-        self.expect(reqwest::Method::GET, &["v1", "nodes"], None)
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        let mut read = 0usize;
+        loop {
+            let (page, bytes, next) = self.nodes_page_sized(after.as_deref()).await?;
+            read = read.saturating_add(bytes);
+            if read > self.max_answer_bytes {
+                return Err(ClientError::TooLarge {
+                    url: self.url(&["v1", "nodes"])?.to_string(),
+                    limit: self.max_answer_bytes,
+                });
+            }
+            all.extend(page);
+            match next {
+                // A page must move on: a name not after the last one
+                // would list the same nodes again without end.
+                Some(n) if after.as_deref().is_none_or(|a| n.as_str() > a) => after = Some(n),
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// One page of nodes by name, from the first after `after` on, and the
+    /// name to ask after for the next page while there is one.
+    pub async fn nodes_page(
+        &self,
+        after: Option<&str>,
+    ) -> Result<(Vec<NodeView>, Option<String>), ClientError> {
+        let (page, _, next) = self.nodes_page_sized(after).await?;
+        Ok((page, next))
+    }
+
+    async fn nodes_page_sized(
+        &self,
+        after: Option<&str>,
+    ) -> Result<(Vec<NodeView>, usize, Option<String>), ClientError> {
+        let mut url = self.url(&["v1", "nodes"])?;
+        if let Some(a) = after {
+            crate::names::validate_node_name(a)?;
+            url.query_pairs_mut().append_pair("after", a);
+        }
+        let (headers, bytes) = self
+            .exchange(reqwest::Method::GET, url.clone(), None, None)
+            .await?;
+        let views: Vec<NodeView> = decode(url.as_str(), &bytes)?.unwrap_or_default();
+        let bytes = bytes.len();
+        let next = headers
+            .get(crate::nodes::NEXT_PAGE_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|n| crate::names::validate_node_name(n).is_ok())
+            .map(str::to_owned);
+        Ok((views, bytes, next))
+    }
+
+    /// Forgets a node (`accordctl node forget`): accordd removes its
+    /// record, identity, session and liveness.
+    pub async fn forget(&self, name: &str) -> Result<(), ClientError> {
+        crate::names::validate_node_name(name)?;
+        self.call::<serde_json::Value>(reqwest::Method::DELETE, &["v1", "nodes", name], None)
             .await
+            .map(|_| ())
     }
 
     pub async fn node(&self, name: &str) -> Result<NodeView, ClientError> {

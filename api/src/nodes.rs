@@ -220,6 +220,10 @@ pub fn stale(last_seen: u64, now: u64, stale_after_s: u64) -> bool {
     now.saturating_sub(last_seen) > stale_after_s
 }
 
+/// The header of a `GET /v1/nodes` page that is not the last: the node
+/// name to ask after (`?after=NAME`) for the next page.
+pub const NEXT_PAGE_HEADER: &str = "accord-next-after";
+
 /// One node as the admin API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeView {

@@ -114,11 +114,13 @@ enum Command {
         json: bool,
     },
     /// Show one node's full model; `node replace NAME` lets NAME's next
-    /// report carry a new machine identity (a swapped machine).
+    /// report carry a new machine identity (a swapped machine); `node
+    /// forget NAME` removes a node accordd holds that is not in its fleet
+    /// file (its record, identity, agent session and liveness).
     Node {
         #[arg(value_parser = node_arg)]
         name: String,
-        /// With `replace`: the node to replace.
+        /// With `replace` or `forget`: the node.
         #[arg(value_parser = node_arg)]
         target: Option<String>,
         #[command(flatten)]
@@ -552,8 +554,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 return Ok(());
             }
+            if let ("forget", Some(target)) = (name.as_str(), &target) {
+                daemon.with(|c| async move { c.forget(target).await })?;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "node": target, "forgotten": true })
+                    );
+                } else {
+                    accord_api::sayln!("{target}: forgotten");
+                }
+                return Ok(());
+            }
             if target.is_some() {
-                anyhow::bail!("`node NAME` takes one name; did you mean `node replace NAME`?");
+                anyhow::bail!(
+                    "`node NAME` takes one name; did you mean `node replace NAME` or `node forget NAME`?"
+                );
             }
             let node = daemon.with(|c| {
                 let name = name.clone();

@@ -161,6 +161,10 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %e, "report refused");
                 ApiError(StatusCode::CONFLICT, e.to_string())
             }
+            StoreError::Full { .. } => {
+                tracing::warn!(error = %e, "report refused");
+                ApiError(StatusCode::INSUFFICIENT_STORAGE, e.to_string())
+            }
             StoreError::NoIdentity { .. } => {
                 tracing::warn!(error = %e, "report refused");
                 ApiError(
@@ -224,7 +228,7 @@ fn session(headers: &HeaderMap) -> Option<String> {
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
+    accord::json::from_slice(body)
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
 }
 
@@ -474,13 +478,60 @@ fn view(st: &ApiState, record: NodeRecord) -> NodeView {
     }
 }
 
+/// `GET /v1/nodes?after=NAME&limit=N`: a page of nodes by name.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Page {
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Nodes a page holds unless asked for fewer, and at most: a page of
+/// 1 MiB records (`store.max_node_bytes`) stays within what a client reads.
+pub const NODES_PAGE: usize = 100;
+pub const NODES_PAGE_MAX: usize = 200;
+
+/// A page of nodes by name; the header [`accord_api::nodes::NEXT_PAGE_HEADER`]
+/// names the node to ask after for the next page, while there is one.
 async fn list_nodes(
     State(st): State<Arc<ApiState>>,
+    query: Result<axum::extract::Query<Page>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
-) -> Result<Json<Vec<NodeView>>, ApiError> {
+) -> Result<Response, ApiError> {
     check(bearer(&headers), Some(&st.admin_token))?;
-    let records = st.shared.store.nodes()?;
-    Ok(Json(records.into_iter().map(|r| view(&st, r)).collect()))
+    let axum::extract::Query(page) =
+        query.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
+    if let Some(after) = &page.after {
+        node_name(after)?;
+    }
+    let limit = match page.limit {
+        None => NODES_PAGE,
+        Some(n) if (1..=NODES_PAGE_MAX).contains(&n) => n,
+        Some(n) => {
+            return Err(ApiError(
+                StatusCode::BAD_REQUEST,
+                format!("limit {n}: between 1 and {NODES_PAGE_MAX}"),
+            ))
+        }
+    };
+    let store_side = st.clone();
+    let (records, next) = blocking(move || {
+        Ok(store_side
+            .shared
+            .store
+            .nodes_page(page.after.as_deref(), limit)?)
+    })
+    .await?;
+    let views: Vec<NodeView> = records.into_iter().map(|r| view(&st, r)).collect();
+    let mut answer = Json(views).into_response();
+    if let Some(next) = next {
+        let value =
+            axum::http::HeaderValue::from_str(&next).expect("node names are valid header values");
+        answer
+            .headers_mut()
+            .insert(accord_api::nodes::NEXT_PAGE_HEADER, value);
+    }
+    Ok(answer)
 }
 
 async fn get_node(
@@ -510,6 +561,47 @@ async fn replace_node(
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError(StatusCode::NOT_FOUND, "no such node".into()))
+    }
+}
+
+/// `accordctl node forget NAME`: the node's record, identity, session,
+/// liveness and scheduler view removed. Not for a node of the fleet file
+/// (its agent would register it again; remove it there first).
+async fn forget_node(
+    State(st): State<Arc<ApiState>>,
+    Path(node): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    check(bearer(&headers), Some(&st.admin_token))?;
+    node_name(&node)?;
+    if st
+        .enrolled
+        .as_ref()
+        .is_some_and(|names| names.contains(&node))
+    {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!(
+                "node {node} is in the fleet file: its agent would register it again; remove it \
+                 from the fleet file and restart accordd first (`accordctl node replace {node}` \
+                 for a new machine under the name)"
+            ),
+        ));
+    }
+    let _guard = st.writes.lock().await;
+    let store_side = st.clone();
+    let name = node.clone();
+    let found = blocking(move || Ok(store_side.shared.store.forget(&name)?)).await?;
+    if found {
+        st.shared
+            .assigned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&node);
+        tracing::info!(node = %node, "node forgotten");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError(StatusCode::NOT_FOUND, format!("no node {node}")))
     }
 }
 
@@ -636,7 +728,7 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize) -> Router {
         .route("/v1/status", get(control_status))
         .route("/v1/replica", get(replica_status))
         .route("/v1/nodes", get(list_nodes))
-        .route("/v1/nodes/{name}", get(get_node))
+        .route("/v1/nodes/{name}", get(get_node).delete(forget_node))
         .route("/v1/nodes/{name}/report", post(report))
         .route("/v1/nodes/{name}/heartbeat", post(heartbeat))
         .route("/v1/nodes/{name}/replace", post(replace_node))

@@ -299,6 +299,36 @@ pub struct ServerConfig {
 pub struct StoreConfig {
     /// sled directory (systemd's `StateDirectory`).
     pub dir: PathBuf,
+    /// Bounds on what reports may make the store hold
+    /// ([`crate::store::StoreLimits`]; its defaults).
+    #[serde(default = "default_max_nodes")]
+    pub max_nodes: usize,
+    #[serde(default = "default_max_node_bytes")]
+    pub max_node_bytes: u64,
+    #[serde(default = "default_max_store_bytes")]
+    pub max_bytes: u64,
+}
+
+impl StoreConfig {
+    pub fn limits(&self) -> crate::store::StoreLimits {
+        crate::store::StoreLimits {
+            max_nodes: self.max_nodes,
+            max_node_bytes: self.max_node_bytes,
+            max_bytes: self.max_bytes,
+        }
+    }
+}
+
+fn default_max_nodes() -> usize {
+    crate::store::StoreLimits::default().max_nodes
+}
+
+fn default_max_node_bytes() -> u64 {
+    crate::store::StoreLimits::default().max_node_bytes
+}
+
+fn default_max_store_bytes() -> u64 {
+    crate::store::StoreLimits::default().max_bytes
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -392,6 +422,18 @@ impl DaemonConfig {
         }
         if self.store.dir.as_os_str().is_empty() {
             problems.push("store.dir: empty".to_owned());
+        }
+        if self.store.max_nodes == 0 {
+            problems.push("store.max_nodes: must be above 0".to_owned());
+        }
+        if self.store.max_node_bytes < 4096 {
+            problems.push("store.max_node_bytes: below 4096 no node's record fits".to_owned());
+        }
+        if self.store.max_bytes < self.store.max_node_bytes {
+            problems.push(format!(
+                "store.max_bytes: {} is below store.max_node_bytes ({})",
+                self.store.max_bytes, self.store.max_node_bytes
+            ));
         }
         let k = &self.kubernetes;
         if k.url.is_some() && (k.kubeconfig.is_some() || k.context.is_some()) {

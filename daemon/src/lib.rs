@@ -35,7 +35,7 @@ pub fn load_fleet(path: &Path) -> anyhow::Result<Fleet> {
         let file = dir.join(rel);
         let text = accord_api::files::read_to_string(&file, accord_api::files::limit::MODEL)
             .map_err(|e| format!("cannot read: {e}"))?;
-        let hw: NodeHardware = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        let hw: NodeHardware = accord::json::from_str(&text).map_err(|e| e.to_string())?;
         if hw.schema_version > SCHEMA_VERSION {
             return Err(format!(
                 "schema_version {} is newer than this accordctl ({SCHEMA_VERSION})",
@@ -74,7 +74,7 @@ pub(crate) fn summarize(names: &[String]) -> String {
 
 /// Opens the store and reads the secrets named in a validated `config`.
 pub fn state(config: &DaemonConfig) -> anyhow::Result<Arc<ApiState>> {
-    let store = Store::open(&config.store.dir)?;
+    let store = Store::open_with(&config.store.dir, config.store.limits())?;
     let agent_tokens = AgentTokens::load(
         config.agents.token_file.as_deref(),
         config.agents.token_dir.as_deref(),

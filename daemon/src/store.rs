@@ -12,8 +12,9 @@ pub(crate) use crate::store_error::io;
 pub use crate::store_error::StoreError;
 
 /// Version of the records in the store. Raise it with a migration in
-/// [`Store::migrate`] when a record's meaning changes.
-pub const STORE_SCHEMA: u32 = 1;
+/// [`Store::migrate`] when a record's meaning changes. 2: node records
+/// and scheduler views kept as chunks ([`chunked`]).
+pub const STORE_SCHEMA: u32 = 2;
 
 const META: &str = "meta";
 const CACHE_BYTES: u64 = 8 << 20;
@@ -33,7 +34,9 @@ const SAID: &str = "said";
 const SCHEMA_KEY: &[u8] = b"schema";
 
 mod bios;
+mod chunked;
 mod commands;
+mod nodes;
 mod replicated;
 mod said;
 mod state;
@@ -44,6 +47,41 @@ pub use state::Booking;
 /// How long [`Store::close`] is usually given: the flush, sled's flusher
 /// thread and its last writes take milliseconds, not seconds.
 pub const CLOSE_WITHIN: Duration = Duration::from_secs(10);
+
+/// Bounds on what agents' reports may make the store hold (`[store]` in
+/// accordd.toml): a report past one is refused with nothing written
+/// ([`StoreError::Full`]). They bound the disk (sled keeps a few times
+/// the live bytes, never more: [`chunked`]) and what a full listing or
+/// the control loop's first read of every model holds in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Registered nodes.
+    pub max_nodes: usize,
+    /// One node's record (its hardware model, identity and session), as
+    /// stored.
+    pub max_node_bytes: u64,
+    /// Every node's record together.
+    pub max_bytes: u64,
+}
+
+impl Default for StoreLimits {
+    /// 10,000 nodes; 1 MiB a node (an 8-GPU H100's report is about
+    /// 60 KiB); 1 GiB in all.
+    fn default() -> Self {
+        StoreLimits {
+            max_nodes: 10_000,
+            max_node_bytes: 1 << 20,
+            max_bytes: 1 << 30,
+        }
+    }
+}
+
+/// What the node records take, by node, and in all.
+#[derive(Debug, Default)]
+struct Usage {
+    bytes: std::collections::BTreeMap<String, u64>,
+    total: u64,
+}
 
 // The records the store keeps are the admin API's node views too.
 pub use accord_api::agent::ReportOutcome;
@@ -126,25 +164,6 @@ pub enum Beat {
     NoSession,
 }
 
-/// 32 random bytes, hex: an agent session.
-fn new_session(node: &str) -> Result<String, StoreError> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|source| StoreError::Session {
-        node: node.to_owned(),
-        source,
-    })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Constant-time equality of a given and a kept session.
-fn same_session(given: Option<&str>, kept: Option<&str>) -> bool {
-    use subtle::ConstantTimeEq;
-    match (given, kept) {
-        (Some(g), Some(k)) => bool::from(g.as_bytes().ct_eq(k.as_bytes())),
-        _ => false,
-    }
-}
-
 /// The store. sled holds an exclusive lock on the directory while any
 /// handle on the database lives (this store, every [`Journal`] from
 /// [`Store::journal`], sled's background threads); [`Store::close`]
@@ -164,23 +183,18 @@ pub struct Store {
     lifecycle: sled::Tree,
     bookings: sled::Tree,
     said: sled::Tree,
+    limits: StoreLimits,
+    /// Kept with every node write (they go through it one at a time).
+    usage: std::sync::Mutex<Usage>,
     dir: PathBuf,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("nodes", &self.nodes.len())
+            .field("nodes", &self.node_count())
             .finish()
     }
-}
-
-/// What a heartbeat needs of a node's record.
-#[derive(Deserialize)]
-struct Head {
-    generation: u64,
-    #[serde(default)]
-    session: Option<String>,
 }
 
 /// A node's stored record and liveness, as one view.
@@ -208,9 +222,16 @@ impl Store {
         crate::journal::Journal::new(self.db.clone(), tree)
     }
 
-    /// Opens (or creates) the store in `dir`, refusing one written by a
-    /// newer schema.
+    /// Opens (or creates) the store in `dir` with the default
+    /// [`StoreLimits`].
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        Self::open_with(dir, StoreLimits::default())
+    }
+
+    /// Opens (or creates) the store in `dir`, refusing one written by a
+    /// newer schema. The limits bound what reports may add; records
+    /// already there are kept, whatever they take.
+    pub fn open_with(dir: &Path, limits: StoreLimits) -> Result<Store, StoreError> {
         // sled's page cache defaults to 1 GiB; the hot data here is small
         // (hardware models are read on admin requests, liveness is tiny).
         let db = sled::Config::new()
@@ -254,10 +275,13 @@ impl Store {
             lifecycle: db.open_tree(LIFECYCLE).map_err(io("open lifecycle tree"))?,
             bookings: db.open_tree(BOOKINGS).map_err(io("open bookings tree"))?,
             said: db.open_tree(SAID).map_err(io("open said tree"))?,
+            limits,
+            usage: std::sync::Mutex::new(Usage::default()),
             db,
             dir: dir.to_owned(),
         };
         store.migrate(found.unwrap_or(STORE_SCHEMA))?;
+        store.count_usage()?;
         meta.insert(SCHEMA_KEY, &STORE_SCHEMA.to_le_bytes())
             .map_err(io("write schema"))?;
         store.flush()?;
@@ -287,6 +311,8 @@ impl Store {
             lifecycle,
             bookings,
             said,
+            limits: _,
+            usage: _,
             dir,
         } = self;
         drop(lifecycle);
@@ -306,9 +332,29 @@ impl Store {
     }
 
     /// Brings records written by schema `from` up to [`STORE_SCHEMA`].
-    /// Schema 1 is the first; there is nothing to migrate yet.
+    /// 1 → 2: node records and scheduler views, kept whole, become chunks
+    /// (blobs sled left behind before are not reclaimed by this).
     fn migrate(&self, from: u32) -> Result<(), StoreError> {
         debug_assert!(from <= STORE_SCHEMA);
+        if from < 2 {
+            chunked::migrate_whole(&self.nodes).map_err(io("migrate node records"))?;
+            chunked::migrate_whole(&self.views).map_err(io("migrate scheduler views"))?;
+        }
+        Ok(())
+    }
+
+    /// What each stored node record takes, read once at open.
+    fn count_usage(&self) -> Result<(), StoreError> {
+        let mut usage = Usage::default();
+        for record in chunked::records(&self.nodes, None) {
+            let (name, bytes) = record.map_err(chunk_error("count node records"))?;
+            usage.total += bytes.len() as u64;
+            usage.bytes.insert(name, bytes.len() as u64);
+        }
+        *self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = usage;
         Ok(())
     }
 
@@ -318,7 +364,7 @@ impl Store {
     }
 
     fn stored(&self, name: &str) -> Result<Option<StoredNode>, StoreError> {
-        let Some(bytes) = self.nodes.get(name).map_err(io("read node"))? else {
+        let Some(bytes) = chunked::get(&self.nodes, name).map_err(chunk_error("read node"))? else {
             return Ok(None);
         };
         serde_json::from_slice(&bytes)
@@ -350,18 +396,28 @@ impl Store {
 
     /// All nodes, by name.
     pub fn nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
-        self.nodes
-            .iter()
-            .map(|kv| {
-                let (k, v) = kv.map_err(io("list nodes"))?;
-                let n: StoredNode =
-                    serde_json::from_slice(&v).map_err(|source| StoreError::Corrupt {
-                        node: String::from_utf8_lossy(&k).into_owned(),
-                        source,
-                    })?;
-                self.record(n)
-            })
-            .collect()
+        Ok(self.nodes_page(None, usize::MAX)?.0)
+    }
+
+    /// At most `limit` nodes by name, from the first after `after` on,
+    /// and the name to continue after when there are more.
+    pub fn nodes_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<NodeRecord>, Option<String>), StoreError> {
+        let mut page = Vec::new();
+        for record in chunked::records(&self.nodes, after) {
+            let (name, bytes) = record.map_err(chunk_error("list nodes"))?;
+            if page.len() == limit {
+                let last = page.last().map(|r: &NodeRecord| r.name.clone());
+                return Ok((page, last));
+            }
+            let n: StoredNode = serde_json::from_slice(&bytes)
+                .map_err(|source| StoreError::Corrupt { node: name, source })?;
+            page.push(self.record(n)?);
+        }
+        Ok((page, None))
     }
 
     /// When each node was last heard from, without decoding any hardware
@@ -406,9 +462,7 @@ impl Store {
         view: &accord::truth::SchedulerView,
     ) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(view).expect("views serialize");
-        self.views
-            .insert(name.as_bytes(), bytes)
-            .map_err(io("write scheduler view"))?;
+        chunked::put(&self.views, name, &bytes).map_err(io("write scheduler view"))?;
         Ok(())
     }
 
@@ -426,9 +480,15 @@ impl Store {
     > {
         let mut out = std::collections::BTreeMap::new();
         let mut bad = Vec::new();
-        for kv in self.views.iter() {
-            let (k, v) = kv.map_err(io("list scheduler views"))?;
-            let name = String::from_utf8_lossy(&k).into_owned();
+        for record in chunked::records(&self.views, None) {
+            let (name, v) = match record {
+                Ok(r) => r,
+                Err(chunked::ChunkError::Broken(name)) => {
+                    bad.push(name);
+                    continue;
+                }
+                Err(e) => return Err(chunk_error("list scheduler views")(e)),
+            };
             match serde_json::from_slice(&v) {
                 Ok(view) => {
                     out.insert(name, view);
@@ -440,214 +500,28 @@ impl Store {
     }
 
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .bytes
+            .len()
     }
 
-    fn put(&self, n: &StoredNode, live: &Liveness) -> Result<(), StoreError> {
-        let node = serde_json::to_vec(n).expect("records serialize");
-        let live = serde_json::to_vec(live).expect("records serialize");
-        self.nodes
-            .insert(n.name.as_bytes(), node)
-            .map_err(io("write node"))?;
-        self.liveness
-            .insert(n.name.as_bytes(), live)
-            .map_err(io("write liveness"))?;
-        // Durable before the caller acknowledges.
-        self.flush()
+    /// The store's limits, and what node records take now (bytes).
+    pub fn usage(&self) -> (StoreLimits, u64) {
+        let usage = self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (self.limits, usage.total)
     }
+}
 
-    /// Stores a hardware report for `name`. Refused, with nothing
-    /// written, when the machine identity contradicts the stored one
-    /// ([`IdentityRule::Lenient`]).
-    pub fn report(
-        &self,
-        name: &str,
-        hardware: NodeHardware,
-        agent_version: Option<String>,
-        now: u64,
-    ) -> Result<(ReportOutcome, NodeRecord), StoreError> {
-        self.report_as(
-            name,
-            hardware,
-            agent_version,
-            now,
-            IdentityRule::Lenient,
-            None,
-        )
-        .map(|a| (a.outcome, a.record))
-    }
-
-    /// Stores a hardware report for `name`, its machine identity checked
-    /// by `rule`; refused with nothing written otherwise. `session` is the
-    /// one the agent sent: kept when it is the node's current one, else a
-    /// new one is made (the report proved the machine) and returned.
-    /// Under [`IdentityRule::Bound`] the binding only grows: a bound serial
-    /// or GPU set stays; one not yet bound is added.
-    pub fn report_as(
-        &self,
-        name: &str,
-        hardware: NodeHardware,
-        agent_version: Option<String>,
-        now: u64,
-        rule: IdentityRule,
-        session: Option<&str>,
-    ) -> Result<Accepted, StoreError> {
-        let reported = MachineIdentity::of(&hardware);
-        if rule == IdentityRule::Bound && reported.is_empty() {
-            return Err(StoreError::NoIdentity {
-                node: name.to_owned(),
-            });
-        }
-        let mut live = self.liveness_of(name)?;
-        live.last_seen = now;
-        live.last_report = now;
-        if agent_version.is_some() {
-            live.agent_version = agent_version;
-        }
-        let (outcome, stored) = match self.stored(name)? {
-            None => (
-                ReportOutcome::Registered,
-                StoredNode {
-                    name: name.to_owned(),
-                    identity: reported,
-                    hardware,
-                    generation: 1,
-                    reported_at: now,
-                    replacement_allowed: false,
-                    session: Some(new_session(name)?),
-                },
-            ),
-            Some(old) => {
-                let proven = match rule {
-                    IdentityRule::Lenient => old.identity.compatible(&reported),
-                    IdentityRule::Bound => reported.proves(&old.identity),
-                };
-                if !old.replacement_allowed && !proven {
-                    return Err(StoreError::IdentityMismatch {
-                        node: name.to_owned(),
-                        stored: old.identity.to_string(),
-                        reported: reported.to_string(),
-                    });
-                }
-                // Under a shared token the binding only grows by proof: a
-                // serial is added once, the bound GPU UUIDs stay as they
-                // were (replacing them with a report's that shares half
-                // would let two reports walk the name to another machine);
-                // a change of machine is `accordctl node replace`.
-                let identity = match rule {
-                    IdentityRule::Bound if !old.replacement_allowed && !old.identity.is_empty() => {
-                        MachineIdentity {
-                            serial: old.identity.serial.clone().or(reported.serial),
-                            gpu_uuids: if old.identity.gpu_uuids.is_empty() {
-                                reported.gpu_uuids
-                            } else {
-                                old.identity.gpu_uuids.clone()
-                            },
-                        }
-                    }
-                    _ => reported,
-                };
-                // The agent's session goes on; any other report that
-                // proved the machine (a restarted agent) starts a new one.
-                let session =
-                    if !old.replacement_allowed && same_session(session, old.session.as_deref()) {
-                        old.session.clone()
-                    } else {
-                        Some(new_session(name)?)
-                    };
-                let changed = old.hardware != hardware || old.identity != identity;
-                let outcome = if changed {
-                    ReportOutcome::Changed
-                } else {
-                    ReportOutcome::Unchanged
-                };
-                (
-                    outcome,
-                    StoredNode {
-                        name: name.to_owned(),
-                        generation: old.generation + u64::from(changed),
-                        reported_at: if changed { now } else { old.reported_at },
-                        replacement_allowed: false,
-                        identity,
-                        hardware,
-                        session,
-                    },
-                )
-            }
-        };
-        let session = stored.session.clone().expect("set above");
-        self.put(&stored, &live)?;
-        // Both halves are in hand: no need to read them back.
-        Ok(Accepted {
-            outcome,
-            record: joined(stored, live),
-            session,
-        })
-    }
-
-    /// Records a sign of life; `None` (and nothing written) for a node
-    /// never registered. Returns the node's generation.
-    pub fn heartbeat(&self, name: &str, beat: Liveness) -> Result<Option<u64>, StoreError> {
-        Ok(match self.heartbeat_as(name, beat, None, false)? {
-            Beat::Recorded(g) => Some(g),
-            Beat::NotRegistered | Beat::NoSession => None,
-        })
-    }
-
-    /// Records a sign of life, refused (nothing written) when
-    /// `need_session` and `session` is not the node's current one.
-    pub fn heartbeat_as(
-        &self,
-        name: &str,
-        beat: Liveness,
-        session: Option<&str>,
-        need_session: bool,
-    ) -> Result<Beat, StoreError> {
-        let Some(stored) = self.stored_head(name)? else {
-            return Ok(Beat::NotRegistered);
-        };
-        if need_session && !same_session(session, stored.session.as_deref()) {
-            return Ok(Beat::NoSession);
-        }
-        let old = self.liveness_of(name)?;
-        let mut live = beat;
-        if live.agent_version.is_none() {
-            live.agent_version = old.agent_version;
-        }
-        live.last_report = old.last_report;
-        let bytes = serde_json::to_vec(&live).expect("records serialize");
-        self.liveness
-            .insert(name.as_bytes(), bytes)
-            .map_err(io("write liveness"))?;
-        Ok(Beat::Recorded(stored.generation))
-    }
-
-    /// The generation and agent session of `name`, without decoding its
-    /// hardware model.
-    fn stored_head(&self, name: &str) -> Result<Option<Head>, StoreError> {
-        let Some(bytes) = self.nodes.get(name).map_err(io("read node"))? else {
-            return Ok(None);
-        };
-        // serde skips the other fields without building them.
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| StoreError::Corrupt {
-                node: name.to_owned(),
-                source,
-            })
-    }
-
-    /// Lets the next report for `name` carry a new machine identity.
-    pub fn allow_replacement(&self, name: &str) -> Result<bool, StoreError> {
-        let Some(mut stored) = self.stored(name)? else {
-            return Ok(false);
-        };
-        stored.replacement_allowed = true;
-        // The replaced machine's agent proves nothing any more.
-        stored.session = None;
-        let live = self.liveness_of(name)?;
-        self.put(&stored, &live)?;
-        Ok(true)
+/// Wraps a chunked read's error with what the store was doing.
+fn chunk_error(what: &'static str) -> impl FnOnce(chunked::ChunkError) -> StoreError {
+    move |e| match e {
+        chunked::ChunkError::Sled(source) => StoreError::Io { what, source },
+        chunked::ChunkError::Broken(node) => StoreError::Broken { node },
     }
 }
 
@@ -695,62 +569,4 @@ fn released(dir: &Path) -> std::io::Result<bool> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hardware() -> NodeHardware {
-        let text = include_str!("../../tests/fixtures/models/x9drg-wholeio.json");
-        serde_json::from_str(text).unwrap()
-    }
-
-    #[test]
-    fn silent_nodes_turn_stale_and_stay_stored() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        store.report("a", hardware(), None, 1_000).unwrap();
-        let record = store.node("a").unwrap().unwrap();
-        assert!(!record.is_stale(1_100, 120));
-        assert!(record.is_stale(1_121, 120));
-        // A heartbeat makes it fresh again; nothing is ever deleted.
-        let beat = Liveness {
-            last_seen: 1_200,
-            ..Liveness::default()
-        };
-        assert_eq!(store.heartbeat("a", beat).unwrap(), Some(1));
-        let record = store.node("a").unwrap().unwrap();
-        assert!(!record.is_stale(1_300, 120));
-        assert_eq!(store.node_count(), 1);
-        assert_eq!(
-            store.heartbeat("unknown", Liveness::default()).unwrap(),
-            None
-        );
-        assert_eq!(store.node_count(), 1);
-    }
-
-    #[test]
-    fn a_closed_store_opens_again_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        for round in 0..20u64 {
-            let store = Store::open(dir.path()).unwrap();
-            store.report("a", hardware(), None, 1_000 + round).unwrap();
-            drop(store.journal().unwrap());
-            store.close(CLOSE_WITHIN).unwrap();
-        }
-        let store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.node("a").unwrap().unwrap().last_seen, 1_019);
-        store.close(CLOSE_WITHIN).unwrap();
-    }
-
-    #[test]
-    fn close_says_when_a_journal_still_holds_the_store() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let journal = store.journal().unwrap();
-        let err = store.close(Duration::from_millis(200)).unwrap_err();
-        assert!(matches!(err, StoreError::StillOpen { .. }), "{err}");
-        let msg = err.to_string();
-        assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
-        assert!(msg.contains("Journal"), "{msg}");
-        drop(journal);
-    }
-}
+mod tests;

@@ -36,6 +36,13 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// A record whose chunks do not follow on (`store/chunked.rs`).
+    #[error("store: node {node}: record is broken (chunks missing)")]
+    Broken { node: String },
+    /// A report past one of the store's limits (`[store]`): nothing
+    /// written.
+    #[error("node {node}: report not stored: {what}")]
+    Full { node: String, what: String },
     #[error(
         "node {node}: machine identity {reported} contradicts the stored {stored}; \
          if the machine was replaced, run `accordctl node replace {node}`"

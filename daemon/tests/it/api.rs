@@ -1539,3 +1539,198 @@ async fn a_replica_hands_a_command_over_only_leading_and_once_it_is_fenced() {
     );
     d.stop().await;
 }
+
+/// The x9drg recording with a serial of `node`'s own.
+fn machine_of(node: &str) -> Value {
+    let mut v = recorded("x9drg-wholeio.json");
+    v["machine"]["serial"] = format!("SN-{node}").into();
+    v
+}
+
+/// Without a fleet file a shared token's holder can name any node, so the
+/// store bounds what reports may add (`[store] max_nodes`, here 3; a 4th
+/// name is 507 with nothing stored, after a restart too); the admin lists
+/// the nodes page by page (`accordctl nodes` follows the pages) and
+/// forgets one (`accordctl node forget`), which makes room; a node of the
+/// fleet file cannot be forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_holds_what_its_bounds_allow_and_the_admin_can_forget_a_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, text) = config(dir.path(), "127.0.0.1:0");
+    let fleetless = text
+        .split("\n[fleet]")
+        .next()
+        .unwrap()
+        .replace("[store]\n", "[store]\nmax_nodes = 3\n");
+    let file = dir.path().join("fleetless.toml");
+    std::fs::write(&file, &fleetless).unwrap();
+    let d = Daemon::start_with(&file).await;
+    for n in ["rogue-01", "rogue-02", "rogue-03"] {
+        let (status, v) = d.report_as(n, &machine_of(n), None).await;
+        assert_eq!(status, 200, "{n}: {v}");
+    }
+    let before = d.nodes().await;
+    let (status, v) = d.report_as("rogue-04", &machine_of("rogue-04"), None).await;
+    assert_eq!(status, 507, "{v}");
+    let reason = v["error"].as_str().unwrap();
+    assert!(reason.contains("store.max_nodes"), "{reason}");
+    assert!(reason.contains("accordctl node forget"), "{reason}");
+    assert_eq!(
+        d.nodes().await,
+        before,
+        "a refused report changed the store"
+    );
+
+    // Pages: two, then one; the header names where the next page starts.
+    let page = reqwest::Client::new()
+        .get(format!("{}/v1/nodes?limit=2", d.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let next = page.headers()[accord_api::nodes::NEXT_PAGE_HEADER]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(next, "rogue-02");
+    assert_eq!(
+        page.json::<Value>()
+            .await
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let (status, rest) = d
+        .send(
+            reqwest::Method::GET,
+            &format!("/v1/nodes?limit=2&after={next}"),
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{rest}");
+    assert_eq!(rest[0]["name"], "rogue-03");
+    for bad in ["limit=0", "limit=100000", "after=..%2Fx", "page=2"] {
+        let (status, v) = d
+            .send(
+                reqwest::Method::GET,
+                &format!("/v1/nodes?{bad}"),
+                Some(ADMIN_TOKEN),
+                None,
+            )
+            .await;
+        assert_eq!(status, 400, "{bad}: {v}");
+    }
+
+    // accordctl follows the pages, and forgets.
+    let admin = dir.path().join("admin-token");
+    let accordctl = |args: &[&str]| {
+        output_within(
+            Command::new(crate::support::accordctl_bin())
+                .args(args)
+                .args(["--url", &d.url, "--token-file"])
+                .arg(&admin),
+        )
+    };
+    let out = accordctl(&["nodes", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 3);
+    let out = accordctl(&["node", "forget", "rogue-03"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rogue-03: forgotten"));
+    let out = accordctl(&["node", "forget", "rogue-03"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("404"),
+        "{out:?}"
+    );
+    assert_eq!(d.nodes().await.as_array().unwrap().len(), 2);
+    // The forgotten node's agent is answered as never registered.
+    let (status, _) = d.heartbeat("rogue-03", None).await;
+    assert_eq!(status, 404);
+    let (status, v) = d.report_as("rogue-04", &machine_of("rogue-04"), None).await;
+    assert_eq!(status, 200, "{v}");
+
+    // What the store holds is counted again at start.
+    d.stop().await;
+    let d = Daemon::start_with(&file).await;
+    let (status, v) = d.report_as("rogue-05", &machine_of("rogue-05"), None).await;
+    assert_eq!(status, 507, "after a restart: {v}");
+    d.stop().await;
+
+    // A node of the fleet file is not forgotten: its agent would register
+    // it again.
+    let d = Daemon::start(dir.path()).await;
+    let (status, v) = d
+        .send(
+            reqwest::Method::DELETE,
+            "/v1/nodes/gpu-01",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 409, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("fleet file"), "{v}");
+    let (status, _) = d
+        .send(
+            reqwest::Method::DELETE,
+            "/v1/nodes/rogue-01",
+            Some(AGENT_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 401, "an agent's token forgets nothing");
+    d.stop().await;
+}
+
+/// A report's MIG instances are checked against NVIDIA's profile tables:
+/// two instances on the same slices (or seven 7g.80gb on one GPU) would
+/// be planned as capacity the GPU does not have: 422, nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_instances_a_gpu_cannot_hold_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path()).await;
+    let good = fixture("h100-8gpu-mig.json");
+    let (status, v) = d.report_as("h100-01", &good, None).await;
+    assert_eq!(status, 200, "{v}");
+    let before = d.nodes().await;
+    let at = good["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|g| {
+            g["mig"]["gpu_instances"]
+                .as_array()
+                .is_some_and(|i| !i.is_empty())
+        })
+        .unwrap();
+    let mut overlapping = good.clone();
+    let instance = overlapping["gpus"][at]["mig"]["gpu_instances"][0].clone();
+    let mut twin = instance.clone();
+    twin["id"] = (instance["id"].as_u64().unwrap() + 100).into();
+    overlapping["gpus"][at]["mig"]["gpu_instances"] = Value::Array(vec![instance, twin]);
+    let (status, v) = d.report_as("h100-01", &overlapping, None).await;
+    assert_eq!(status, 422, "{v}");
+    let reason = v["error"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("hardware.gpus[{at}].mig")),
+        "{reason}"
+    );
+    assert_eq!(
+        d.nodes().await,
+        before,
+        "a refused report changed the store"
+    );
+    d.stop().await;
+}
