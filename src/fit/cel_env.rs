@@ -224,6 +224,12 @@ fn context(device: &Device) -> Result<Context<'static, 'static>, cel::Declaratio
     ctx.add_function("isLessThan", |This(a): This<Value>, b: Value| {
         compare("isLessThan", &a, &b).map(|o| o.is_lt())
     })?;
+    // `matches` on a compiler bounded in what it builds (`cel_regex`):
+    // the crate's own compiles up to 10 MiB at every call.
+    ctx.add_function(
+        super::cel_parse::BOUNDED_MATCHES,
+        |s: Arc<String>, re: Arc<String>| super::cel_regex::matches(&s, re),
+    )?;
     ctx.add_function("asInteger", |This(a): This<i64>| a)?;
     ctx.add_function("lowerAscii", |This(s): This<Arc<String>>| {
         s.to_ascii_lowercase()
@@ -415,6 +421,7 @@ const EXTENSIONS: &[&str] = &[
     "asInteger",
     "lowerAscii",
     "upperAscii",
+    super::cel_parse::BOUNDED_MATCHES,
 ];
 
 /// Checks a selector before any device is seen, as the API server's
@@ -614,6 +621,27 @@ mod library_tests {
         )
         .unwrap_err();
         assert!(err.contains("two quantities or two semvers"), "{err}");
+    }
+
+    /// `matches` runs on the bounded compiler in both forms: a literal
+    /// pattern past its bound is refused before any device, one the
+    /// selector builds is refused where it runs, at once, not after the
+    /// 10 MiB the crate's own compiler allows.
+    #[test]
+    fn matches_compiles_within_its_bound() {
+        let d = gpu("580.105.4");
+        let ty = "device.attributes['gpu.nvidia.com'].type";
+        assert_eq!(eval(&format!("{ty}.matches('^g.u$')"), &d), Ok(true));
+        assert_eq!(eval(&format!("matches({ty}, '^x')"), &d), Ok(false));
+        let e = eval(&format!(r"{ty}.matches('(?x) \\w {{ 1 0 0 0 }}')"), &d).unwrap_err();
+        assert!(e.contains("more than 64 KiB"), "{e}");
+        let e = eval(&format!(r"{ty}.matches('\\w{{10' + '00}}')"), &d).unwrap_err();
+        assert!(
+            e.contains("cannot be evaluated") && e.contains("more than 64 KiB"),
+            "{e}"
+        );
+        // The renamed call is no function a selector can name.
+        assert!(check("'a'.matches#bounded('a')").is_err());
     }
 
     /// A round's evaluations are charged their estimated cost: past the

@@ -43,7 +43,7 @@ use cel::common::ast::{
 };
 use cel::Program;
 
-use super::cel_parse::{first_error, panic_message, parser_env};
+use super::cel_parse::{clip, first_error, panic_message, parser_env};
 
 /// Bytes in a selector (Kubernetes' `CELSelectorExpressionMaxLength`).
 pub const MAX_SELECTOR_BYTES: usize = 10 * 1024;
@@ -69,18 +69,6 @@ const DEVICE_STRING_BYTES: u64 = 4096;
 /// Characters of a string read, compared or searched in one step
 /// (Kubernetes' `StringTraversalCostFactor`, 0.1).
 const CHARS_PER_STEP: u64 = 10;
-/// What compiling a regular expression costs the `regex` crate, in steps
-/// (the `cel` crate compiles the pattern at every `matches` call): any
-/// pattern about 30 µs (a release build), and per element of it, measured
-/// on 200 repetitions each: a literal character or ASCII class 0.4 µs,
-/// `.`, `\s` or a negated class 3 µs, `\d` 17 µs, `\w` or `\p{L}` up to
-/// 220 µs (a step being about 30 ns).
-const REGEX_CALL: u64 = 1_000;
-const REGEX_LITERAL: u64 = 12;
-const REGEX_SMALL_CLASS: u64 = 100;
-const REGEX_DIGIT_CLASS: u64 = 600;
-const REGEX_WORD_CLASS: u64 = 8_000;
-
 /// Parses `text` and checks it against the limits above. The error says
 /// why, in words that follow "invalid CEL selector: ".
 pub(crate) fn compile(text: &str) -> Result<Program, String> {
@@ -309,8 +297,9 @@ impl Est {
 /// [`DEVICE_ENTRIES`] and [`DEVICE_STRING_BYTES`]. So comprehensions nested
 /// over lists the expression builds cost the product of their lengths, and
 /// `x + x` in a chain of `map`s costs 2^n: both are refused before they
-/// run. A `matches` compiles its pattern at every call: its cost is
-/// bounded from the pattern ([`regex_weight`]).
+/// run. A `matches` compiles its pattern (within a bound): its cost is
+/// what the pattern parses to, or the bound's for a built one
+/// (`cel_regex`).
 #[derive(Debug, Default)]
 struct Estimator<'a> {
     /// Comprehension variables in scope, innermost last.
@@ -444,22 +433,18 @@ impl<'a> Estimator<'a> {
             // A prefix or suffix is compared, the text searched.
             "startsWith" | "endsWith" => Est::scalar(sum.saturating_add(size(1))),
             "contains" => Est::scalar(sum.saturating_add(sizes)),
-            // The pattern is compiled at each call (a pattern built by the
-            // expression weighs as if all of it were `\w`), then the text
-            // is searched in linear time.
-            "matches" => {
-                let pattern = call.args.last().map_or(0, |p| match &p.expr {
-                    Expr::Literal(LiteralValue::String(p)) => regex_weight(p),
-                    _ => args
-                        .last()
-                        .map_or(0, |a| a.shape.chars)
-                        .saturating_mul(REGEX_WORD_CLASS),
-                });
-                Est::scalar(
-                    sum.saturating_add(REGEX_CALL)
-                        .saturating_add(pattern)
-                        .saturating_add(size(0)),
-                )
+            // The pattern is compiled (within a bound, `cel_regex`), then
+            // the text searched in linear time. A literal pattern is weighed
+            // by what it parses to, and refused here when it cannot compile
+            // within the bound; one the selector builds costs the most a
+            // compile can.
+            "matches" | super::cel_parse::BOUNDED_MATCHES => {
+                let pattern = match call.args.last().map(|p| &p.expr) {
+                    Some(Expr::Literal(LiteralValue::String(p))) => super::cel_regex::cost(p)
+                        .map_err(|e| format!("regular expression {:?}: {e}", clip(p, 64)))?,
+                    _ => super::cel_regex::BUILT_PATTERN,
+                };
+                Est::scalar(sum.saturating_add(pattern).saturating_add(size(0)))
             }
             // Conversions (`string`, `int`, `timestamp`, ...), `quantity`,
             // `lowerAscii` and what else the environment has: a value no
@@ -512,142 +497,6 @@ impl<'a> Estimator<'a> {
             .saturating_add(result.cost)
             .saturating_add(1);
         Ok(Est::new(result.shape, cost))
-    }
-}
-
-/// An upper bound on what compiling `pattern` costs the `regex` crate, in
-/// steps (see [`REGEX_CALL`]): a literal character or ASCII class little, a
-/// Unicode class (`\w`, `\d`, `\p{..}`) much; a group the sum of its
-/// parts; a counted repetition (`{n}`, `{n,m}`, `{n,}`) copies what it
-/// repeats that many times, as the compiler does, so nested repetitions
-/// multiply: `(\w{100}){100}` is refused before any compiler sees it.
-fn regex_weight(pattern: &str) -> u64 {
-    /// A group being read: its weight so far, and its last atom's (what a
-    /// repetition repeats).
-    #[derive(Default)]
-    struct Group {
-        total: u64,
-        last: u64,
-    }
-    impl Group {
-        fn atom(&mut self, weight: u64) {
-            self.total = self.total.saturating_add(weight);
-            self.last = weight;
-        }
-    }
-    let chars: Vec<char> = pattern.chars().collect();
-    let mut groups = vec![Group::default()];
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        i += 1;
-        let top = groups.len() - 1;
-        match c {
-            '\\' => {
-                let weight = escape_weight(&chars, &mut i);
-                groups[top].atom(weight);
-            }
-            '.' => groups[top].atom(REGEX_SMALL_CLASS),
-            '[' => {
-                // To the matching `]` (classes nest; a `]` first is
-                // literal): its members' weight, a negated one at least a
-                // small Unicode class.
-                let mut weight = 0u64;
-                if chars.get(i) == Some(&'^') {
-                    weight = REGEX_SMALL_CLASS;
-                    i += 1;
-                }
-                let mut members = 0u64;
-                if chars.get(i) == Some(&']') {
-                    members += REGEX_LITERAL;
-                    i += 1;
-                }
-                let mut open = 1;
-                while i < chars.len() && open > 0 {
-                    let c = chars[i];
-                    i += 1;
-                    match c {
-                        '\\' => {
-                            let w = escape_weight(&chars, &mut i);
-                            members = members.saturating_add(w);
-                        }
-                        '[' => open += 1,
-                        ']' => open -= 1,
-                        _ => members = members.saturating_add(REGEX_LITERAL),
-                    }
-                }
-                groups[top].atom(weight.max(members));
-            }
-            '(' => groups.push(Group::default()),
-            ')' if top > 0 => {
-                let group = groups.pop().unwrap_or_default();
-                groups[top - 1].atom(group.total.saturating_add(REGEX_LITERAL));
-            }
-            '|' => groups[top].last = 0,
-            '*' | '+' | '?' => groups[top].total = groups[top].total.saturating_add(REGEX_LITERAL),
-            '{' => {
-                // `{n}`, `{n,}`, `{n,m}`: the last atom that many times.
-                let start = i;
-                while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == ',') {
-                    i += 1;
-                }
-                let bounds: String = chars[start..i].iter().collect();
-                let times = bounds
-                    .split(',')
-                    .filter_map(|n| n.parse::<u64>().ok())
-                    .max();
-                match times {
-                    Some(times) if chars.get(i) == Some(&'}') => {
-                        i += 1;
-                        let g = &mut groups[top];
-                        let copies = g.last.saturating_mul(times.max(1));
-                        g.total = g.total.saturating_add(copies.saturating_sub(g.last));
-                        g.last = copies;
-                    }
-                    _ => {
-                        i = start;
-                        groups[top].atom(REGEX_LITERAL);
-                    }
-                }
-            }
-            _ => groups[top].atom(REGEX_LITERAL),
-        }
-    }
-    groups
-        .iter()
-        .fold(0u64, |sum, g| sum.saturating_add(g.total))
-}
-
-/// The weight of the escape after a `\\` at `chars[*i]`, moving `*i` past
-/// it (and past a `{...}` argument).
-fn escape_weight(chars: &[char], i: &mut usize) -> u64 {
-    let escaped = chars.get(*i).copied();
-    *i += 1;
-    let skip_braces = |i: &mut usize| {
-        if chars.get(*i) == Some(&'{') {
-            while *i < chars.len() && chars[*i] != '}' {
-                *i += 1;
-            }
-            *i += 1;
-        }
-    };
-    match escaped {
-        Some('p' | 'P') => {
-            if chars.get(*i) == Some(&'{') {
-                skip_braces(i);
-            } else {
-                *i += 1;
-            }
-            REGEX_WORD_CLASS
-        }
-        Some('w' | 'W') => REGEX_WORD_CLASS,
-        Some('d' | 'D') => REGEX_DIGIT_CLASS,
-        Some('s' | 'S' | 'b' | 'B') => REGEX_SMALL_CLASS,
-        Some('x' | 'u' | 'U') => {
-            skip_braces(i);
-            REGEX_LITERAL
-        }
-        _ => REGEX_LITERAL,
     }
 }
 
@@ -708,17 +557,23 @@ mod tests {
 
     #[test]
     fn regular_expressions_are_weighed_by_what_they_compile_to() {
-        assert_eq!(regex_weight("abc"), 3 * REGEX_LITERAL);
-        assert_eq!(regex_weight("^a100$"), 6 * REGEX_LITERAL);
-        assert!(regex_weight(r"\w{1000}") >= 1000 * REGEX_WORD_CLASS);
-        assert!(regex_weight(r"(?:\w{100}){100}") > MAX_SELECTOR_COST);
-        assert!(regex_weight(r"[\p{L}\p{N}]{500}") > MAX_SELECTOR_COST);
-        assert!(regex_weight("(a{10}){10}") >= 100 * REGEX_LITERAL);
-        assert_eq!(regex_weight("a{"), 2 * REGEX_LITERAL, "not a repetition");
-        assert_eq!(regex_weight("[]a]b"), 3 * REGEX_LITERAL);
-        assert_eq!(regex_weight("[^a]"), REGEX_SMALL_CLASS);
-        assert!(regex_weight(".*[a-z]+") < 1_000);
-        let c = cost(r"device.driver.matches('(?:\\w{100}){100}')");
+        let small = cost("'H100'.matches('^gpu')");
+        assert!(small < 10_000, "{small}");
+        // Past the compiler's bound: refused before it runs, whatever the
+        // spacing verbose mode allows.
+        for big in [r"(?:\\w{100}){100}", r"(?x) \\w { 1 0 0 0 }", r"\\w{1000}"] {
+            let text = format!("device.driver.matches('{big}')");
+            let e = compile(&text).unwrap_err();
+            assert!(e.contains("more than 64 KiB"), "{text}: {e}");
+        }
+        // A pattern built at evaluation costs the most a compile can: a
+        // few such calls per device, not one per character.
+        let built = cost("'H100'.matches('\\\\w{10' + '00}')");
+        assert!(built >= super::super::cel_regex::BUILT_PATTERN, "{built}");
+        let c = cost(&format!(
+            "{}true",
+            "'H100'.matches('a' + 'b') && ".repeat(5)
+        ));
         assert!(c > MAX_SELECTOR_COST, "{c}");
     }
 

@@ -10,14 +10,42 @@ use cel::ParseErrors;
 /// Characters of a parser message kept (it may quote a long token).
 const MESSAGE_CHARS: usize = 200;
 
-/// The parse environment: CEL's standard macros and optional syntax, and
+/// What `matches` calls are parsed into: Accord's `matches`, on a bounded
+/// regex compiler (`cel_regex`). The crate's own overload cannot be
+/// replaced in its environment, so the call is renamed as it is parsed;
+/// `#` keeps the name out of any selector's reach.
+pub(crate) const BOUNDED_MATCHES: &str = "matches#bounded";
+
+/// The parse environment: CEL's standard macros and optional syntax,
 /// `cel.bind` (cel-go's `ext.Bindings`, which the scheduler's environment
-/// has: k8s.io/apiserver/pkg/cel/environment/base.go).
+/// has: k8s.io/apiserver/pkg/cel/environment/base.go), and `matches` in
+/// both forms renamed to [`BOUNDED_MATCHES`].
 pub(super) fn parser_env() -> cel::Env {
     let mut env = cel::Env::stdlib();
     env.add_macro(cel::parser::Macro::receiver("bind", 3, bind_macro))
         .expect("bind is not a standard macro");
+    env.add_macro(cel::parser::Macro::receiver("matches", 1, matches_macro))
+        .expect("matches is not a standard macro");
+    env.add_macro(cel::parser::Macro::global("matches", 2, matches_macro))
+        .expect("matches is not a standard macro");
     env
+}
+
+/// `s.matches(re)` and `matches(s, re)` as `matches#bounded(s, re)`.
+fn matches_macro(
+    helper: &mut cel::parser::MacroExprHelper<'_>,
+    target: &mut Option<cel::IdedExpr>,
+    args: &mut Vec<cel::IdedExpr>,
+) -> Result<Option<cel::IdedExpr>, cel::ParseError> {
+    let mut all: Vec<cel::IdedExpr> = target.take().into_iter().collect();
+    all.append(args);
+    Ok(Some(helper.next_expr(Expr::Call(
+        cel::common::ast::CallExpr {
+            func_name: BOUNDED_MATCHES.to_owned(),
+            target: None,
+            args: all,
+        },
+    ))))
 }
 
 /// Expands `cel.bind(name, init, result)` as cel-go does: a comprehension

@@ -5,6 +5,7 @@
 mod cel_env;
 mod cel_limits;
 mod cel_parse;
+mod cel_regex;
 mod devices;
 
 use std::collections::BTreeMap;
