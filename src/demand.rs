@@ -451,7 +451,7 @@ pub struct DemandError {
 
 impl Demand {
     pub fn from_json(text: &str, file: &str) -> Result<Demand, DemandError> {
-        serde_json::from_str(text).map_err(|e| DemandError {
+        crate::json::from_str(text).map_err(|e| DemandError {
             file: file.to_owned(),
             line: e.line(),
             column: e.column(),
@@ -535,48 +535,140 @@ impl Demand {
     }
 }
 
-/// Kubernetes' own bounds on a ResourceClaim (resource.k8s.io/v1:
-/// `DeviceRequestsMaxSize`, `DeviceConstraintsMaxSize`,
-/// `FirstAvailableDeviceRequestMaxSize`, `DeviceSelectorsMaxSize`); the API
-/// server refuses a claim past them, and so does a demand file.
+/// Kubernetes' own bounds on a ResourceClaim, resource.k8s.io/v1, as the
+/// API server validates them (k8s.io/kubernetes `pkg/apis/resource/types.go`:
+/// `DeviceRequestsMaxSize` (= `AllocationResultsMaxSize`, 32; also the
+/// requests one constraint names), `DeviceConstraintsMaxSize`,
+/// `DeviceConfigMaxSize`, `FirstAvailableDeviceRequestMaxSize`,
+/// `DeviceSelectorsMaxSize`, `DeviceTolerationsMaxLength`). A claim past
+/// them is refused by [`check_claim_bounds`]: in a demand file
+/// ([`Demand::validate`]) and in accord-kube's translation, before anything
+/// is built per request.
 pub const MAX_CLAIM_REQUESTS: usize = 32;
 pub const MAX_CLAIM_CONSTRAINTS: usize = 32;
+pub const MAX_CLAIM_CONFIG: usize = 32;
 pub const MAX_FIRST_AVAILABLE: usize = 8;
 pub const MAX_REQUEST_SELECTORS: usize = 32;
+pub const MAX_REQUEST_TOLERATIONS: usize = 16;
 
-fn check_claims(what: &str, claims: &[Claim], problems: &mut Vec<String>) {
-    for c in claims {
-        let at = format!("{what} claim {}", c.name);
-        if c.requests.len() > MAX_CLAIM_REQUESTS {
-            problems.push(format!(
-                "{at}: {} requests (at most {MAX_CLAIM_REQUESTS})",
-                c.requests.len()
-            ));
-        }
-        if c.constraints.len() > MAX_CLAIM_CONSTRAINTS {
-            problems.push(format!(
-                "{at}: {} constraints (at most {MAX_CLAIM_CONSTRAINTS})",
-                c.constraints.len()
-            ));
-        }
-        for r in &c.requests {
-            if r.first_available.len() > MAX_FIRST_AVAILABLE {
+/// A claim's lists, as Kubernetes bounds them, read by index and length
+/// only: the demand's [`Claim`] is one, accord-kube's view of a
+/// `ResourceClaimSpec` another, so [`check_claim_bounds`] is the one check
+/// of both, made before anything is built from the lists.
+pub trait ClaimLists {
+    /// How many requests.
+    fn requests(&self) -> usize;
+    /// Request `i`'s name.
+    fn request_name(&self, i: usize) -> &str;
+    /// How many `firstAvailable` subrequests request `i` has.
+    fn first_available(&self, i: usize) -> usize;
+    /// How many selectors and tolerations request `i`'s `exactly` (`sub`
+    /// `None`) or its subrequest `sub` has; (0, 0) where there is none.
+    fn device_lists(&self, i: usize, sub: Option<usize>) -> (usize, usize);
+    /// How many constraints.
+    fn constraints(&self) -> usize;
+    /// How many requests constraint `i` names.
+    fn constraint_requests(&self, i: usize) -> usize;
+    /// How many `config` entries (a demand file has none).
+    fn config(&self) -> usize {
+        0
+    }
+}
+
+/// Kubernetes' bounds on one claim (see [`MAX_CLAIM_REQUESTS`]): what is
+/// past them, one problem per list. A list's length is read before any of
+/// its items, and a list past its bound is not read into, so the work and
+/// the problems are bounded by the limits, never by the lists.
+pub fn check_claim_bounds(c: &impl ClaimLists) -> Vec<String> {
+    let mut problems = Vec::new();
+    let requests = c.requests();
+    if requests > MAX_CLAIM_REQUESTS {
+        problems.push(format!(
+            "{requests} requests (at most {MAX_CLAIM_REQUESTS})"
+        ));
+    } else {
+        for i in 0..requests {
+            let name = c.request_name(i);
+            let subs = c.first_available(i);
+            if subs > MAX_FIRST_AVAILABLE {
                 problems.push(format!(
-                    "{at} request {}: {} firstAvailable alternatives (at most {MAX_FIRST_AVAILABLE})",
-                    r.name,
-                    r.first_available.len()
+                    "request {name}: {subs} firstAvailable alternatives (at most {MAX_FIRST_AVAILABLE})"
                 ));
+                continue;
             }
-            for e in r.exactly.iter().chain(&r.first_available) {
-                if e.selectors.len() > MAX_REQUEST_SELECTORS {
+            for sub in std::iter::once(None).chain((0..subs).map(Some)) {
+                let (selectors, tolerations) = c.device_lists(i, sub);
+                if selectors > MAX_REQUEST_SELECTORS {
                     problems.push(format!(
-                        "{at} request {}: {} selectors (at most {MAX_REQUEST_SELECTORS})",
-                        r.name,
-                        e.selectors.len()
+                        "request {name}: {selectors} selectors (at most {MAX_REQUEST_SELECTORS})"
+                    ));
+                }
+                if tolerations > MAX_REQUEST_TOLERATIONS {
+                    problems.push(format!(
+                        "request {name}: {tolerations} tolerations (at most {MAX_REQUEST_TOLERATIONS})"
                     ));
                 }
             }
         }
+    }
+    let constraints = c.constraints();
+    if constraints > MAX_CLAIM_CONSTRAINTS {
+        problems.push(format!(
+            "{constraints} constraints (at most {MAX_CLAIM_CONSTRAINTS})"
+        ));
+    } else {
+        for i in 0..constraints {
+            let n = c.constraint_requests(i);
+            if n > MAX_CLAIM_REQUESTS {
+                problems.push(format!(
+                    "constraint {i}: {n} requests named (at most {MAX_CLAIM_REQUESTS})"
+                ));
+            }
+        }
+    }
+    let config = c.config();
+    if config > MAX_CLAIM_CONFIG {
+        problems.push(format!(
+            "{config} config entries (at most {MAX_CLAIM_CONFIG})"
+        ));
+    }
+    problems
+}
+
+impl ClaimLists for Claim {
+    fn requests(&self) -> usize {
+        self.requests.len()
+    }
+    fn request_name(&self, i: usize) -> &str {
+        &self.requests[i].name
+    }
+    fn first_available(&self, i: usize) -> usize {
+        self.requests[i].first_available.len()
+    }
+    fn device_lists(&self, i: usize, sub: Option<usize>) -> (usize, usize) {
+        let r = &self.requests[i];
+        match sub {
+            None => r.exactly.as_ref(),
+            Some(j) => r.first_available.get(j),
+        }
+        .map_or((0, 0), |e| (e.selectors.len(), e.tolerations.len()))
+    }
+    fn constraints(&self) -> usize {
+        self.constraints.len()
+    }
+    fn constraint_requests(&self, i: usize) -> usize {
+        self.constraints[i].requests.len()
+    }
+}
+
+fn check_claims(what: &str, claims: &[Claim], problems: &mut Vec<String>) {
+    for c in claims {
+        let at = format!("{what} claim {}", c.name);
+        problems.extend(
+            check_claim_bounds(c)
+                .into_iter()
+                .map(|p| format!("{at}: {p}")),
+        );
     }
 }
 
@@ -596,4 +688,75 @@ pub fn builtin_classes() -> Vec<DeviceClass> {
             selectors: vec!["device.driver == 'rdma.accord.dev'".into()],
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exact(selectors: usize) -> ExactRequest {
+        ExactRequest {
+            name: None,
+            device_class: "gpu.nvidia.com".into(),
+            selectors: vec!["true".into(); selectors],
+            count: 1,
+            allocation_mode: AllocationMode::default(),
+            capacity: BTreeMap::new(),
+            tolerations: Vec::new(),
+        }
+    }
+
+    fn request(name: &str, exactly: Option<ExactRequest>, alts: usize) -> DeviceRequest {
+        DeviceRequest {
+            name: name.into(),
+            exactly,
+            first_available: vec![exact(0); alts],
+        }
+    }
+
+    #[test]
+    fn claims_past_kubernetes_bounds_are_named_list_by_list() {
+        let within = Claim {
+            name: "c".into(),
+            requests: vec![request("r", Some(exact(MAX_REQUEST_SELECTORS)), 0); MAX_CLAIM_REQUESTS],
+            constraints: vec![
+                Constraint {
+                    requests: vec!["r".into(); MAX_CLAIM_REQUESTS],
+                    match_attribute: "a".into(),
+                };
+                MAX_CLAIM_CONSTRAINTS
+            ],
+        };
+        assert!(check_claim_bounds(&within).is_empty());
+        let huge = Claim {
+            name: "c".into(),
+            requests: vec![request("r", None, 0); 10_000],
+            constraints: vec![Constraint {
+                requests: vec!["r".into(); 10_000],
+                match_attribute: "a".into(),
+            }],
+        };
+        assert_eq!(
+            check_claim_bounds(&huge),
+            [
+                "10000 requests (at most 32)",
+                "constraint 0: 10000 requests named (at most 32)"
+            ]
+        );
+        let deep = Claim {
+            name: "c".into(),
+            requests: vec![
+                request("alts", None, 10_000),
+                request("sel", Some(exact(10_000)), 0),
+            ],
+            constraints: Vec::new(),
+        };
+        assert_eq!(
+            check_claim_bounds(&deep),
+            [
+                "request alts: 10000 firstAvailable alternatives (at most 8)",
+                "request sel: 10000 selectors (at most 32)"
+            ]
+        );
+    }
 }

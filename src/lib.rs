@@ -9,6 +9,7 @@ pub mod device;
 pub mod fit;
 pub mod fleet;
 pub mod hardware;
+pub mod json;
 pub mod lifecycle;
 pub mod names;
 pub mod plan;

@@ -9,7 +9,7 @@ use std::ffi::CStr;
 use std::path::Path;
 
 use accord::hardware::{
-    DistanceMatrix, Gpu, Machine, Nic, NicKind, NodeHardware, NumaNode, NvLink, NvLinkPeer,
+    limits, DistanceMatrix, Gpu, Machine, Nic, NicKind, NodeHardware, NumaNode, NvLink, NvLinkPeer,
     NvLinkPeerKind, NvSwitch, PciBusId, PciDevice, PciDeviceRole, PcieRoot, PcieSwitch, Source,
     SourceInfo,
 };
@@ -514,13 +514,14 @@ pub fn model_from_topology(topology: &Topology, origin: String) -> NodeHardware 
                 let memory_kib = osinfo("CUDAGlobalMemorySize")
                     .or_else(|| osinfo("OpenCLGlobalMemorySize"))
                     .and_then(|v| v.parse::<u64>().ok());
+                let memory_bytes = gpu_memory_bytes(memory_kib, bus_id, &mut hw.discovery.notes);
                 hw.gpus.push(Gpu {
                     index: 0,
                     uuid: osinfo("NVIDIAUUID"),
                     pci_bus_id: bus_id,
                     vendor: osinfo("GPUVendor").or_else(|| info(pci, "PCIVendor")),
                     model: osinfo("GPUModel").or_else(|| info(pci, "PCIDevice")),
-                    memory_bytes: memory_kib.map(|k| k * 1024),
+                    memory_bytes,
                     architecture: None,
                     compute_capability: osinfo("CUDAComputeCapability"),
                     numa_node,
@@ -563,7 +564,8 @@ pub fn model_from_topology(topology: &Topology, origin: String) -> NodeHardware 
             let n = objects.len();
             let values = distances.distances();
             if name == "NVLinkBandwidth" {
-                hw.nvlinks.extend(nvlinks_from_matrix(&objects, values));
+                let links = nvlinks_from_matrix(&objects, values, &mut hw.discovery.notes);
+                hw.nvlinks.extend(links);
                 continue;
             }
             let numa_ids: Option<Vec<u32>> = objects
@@ -593,6 +595,24 @@ pub fn model_from_topology(topology: &Topology, origin: String) -> NodeHardware 
 
 fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A GPU's memory in bytes from hwloc's KiB (`CUDAGlobalMemorySize`,
+/// `OpenCLGlobalMemorySize`): unknown, and said in a note, past the
+/// plausibility limit (which accordd holds reports to), where `* 1024`
+/// would also wrap.
+fn gpu_memory_bytes(kib: Option<u64>, bus_id: PciBusId, notes: &mut Vec<String>) -> Option<u64> {
+    let kib = kib?;
+    let bytes = kib
+        .checked_mul(1024)
+        .filter(|b| *b <= limits::GPU_MEMORY_BYTES);
+    if bytes.is_none() {
+        notes.push(format!(
+            "hwloc reports {kib} KiB of memory on GPU {bus_id}; more than {} GiB is not plausible: memory unknown",
+            limits::GPU_MEMORY_GIB
+        ));
+    }
+    bytes
 }
 
 fn nic_from(
@@ -664,8 +684,15 @@ fn nic_from(
 }
 
 /// hwloc's `NVLinkBandwidth` matrix (MB/s) over GPU OS devices and NVSwitch
-/// PCI devices, as connected pairs.
-fn nvlinks_from_matrix(objects: &[Option<&TopologyObject>], values: &[u64]) -> Vec<NvLink> {
+/// PCI devices, as connected pairs. A bandwidth past the plausibility limit
+/// is cut to it, and said in one note.
+fn nvlinks_from_matrix(
+    objects: &[Option<&TopologyObject>],
+    values: &[u64],
+    notes: &mut Vec<String>,
+) -> Vec<NvLink> {
+    let max = limits::NVLINK_BANDWIDTH_MBPS;
+    let mut cut: Vec<u64> = Vec::new();
     let n = objects.len();
     let peer = |obj: &TopologyObject| -> Option<NvLinkPeer> {
         let pci = if obj.object_type() == ObjectType::OSDevice {
@@ -694,16 +721,25 @@ fn nvlinks_from_matrix(objects: &[Option<&TopologyObject>], values: &[u64]) -> V
                 continue;
             }
             if let (Some(a), Some(b)) = (&peers[i], &peers[j]) {
+                if bw > max {
+                    cut.push(bw);
+                }
                 out.push(NvLink {
                     a: a.clone(),
                     b: b.clone(),
                     links: None,
-                    bandwidth_mbps: bw,
+                    bandwidth_mbps: bw.min(max),
                     version: None,
                     sources: vec![Source::Hwloc],
                 });
             }
         }
+    }
+    if let Some(largest) = cut.iter().max() {
+        notes.push(format!(
+            "hwloc's NVLinkBandwidth matrix holds {} bandwidths over {max} MB/s (up to {largest}); more is not plausible: cut to {max}",
+            cut.len()
+        ));
     }
     out
 }

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use accord::hardware::{
-    Disagreement, Gpu, NodeHardware, NvLink, NvLinkPeer, NvLinkPeerKind, NvSwitch, PciBusId,
-    Source, SourceInfo,
+    limits, Disagreement, Gpu, NodeHardware, NvLink, NvLinkPeer, NvLinkPeerKind, NvSwitch,
+    PciBusId, Source, SourceInfo,
 };
 
 use crate::nvml::{nvlink_link_bandwidth_mbps, NvmlSnapshot};
@@ -99,18 +99,21 @@ pub fn merge(hw: &mut NodeHardware, snapshot: &NvmlSnapshot, origin: String) {
         .filter(|d| d.vendor_id == NVIDIA_PCI_VENDOR)
         .map(|d| d.bus_id)
         .collect();
+    // hwloc-only GPUs are numbered after NVML's. Saturating: a snapshot's
+    // indexes are refused past the GPU limit when it is loaded
+    // (`nvml::check_snapshot`); this holds whatever the snapshot's source.
     let max_nvml_index = snapshot
         .devices
         .iter()
-        .map(|d| d.index + 1)
+        .map(|d| d.index.saturating_add(1))
         .max()
         .unwrap_or(0);
     let hwloc_only = hw
         .gpus
         .iter_mut()
         .filter(|g| !g.sources.contains(&Source::Nvml));
-    for (gpu, index) in hwloc_only.zip(max_nvml_index..) {
-        gpu.index = index;
+    for (i, gpu) in hwloc_only.enumerate() {
+        gpu.index = max_nvml_index.saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
         if nvidia_buses.contains(&gpu.pci_bus_id) && !nvml_buses.contains(&gpu.pci_bus_id) {
             disagree(
                 gpu.pci_bus_id,
@@ -155,14 +158,19 @@ fn merge_nvlinks(hw: &mut NodeHardware, snapshot: &NvmlSnapshot, out: &mut Vec<D
                 (peer, me.clone())
             };
             let entry = pairs.entry(key).or_default();
-            *entry.0.entry(dev.pci_bus_id).or_insert(0) += 1;
+            let n = entry.0.entry(dev.pci_bus_id).or_insert(0u32);
+            *n = n.saturating_add(1);
             entry.1 = entry.1.max(link.version.unwrap_or(0));
         }
     }
     for ((a, b), (per_side, version)) in pairs {
         // Both GPUs of a GPU–GPU pair report the same links; count once.
         let links = per_side.values().copied().max().unwrap_or(0);
-        let bandwidth = u64::from(links) * nvlink_link_bandwidth_mbps(version);
+        // Within the plausibility limit accordd holds reports to, however
+        // many links a snapshot lists.
+        let bandwidth = u64::from(links)
+            .saturating_mul(nvlink_link_bandwidth_mbps(version))
+            .min(limits::NVLINK_BANDWIDTH_MBPS);
         for peer in [&a, &b] {
             if peer.kind == NvLinkPeerKind::NvSwitch
                 && !hw
@@ -204,6 +212,113 @@ fn merge_nvlinks(hw: &mut NodeHardware, snapshot: &NvmlSnapshot, out: &mut Vec<D
                 version: (version > 0).then_some(version),
                 sources: vec![Source::Nvml],
             }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvml::{NvmlDevice, NvmlLink, SNAPSHOT_VERSION};
+
+    fn bus(s: &str) -> PciBusId {
+        s.parse().unwrap()
+    }
+
+    fn hwloc_gpu(pci_bus_id: PciBusId) -> Gpu {
+        Gpu {
+            index: 0,
+            uuid: None,
+            pci_bus_id,
+            vendor: None,
+            model: None,
+            memory_bytes: None,
+            architecture: None,
+            compute_capability: None,
+            numa_node: None,
+            pcie_root: None,
+            pcie_switch: None,
+            serial: None,
+            os_devices: Vec::new(),
+            fabric: None,
+            mig: None,
+            sources: vec![Source::Hwloc],
+        }
+    }
+
+    fn device(index: u32, pci_bus_id: PciBusId, nvlinks: Vec<NvmlLink>) -> NvmlDevice {
+        NvmlDevice {
+            index,
+            uuid: None,
+            name: None,
+            serial: None,
+            pci_bus_id,
+            memory_total_bytes: None,
+            architecture: None,
+            compute_capability: None,
+            numa_node: None,
+            nvlinks,
+            fabric: None,
+            mig: None,
+        }
+    }
+
+    fn snapshot(devices: Vec<NvmlDevice>) -> NvmlSnapshot {
+        NvmlSnapshot {
+            snapshot_version: SNAPSHOT_VERSION,
+            driver_version: None,
+            nvml_version: None,
+            cuda_driver_version: None,
+            devices,
+            notes: Vec::new(),
+        }
+    }
+
+    /// A snapshot file's indexes are refused past the GPU limit when it is
+    /// loaded; the merge saturates whatever snapshot it is given.
+    #[test]
+    fn a_hostile_nvml_gpu_index_saturates_in_the_merge_not_wraps() {
+        for index in [u32::MAX, u32::MAX - 1] {
+            let mut hw = NodeHardware::empty();
+            hw.gpus = vec![
+                hwloc_gpu(bus("0000:01:00.0")),
+                hwloc_gpu(bus("0000:02:00.0")),
+                hwloc_gpu(bus("0000:03:00.0")),
+            ];
+            let snap = snapshot(vec![device(index, bus("0000:01:00.0"), Vec::new())]);
+            merge(&mut hw, &snap, "test".into());
+            let indexes: Vec<u32> = hw.gpus.iter().map(|g| g.index).collect();
+            assert_eq!(indexes, vec![index, u32::MAX, u32::MAX], "{index}");
+        }
+    }
+
+    #[test]
+    fn nvlink_bandwidth_over_many_links_is_cut_to_the_limit() {
+        let gpu = bus("0000:01:00.0");
+        let switch = bus("0000:80:00.0");
+        let links = |n: u32| {
+            (0..n)
+                .map(|link| NvmlLink {
+                    link,
+                    active: true,
+                    version: Some(5),
+                    remote_pci_bus_id: Some(switch),
+                    remote_kind: NvLinkPeerKind::NvSwitch,
+                })
+                .collect()
+        };
+        // 2000 links of 50 000 MB/s: the limit; 2001: past it, cut.
+        for (n, want) in [(18, 900_000), (2000, 100_000_000), (2001, 100_000_000)] {
+            let mut hw = NodeHardware::empty();
+            hw.gpus = vec![hwloc_gpu(gpu)];
+            merge(
+                &mut hw,
+                &snapshot(vec![device(0, gpu, links(n))]),
+                "t".into(),
+            );
+            assert_eq!(hw.nvlinks.len(), 1);
+            assert_eq!(hw.nvlinks[0].links, Some(n));
+            assert_eq!(hw.nvlinks[0].bandwidth_mbps, want, "{n} links");
         }
     }
 }

@@ -242,15 +242,20 @@ impl Manifests {
         }
         let mut m = Manifests::default();
         for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-            let value = Value::deserialize(doc).map_err(|e| {
-                let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-                ManifestError::Yaml {
-                    file: file.to_owned(),
-                    line,
-                    column,
-                    message: e.to_string(),
-                }
-            })?;
+            // A key named twice in one mapping is refused (a plain Value
+            // keeps the last; Go's yaml.v3, which kubectl reads with,
+            // refuses it: "mapping key already defined").
+            let value = accord::json::UniqueValue::deserialize(doc)
+                .map(|v| v.0)
+                .map_err(|e| {
+                    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+                    ManifestError::Yaml {
+                        file: file.to_owned(),
+                        line,
+                        column,
+                        message: e.to_string(),
+                    }
+                })?;
             m.add(value, &format!("{file} document {}", i + 1));
         }
         Ok(m)

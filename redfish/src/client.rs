@@ -72,6 +72,13 @@ pub const DEFAULT_MAX_FAILED_LOGINS: u32 = 2;
 pub const DEFAULT_FAILED_LOGIN_WINDOW: Duration = Duration::from_secs(600);
 pub const DEFAULT_LOGIN_BACKOFF: Duration = Duration::from_secs(30);
 
+/// JSON values (objects, arrays, numbers, strings) in one answer at most:
+/// the largest recorded vendor answers (Dell, HPE, Supermicro, HGX, DMTF
+/// mockups) hold under 600, a BIOS of a few thousand
+/// attributes some thousands; 250,000 values take at most some 150 MB in
+/// memory, whatever 16 MiB of text they came as.
+pub const MAX_VALUES: usize = 250_000;
+
 /// [`BmcSettings::max_response_bytes`] unless the inventory says
 /// otherwise: far above any Redfish document (a BIOS attribute registry
 /// is a few MiB), far below what would hurt accordd.
@@ -530,7 +537,11 @@ impl Bmc {
         let (body, json_error) = if bytes.is_empty() {
             (Value::Null, None)
         } else {
-            match serde_json::from_slice(&bytes) {
+            // Strictly: a key named twice in one object (a PowerState,
+            // an ETag) is refused, not read as whichever came last (no
+            // recorded vendor mockup has one), and at most MAX_VALUES
+            // values (16 MiB of `[{},…]` would take gigabytes as values).
+            match accord::json::value_within(&bytes, MAX_VALUES) {
                 Ok(v) => (v, None),
                 Err(e) => (Value::Null, Some(e.to_string())),
             }

@@ -117,6 +117,18 @@ pub enum RedfishError {
         /// The `Content-Length` the BMC declared, when it did.
         declared: Option<u64>,
     },
+    /// A collection with more members than Accord reads
+    /// (`model::MAX_MEMBERS`): refused unwalked, none of its members read.
+    #[error("BMC {bmc}: GET {url}: {count} members, more than the {limit} Accord reads; {advice}")]
+    TooManyMembers {
+        bmc: String,
+        /// The collection's URL.
+        url: String,
+        count: usize,
+        limit: usize,
+        /// What the admin can do about it.
+        advice: &'static str,
+    },
     /// The document is not what a Redfish service answers there (HTML,
     /// not JSON, `null`, an array, an object without a service root's
     /// properties): `found` says what came back, escaped.
@@ -207,6 +219,7 @@ impl RedfishError {
             RedfishError::TaskFailed { .. } => "task_failed",
             RedfishError::TaskTimeout { .. } => "task_timeout",
             RedfishError::TooLarge { .. } => "too_large",
+            RedfishError::TooManyMembers { .. } => "too_many_members",
             RedfishError::NotRedfish { .. } => "not_redfish",
             RedfishError::Refused { .. } => "refused",
         }

@@ -183,17 +183,39 @@ pub fn check_root(v: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// The member paths of a collection.
-pub fn members(v: &Value, notes: &mut Vec<String>) -> Vec<String> {
-    v.get("Members")
-        .and_then(Value::as_array)
-        .map(|m| {
-            m.iter()
-                .filter_map(|x| x.get("@odata.id").and_then(Value::as_str))
-                .map(|s| normalize_path(s, notes, "Members"))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The most members of a collection (Systems, Chassis) and the most
+/// `Links.Chassis` of a system Accord reads. A BMC manages one machine, a
+/// chassis or blade enclosure a few dozen; a collection longer than this
+/// is refused unwalked ([`crate::RedfishError::TooManyMembers`]) rather
+/// than read member by member, a GET each.
+pub const MAX_MEMBERS: usize = 64;
+
+/// How many names of a list an error message shows ([`some_of`]).
+pub const NAMES_SHOWN: usize = 4;
+
+/// The member paths of a collection; `Err(count)`, none of them read or
+/// normalized, when it has more than [`MAX_MEMBERS`].
+pub fn members(v: &Value, notes: &mut Vec<String>) -> Result<Vec<String>, usize> {
+    let Some(m) = v.get("Members").and_then(Value::as_array) else {
+        return Ok(Vec::new());
+    };
+    if m.len() > MAX_MEMBERS {
+        return Err(m.len());
+    }
+    Ok(m.iter()
+        .filter_map(|x| x.get("@odata.id").and_then(Value::as_str))
+        .map(|s| normalize_path(s, notes, "Members"))
+        .collect())
+}
+
+/// At most [`NAMES_SHOWN`] of `names`, joined by commas, then "and N
+/// more": a list for an error message that stays short.
+pub fn some_of(names: &[String]) -> String {
+    let shown = names[..names.len().min(NAMES_SHOWN)].join(", ");
+    match names.len().saturating_sub(NAMES_SHOWN) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
 }
 
 /// Splits AllowableValues as firmware sends them: an array of names, but
@@ -340,17 +362,24 @@ pub fn parse_system(path: &str, v: &Value) -> SystemInfo {
         .and_then(|b| b.get("BootSourceOverrideTarget@Redfish.AllowableValues"))
         .map(|x| split_allowable(x, &mut boot_notes))
         .unwrap_or_default();
-    let chassis = v
+    let chassis_links = v
         .get("Links")
         .and_then(|l| l.get("Chassis"))
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c.get("@odata.id").and_then(Value::as_str))
-                .map(|s| normalize_path(s, &mut notes, "Links.Chassis"))
-                .collect()
-        })
+        .map(Vec::as_slice)
         .unwrap_or_default();
+    if chassis_links.len() > MAX_MEMBERS {
+        notes.push(format!(
+            "Links.Chassis: {} links, more than the {MAX_MEMBERS} Accord reads; only the first {MAX_MEMBERS} read",
+            chassis_links.len()
+        ));
+    }
+    let chassis = chassis_links
+        .iter()
+        .take(MAX_MEMBERS)
+        .filter_map(|c| c.get("@odata.id").and_then(Value::as_str))
+        .map(|s| normalize_path(s, &mut notes, "Links.Chassis"))
+        .collect();
     SystemInfo {
         path: path.to_owned(),
         id: string(v, "Id"),
@@ -748,6 +777,33 @@ mod tests {
             let e = check_root(&doc).unwrap_err();
             assert!(e.contains(why), "{doc}: {e}");
         }
+    }
+
+    #[test]
+    fn long_collections_and_chassis_links_are_not_read() {
+        let many = |n: usize| -> Vec<Value> {
+            (0..n)
+                .map(|i| json!({"@odata.id": format!("https://bmc/redfish/v1/Systems/{i}/")}))
+                .collect()
+        };
+        let mut notes = Vec::new();
+        let ok = members(&json!({"Members": many(MAX_MEMBERS)}), &mut notes).unwrap();
+        assert_eq!(ok.len(), MAX_MEMBERS);
+        let mut notes = Vec::new();
+        assert_eq!(
+            members(&json!({"Members": many(100_000)}), &mut notes),
+            Err(100_000)
+        );
+        assert!(notes.is_empty(), "nothing normalized: {}", notes.len());
+        let s = parse_system("/s", &json!({"Links": {"Chassis": many(100_000)}}));
+        assert_eq!(s.chassis.len(), MAX_MEMBERS);
+        // No Reset action, the links left unread, two repairs per link read.
+        assert_eq!(s.notes.len(), 2 + 2 * MAX_MEMBERS, "{:?}", &s.notes[..3]);
+        assert!(s.notes[1].contains("100000 links"), "{}", s.notes[1]);
+        let names: Vec<String> = (0..10).map(|i| format!("/s/{i}")).collect();
+        assert_eq!(some_of(&names), "/s/0, /s/1, /s/2, /s/3 and 6 more");
+        assert_eq!(some_of(&names[..2]), "/s/0, /s/1");
+        assert_eq!(some_of(&[]), "");
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub struct BiosOutcome {
     pub dry_run: bool,
 }
 
+/// [`RedfishError::TooManyMembers`]' advice for a Systems collection.
+pub(crate) const SET_SYSTEM: &str =
+    "set `system` in the inventory to the Id or path of the system to manage";
+
 impl Bmc {
     /// The system this BMC manages: the configured Id or path, else the
     /// Systems collection's only member, or only member with a Reset action.
@@ -64,7 +68,8 @@ impl Bmc {
                     return Ok(format!("{systems}/{sys}"));
                 }
                 let reply = self.get(&systems).await?;
-                let members = model::members(&reply.body, &mut Vec::new());
+                let members =
+                    self.members_of(&systems, &reply.body, &mut Vec::new(), SET_SYSTEM)?;
                 if members.len() == 1 {
                     return Ok(members[0].clone());
                 }
@@ -81,15 +86,35 @@ impl Bmc {
                         bmc: self.name().to_owned(),
                         system: systems.clone(),
                         what: format!(
-                            "{} systems ({}); set `system` in the inventory to choose one",
+                            "{} systems ({}), {} with a Reset action; set `system` in the \
+                             inventory to choose one",
                             members.len(),
-                            members.join(", ")
+                            model::some_of(&members),
+                            resettable.len()
                         ),
                     }),
                 }
             })
             .await
             .map(String::as_str)
+    }
+
+    /// A collection's members, or [`RedfishError::TooManyMembers`] (none
+    /// of them read) past [`model::MAX_MEMBERS`].
+    pub(crate) fn members_of(
+        &self,
+        path: &str,
+        collection: &Value,
+        notes: &mut Vec<String>,
+        advice: &'static str,
+    ) -> Result<Vec<String>, RedfishError> {
+        model::members(collection, notes).map_err(|count| RedfishError::TooManyMembers {
+            bmc: self.name().to_owned(),
+            url: self.url(path),
+            count,
+            limit: model::MAX_MEMBERS,
+            advice,
+        })
     }
 
     async fn systems_collection(&self) -> Result<String, RedfishError> {
@@ -525,12 +550,21 @@ impl Bmc {
 
     /// [`Bmc::power_watts`] for a system already read: its `Links.Chassis`,
     /// else every chassis; `EnvironmentMetrics` before the legacy `Power`.
+    /// At most [`model::MAX_MEMBERS`] chassis are read (`parse_system`
+    /// keeps no more links; a longer Chassis collection is refused).
     pub async fn power_watts_for(&self, system: &SystemInfo) -> Result<Option<f64>, RedfishError> {
         let mut chassis = system.chassis.clone();
         if chassis.is_empty() {
             if let Some(c) = self.root().await?.chassis.clone() {
                 match self.get(&c).await {
-                    Ok(r) => chassis = model::members(&r.body, &mut Vec::new()),
+                    Ok(r) => {
+                        chassis = self.members_of(
+                            &c,
+                            &r.body,
+                            &mut Vec::new(),
+                            "chassis power is not read from it",
+                        )?
+                    }
                     Err(e) if e.status().is_some() => return Ok(None),
                     Err(e) => return Err(e),
                 }

@@ -42,7 +42,12 @@ pub async fn probe(bmc: &Bmc) -> Result<ProbeReport, RedfishError> {
         .unwrap_or_else(|| "/redfish/v1/Systems".to_owned());
     let collection = bmc.get(&systems_path).await?;
     let mut notes = Vec::new();
-    let members = model::members(&collection.body, &mut notes);
+    let members = bmc.members_of(
+        &systems_path,
+        &collection.body,
+        &mut notes,
+        crate::ops::SET_SYSTEM,
+    )?;
     tolerated.extend(notes.into_iter().map(|n| format!("{systems_path}: {n}")));
     let mut systems = Vec::new();
     for m in members {

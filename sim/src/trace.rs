@@ -82,9 +82,9 @@ impl Trace {
     pub fn from_json(text: &str, file: &str) -> Result<Trace, TraceError> {
         // The trace shape first, for its located error; then the demand
         // shape (both deny unknown keys, so neither passes for the other).
-        let trace = match serde_json::from_str::<Trace>(text) {
+        let trace = match accord::json::from_str::<Trace>(text) {
             Ok(t) => t,
-            Err(trace_err) => match serde_json::from_str::<Demand>(text) {
+            Err(trace_err) => match accord::json::from_str::<Demand>(text) {
                 Ok(d) => Trace {
                     device_classes: d.device_classes,
                     jobs: d

@@ -9,13 +9,21 @@
 //! reader allocates by an unchecked number. Constants: changing one is a
 //! code change, on purpose.
 
-/// GPUs per node (an HGX/DGX board has 8, the largest systems 16).
+/// GPUs per node (an HGX/DGX board has 8, the largest systems 16); a
+/// GPU's index (NVML's, nvidia-smi's minor number) is below it.
 pub const GPUS: usize = 64;
 /// GPUs under one PCIe root: the fleet's synthetic model makes them PCI
 /// devices 0.. on the root's bus, its NIC device 0x1f.
 pub const GPUS_PER_PCIE_ROOT: u32 = 16;
 /// Memory per GPU, GiB (the largest today have under 300).
 pub const GPU_MEMORY_GIB: u64 = 4096;
+/// [`GPU_MEMORY_GIB`] in MiB (a MIG profile's or instance's memory) and
+/// in bytes (a GPU's `memory_bytes`).
+pub const GPU_MEMORY_MIB: u64 = GPU_MEMORY_GIB << 10;
+pub const GPU_MEMORY_BYTES: u64 = GPU_MEMORY_GIB << 30;
+/// NVLink bandwidth between two devices, MB/s one direction (an NVLink 5
+/// GPU has 18 links of 50 GB/s: 900 000 MB/s in all).
+pub const NVLINK_BANDWIDTH_MBPS: u64 = 100_000_000;
 /// Processes named per busy GPU in a command's outcome.
 pub const PIDS_PER_GPU: usize = 1024;
 /// NICs per node, counting every port and virtual function reported.

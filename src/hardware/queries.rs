@@ -146,7 +146,8 @@ impl NodeHardware {
     }
 
     /// NVLink bandwidth (MB/s, one direction) between two devices that are
-    /// linked directly; 0 when they are not.
+    /// linked directly; 0 when they are not. Saturating: a model may come
+    /// from an agent's report.
     pub fn nvlink_bandwidth(&self, a: &PciBusId, b: &PciBusId) -> u64 {
         self.nvlinks
             .iter()
@@ -154,8 +155,7 @@ impl NodeHardware {
                 (l.a.pci_bus_id == *a && l.b.pci_bus_id == *b)
                     || (l.a.pci_bus_id == *b && l.b.pci_bus_id == *a)
             })
-            .map(|l| l.bandwidth_mbps)
-            .sum()
+            .fold(0u64, |sum, l| sum.saturating_add(l.bandwidth_mbps))
     }
 
     /// Counts of GPUs by model, for summaries and labels.
@@ -174,5 +174,39 @@ impl NodeHardware {
             .iter()
             .filter_map(|g| g.pcie_root.as_deref())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{NvLink, NvLinkPeer, Source};
+    use super::*;
+
+    #[test]
+    fn nvlink_bandwidth_past_u64_saturates_not_wraps() {
+        let a: PciBusId = "0000:34:00.0".parse().unwrap();
+        let b: PciBusId = "0000:36:00.0".parse().unwrap();
+        let link = |bandwidth_mbps| NvLink {
+            a: NvLinkPeer {
+                kind: NvLinkPeerKind::Gpu,
+                pci_bus_id: a,
+            },
+            b: NvLinkPeer {
+                kind: NvLinkPeerKind::Gpu,
+                pci_bus_id: b,
+            },
+            links: None,
+            bandwidth_mbps,
+            version: None,
+            sources: vec![Source::Nvml],
+        };
+        let mut hw = NodeHardware::empty();
+        // Two records of one pair (a report may hold both): their sum
+        // passes u64; `.sum()` wrapped it to 1 (or panicked).
+        hw.nvlinks = vec![link(u64::MAX), link(2)];
+        assert_eq!(hw.nvlink_bandwidth(&a, &b), u64::MAX);
+        assert_eq!(hw.nvlink_bandwidth(&b, &a), u64::MAX);
+        hw.nvlinks = vec![link(25_000), link(50_000)];
+        assert_eq!(hw.nvlink_bandwidth(&a, &b), 75_000);
     }
 }

@@ -173,7 +173,7 @@ fn relayout(
         }
         let mem = state
             .profile(&inst.profile)
-            .map_or(0, |pr| pr.memory_mib << 20);
+            .map_or(0, |pr| pr.memory_mib.saturating_mul(1 << 20));
         devices.push(Device {
             name: format!("gpu-{gi}-mig-{}", inst.id).into(),
             driver: GPU_DRIVER.into(),
@@ -221,4 +221,63 @@ pub fn same_layout(a: &MigState, b: &MigState) -> bool {
         v
     };
     a.current_mode == b.current_mode && key(a) == key(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::to_milli;
+    use crate::hardware::{MigPlacement, MigProfile};
+
+    const FLEET: &str = r#"
+[profiles.h100]
+gpus = 1
+gpu_model = "NVIDIA H100 80GB HBM3"
+gpu_memory_gib = 80
+cpu = "16"
+memory = "64Gi"
+
+[[nodes]]
+name = "n1"
+profile = "h100"
+power = "on"
+"#;
+
+    #[test]
+    fn a_mig_profile_memory_past_u64_bytes_saturates_not_wraps() {
+        let mut fleet =
+            crate::fleet::Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into()))
+                .unwrap();
+        let mut node = fleet.nodes.remove(0);
+        // 2^44 MiB is 2^64 bytes: `<< 20` dropped every bit (0 bytes).
+        let placement = MigPlacement { start: 0, size: 1 };
+        let state = MigState {
+            capable: true,
+            current_mode: MigMode::Enabled,
+            pending_mode: MigMode::Enabled,
+            profiles: vec![MigProfile {
+                id: 19,
+                name: "1g.huge".into(),
+                slices: 1,
+                memory_mib: 1 << 44,
+                max_count: 7,
+                sm_count: None,
+                placements: vec![placement],
+            }],
+            gpu_instances: vec![GpuInstance {
+                id: 1,
+                profile: "1g.huge".into(),
+                profile_id: Some(19),
+                placement: Some(placement),
+                compute_instances: Vec::new(),
+            }],
+        };
+        expect_layout(&mut node, 0, &state);
+        let mig = node
+            .devices
+            .iter()
+            .find(|d| d.kind == DeviceKind::Mig)
+            .expect("a MIG device");
+        assert_eq!(mig.capacity[MEMORY], to_milli(u64::MAX));
+    }
 }

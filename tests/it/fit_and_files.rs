@@ -351,7 +351,7 @@ fn hostile_selectors_are_invalid_not_a_hang_or_a_crash() {
         ),
         (
             "device.driver.matches('(?:\\\\w{100}){100}')".to_owned(),
-            "too costly",
+            "compiles to more than 64 KiB",
         ),
     ];
     for (selector, needle) in &hostile {
@@ -843,4 +843,43 @@ fn reference_config_files_parse() {
         checked += 1;
     }
     assert!(checked >= 1);
+}
+
+/// A model file's MIG instances are checked against NVIDIA's tables as a
+/// report's are: seven 7g.80gb on one H100 are refused, naming the file.
+#[test]
+fn a_model_files_mig_instances_are_checked() {
+    let text = include_str!("../fixtures/models/h100-8gpu-mig.json");
+    let mut hw: accord::hardware::NodeHardware = serde_json::from_str(text).unwrap();
+    let good = hw.clone();
+    let mig = hw.gpus[0].mig.as_mut().unwrap();
+    let whole = mig
+        .profiles
+        .iter()
+        .find(|p| p.name == "7g.80gb")
+        .expect("the H100 has 7g.80gb")
+        .clone();
+    let placement = accord::hardware::mig::MigPlacement { start: 0, size: 8 };
+    mig.gpu_instances = (0..7)
+        .map(|id| accord::hardware::mig::GpuInstance {
+            id,
+            profile: whole.name.clone(),
+            profile_id: Some(whole.id),
+            placement: Some(placement),
+            compute_instances: Vec::new(),
+        })
+        .collect();
+    let fleet = |hw: accord::hardware::NodeHardware| {
+        Fleet::from_toml(
+            "[[nodes]]\nname = \"n1\"\nhardware = \"n1.json\"\n",
+            "fleet.toml",
+            &mut |_| Ok(hw.clone()),
+        )
+    };
+    fleet(good).unwrap();
+    let err = fleet(hw).unwrap_err().to_string();
+    assert!(
+        err.contains("n1.json") && err.contains("gpus[0].mig"),
+        "{err}"
+    );
 }

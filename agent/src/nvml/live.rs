@@ -50,7 +50,15 @@ pub fn collect() -> LiveNvml {
         devices: Vec::new(),
         notes: Vec::new(),
     };
-    for index in 0..count {
+    // A driver answering an implausible count would keep this loop going
+    // for hours, and past the GPU limit accordd refuses the report.
+    let cap = u32::try_from(accord::hardware::limits::GPUS).unwrap_or(u32::MAX);
+    if count > cap {
+        snapshot.notes.push(format!(
+            "NVML reports {count} GPUs; more than {cap} is not plausible: the first {cap} are read"
+        ));
+    }
+    for index in 0..count.min(cap) {
         match nvml.device_by_index(index) {
             Ok(device) => {
                 let (dev, notes) = read_device(index, &device);

@@ -10,7 +10,7 @@ pub mod nvidia_smi;
 
 use std::path::Path;
 
-use accord::hardware::{GpuFabric, MigState, NvLinkPeerKind, PciBusId};
+use accord::hardware::{limits, GpuFabric, MigState, NvLinkPeerKind, PciBusId};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{read_file, DiscoveryError, Result};
@@ -79,7 +79,7 @@ pub fn load_snapshot(path: &Path) -> Result<NvmlSnapshot> {
         path: path.to_owned(),
         reason,
     };
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let value: serde_json::Value = accord::json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let version = value
         .get("snapshot_version")
         .and_then(serde_json::Value::as_u64)
@@ -93,5 +93,56 @@ pub fn load_snapshot(path: &Path) -> Result<NvmlSnapshot> {
         });
     }
     // Parse the text again (not the Value) so errors carry line and column.
-    serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+    let snapshot: NvmlSnapshot = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    check_snapshot(&snapshot).map_err(bad)?;
+    Ok(snapshot)
+}
+
+/// A GPU index below [`limits::GPUS`].
+pub(crate) fn plausible_index(index: u64) -> bool {
+    usize::try_from(index).is_ok_and(|i| i < limits::GPUS)
+}
+
+/// The numbers of a snapshot against the plausibility limits: GPU indexes
+/// below [`limits::GPUS`] (the merge numbers hwloc-only GPUs after the
+/// largest), memory within [`limits::GPU_MEMORY_GIB`]. Past them a file is
+/// hostile or broken, and what it says would be refused by accordd anyway:
+/// refused, naming the field and value.
+pub fn check_snapshot(snapshot: &NvmlSnapshot) -> std::result::Result<(), String> {
+    let over = |field: String, value: u64, limit: u64| {
+        format!("{field}: {value}; at most {limit} accepted (plausibility limit)")
+    };
+    for (i, d) in snapshot.devices.iter().enumerate() {
+        if !plausible_index(u64::from(d.index)) {
+            return Err(format!(
+                "devices[{i}].index: {}; a GPU index is below {} (plausibility limit)",
+                d.index,
+                limits::GPUS
+            ));
+        }
+        if let Some(m) = d.memory_total_bytes {
+            if m > limits::GPU_MEMORY_BYTES {
+                let field = format!("devices[{i}].memory_total_bytes");
+                return Err(over(field, m, limits::GPU_MEMORY_BYTES));
+            }
+        }
+        let Some(mig) = &d.mig else { continue };
+        for (j, p) in mig.profiles.iter().enumerate() {
+            if p.memory_mib > limits::GPU_MEMORY_MIB {
+                let field = format!("devices[{i}].mig.profiles[{j}].memory_mib");
+                return Err(over(field, p.memory_mib, limits::GPU_MEMORY_MIB));
+            }
+        }
+        for (j, gi) in mig.gpu_instances.iter().enumerate() {
+            for (k, ci) in gi.compute_instances.iter().enumerate() {
+                if let Some(m) = ci.memory_mib.filter(|m| *m > limits::GPU_MEMORY_MIB) {
+                    let field = format!(
+                        "devices[{i}].mig.gpu_instances[{j}].compute_instances[{k}].memory_mib"
+                    );
+                    return Err(over(field, m, limits::GPU_MEMORY_MIB));
+                }
+            }
+        }
+    }
+    Ok(())
 }

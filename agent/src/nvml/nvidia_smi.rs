@@ -10,7 +10,7 @@ use std::path::Path;
 
 use accord::hardware::mig::catalog;
 use accord::hardware::{
-    ComputeInstance, GpuFabric, GpuInstance, MigMode, MigProfile, MigState, PciBusId,
+    limits, ComputeInstance, GpuFabric, GpuInstance, MigMode, MigProfile, MigState, PciBusId,
 };
 use roxmltree::Node;
 
@@ -95,15 +95,15 @@ pub fn import(xml: &str) -> std::result::Result<NvmlSnapshot, String> {
                 state: text(f, "state"),
             })
         });
+        let gpu_index = gpu_index(gpu, index)?;
+        let memory_total_bytes = memory_bytes(gpu, index, &mut snapshot.notes);
         snapshot.devices.push(NvmlDevice {
-            index: text(gpu, "minor_number")
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(u32::try_from(index).unwrap_or(u32::MAX)),
+            index: gpu_index,
             uuid: text(gpu, "uuid"),
             name,
             serial: text(gpu, "serial"),
             pci_bus_id,
-            memory_total_bytes: mib(gpu, "fb_memory_usage/total").map(|m| m * 1024 * 1024),
+            memory_total_bytes,
             architecture: text(gpu, "product_architecture"),
             compute_capability: None,
             numa_node: text(gpu, "numa_node").and_then(|n| n.parse().ok()),
@@ -120,7 +120,44 @@ pub fn import(xml: &str) -> std::result::Result<NvmlSnapshot, String> {
             ));
         }
     }
+    // What the import keeps is within the limits a snapshot file is held to.
+    super::check_snapshot(&snapshot)?;
     Ok(snapshot)
+}
+
+/// The GPU's index: its `minor_number`, else its place in the dump. Refused
+/// at or past the GPU limit (the merge numbers hwloc-only GPUs after the
+/// largest).
+fn gpu_index(gpu: Node<'_, '_>, position: usize) -> std::result::Result<u32, String> {
+    let minor = text(gpu, "minor_number").and_then(|m| m.parse::<u64>().ok());
+    let (what, value) = match minor {
+        Some(m) => ("minor_number", m),
+        None => ("index (no minor_number)", position as u64),
+    };
+    match u32::try_from(value) {
+        Ok(i) if super::plausible_index(value) => Ok(i),
+        _ => Err(format!(
+            "<gpu> #{position}: {what} {value}; a GPU index is below {} (plausibility limit)",
+            limits::GPUS
+        )),
+    }
+}
+
+/// `fb_memory_usage/total` in bytes: unknown, and said in a note, past the
+/// plausibility limit (which accordd holds reports to), where MiB → bytes
+/// would also wrap.
+fn memory_bytes(gpu: Node<'_, '_>, position: usize, notes: &mut Vec<String>) -> Option<u64> {
+    let m = mib(gpu, "fb_memory_usage/total")?;
+    let bytes = m
+        .checked_mul(1 << 20)
+        .filter(|b| *b <= limits::GPU_MEMORY_BYTES);
+    if bytes.is_none() {
+        notes.push(format!(
+            "<gpu> #{position}: fb_memory_usage/total is {m} MiB; more than {} GiB is not plausible: memory unknown",
+            limits::GPU_MEMORY_GIB
+        ));
+    }
+    bytes
 }
 
 fn import_mig(gpu: Node<'_, '_>, model: Option<&str>, notes: &mut Vec<String>) -> Option<MigState> {
@@ -142,7 +179,8 @@ fn import_mig(gpu: Node<'_, '_>, model: Option<&str>, notes: &mut Vec<String>) -
             .unwrap_or(0);
         let sms: Option<u32> =
             text(dev, "device_attributes/shared/multiprocessor_count").and_then(|v| v.parse().ok());
-        let memory_mib = mib(dev, "fb_memory_usage/total");
+        // Unknown past the plausibility limit (accordd's too).
+        let memory_mib = mib(dev, "fb_memory_usage/total").filter(|m| *m <= limits::GPU_MEMORY_MIB);
         let entry = instances.entry(gi).or_insert_with(|| {
             let profile = match_profile(&profiles, sms, memory_mib);
             if profile.is_none() {
@@ -177,8 +215,8 @@ fn import_mig(gpu: Node<'_, '_>, model: Option<&str>, notes: &mut Vec<String>) -
     })
 }
 
-/// The published profile with this SM count and memory. `+me` variants share
-/// both with their plain profile; the plain one is chosen.
+/// The published profile with this SM count and memory (within 1%). `+me`
+/// variants share both with their plain profile; the plain one is chosen.
 fn match_profile(
     profiles: &[MigProfile],
     sms: Option<u32>,
@@ -189,5 +227,25 @@ fn match_profile(
         .iter()
         .filter(|p| !p.name.ends_with("+me"))
         .filter(|p| sms.is_none() || p.sm_count == sms)
-        .find(|p| p.memory_mib.abs_diff(memory_mib) * 100 <= p.memory_mib)
+        // `d <= m / 100` is `d * 100 <= m` for integers, and cannot wrap.
+        .find(|p| p.memory_mib.abs_diff(memory_mib) <= p.memory_mib / 100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mig_memory_far_from_every_profile_matches_none_not_wraps() {
+        let profiles = catalog::profiles_for_model("NVIDIA A100-SXM4-80GB").unwrap();
+        let name = |sms, mib| match_profile(&profiles, sms, mib).map(|p| p.name.as_str());
+        assert_eq!(name(Some(14), Some(19968)), Some("1g.20gb"));
+        // Within 1% of 19968 MiB (199 MiB), not 200.
+        assert_eq!(name(Some(14), Some(19968 + 199)), Some("1g.20gb"));
+        assert_eq!(name(Some(14), Some(19968 + 200)), None);
+        // `abs_diff * 100` wrapped (a debug build panicked) and could match.
+        assert_eq!(name(None, Some(u64::MAX)), None);
+        assert_eq!(name(None, Some(u64::MAX / 50)), None);
+        assert_eq!(name(Some(14), Some(184_467_440_737_095_516 + 19968)), None);
+    }
 }

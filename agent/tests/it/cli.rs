@@ -117,6 +117,26 @@ fn capture_replays_like_the_live_host() {
     assert_eq!(model["pcie"], replay["pcie"]);
 }
 
+/// `capture` runs as root: links planted in its directory are replaced,
+/// never followed, and what they point at is left as it was.
+#[test]
+fn capture_replaces_planted_symlinks_and_leaves_their_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let victim = elsewhere.path().join("shadow");
+    std::fs::write(&victim, "precious\n").unwrap();
+    for name in ["topology.xml", "nvml.json", "model.json"] {
+        std::os::unix::fs::symlink(&victim, dir.path().join(name)).unwrap();
+    }
+    let out = agent(&["capture", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    for name in ["topology.xml", "model.json"] {
+        let meta = std::fs::symlink_metadata(dir.path().join(name)).unwrap();
+        assert!(meta.file_type().is_file(), "{name} is still a link");
+    }
+}
+
 fn assert_one_line_error(out: &Output, file: &Path, needle: &str) {
     assert!(!out.status.success());
     let err = stderr(out);

@@ -460,3 +460,242 @@ fn golden_models_are_current() {
         );
     }
 }
+
+/// `text` with `from` replaced once (it must be there), written to a file
+/// `name` in `dir`.
+fn edited(dir: &tempfile::TempDir, rel: &str, name: &str, from: &str, to: &str) -> PathBuf {
+    let text = std::fs::read_to_string(fixture(rel)).unwrap();
+    assert!(text.contains(from), "{rel} holds {from:?}");
+    let path = dir.path().join(name);
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    path
+}
+
+fn discover_xml(path: &std::path::Path) -> NodeHardware {
+    discover(Sources {
+        hwloc_xml: Some(path),
+        ..Sources::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_gpu_memory_size_past_u64_in_hwloc_xml_is_unknown_not_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let rel = "hwloc/32em64t-2n8c2t-pci-wholeio.xml";
+    let cuda = bus("0000:84:00.0");
+    assert_eq!(
+        from_xml(rel).gpu(&cuda).unwrap().memory_bytes,
+        Some(11_796_032 << 10)
+    );
+    // 2^54 KiB is 2^64 bytes: `* 1024` wrapped it to 0 (a debug build
+    // panicked); just past the limit (4096 GiB + 1 KiB) is no GPU either.
+    for kib in ["18014398509481984", "4294967297", "18446744073709551615"] {
+        let path = edited(
+            &dir,
+            rel,
+            "topology.xml",
+            r#"name="CUDAGlobalMemorySize" value="11796032""#,
+            &format!(r#"name="CUDAGlobalMemorySize" value="{kib}""#),
+        );
+        let hw = discover_xml(&path);
+        assert_eq!(hw.gpu(&cuda).unwrap().memory_bytes, None, "{kib} KiB");
+        assert!(
+            hw.discovery.notes.iter().any(|n| n
+                == &format!(
+                    "hwloc reports {kib} KiB of memory on GPU 0000:84:00.0; more than 4096 GiB is not plausible: memory unknown"
+                )),
+            "{:?}",
+            hw.discovery.notes
+        );
+    }
+    // At the limit: taken.
+    let path = edited(
+        &dir,
+        rel,
+        "topology.xml",
+        r#"name="CUDAGlobalMemorySize" value="11796032""#,
+        r#"name="CUDAGlobalMemorySize" value="4294967296""#,
+    );
+    assert_eq!(
+        discover_xml(&path).gpu(&cuda).unwrap().memory_bytes,
+        Some(4096 << 30)
+    );
+}
+
+#[test]
+fn an_nvlink_bandwidth_past_the_limit_in_hwloc_xml_is_cut_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rel = "hwloc/nvidiaDGX2.xml";
+    let text = std::fs::read_to_string(fixture(rel)).unwrap();
+    let matrix = text.find(r#"name="NVLinkBandwidth""#).unwrap();
+    // A `length` attribute counts the element's characters.
+    let values = |v: &str| format!(r#"<u64values length="{}">{v}</u64values>"#, v.len());
+    let row = values("0 0 0 0 0 0 25000 25000 25000 25000 ");
+    let at = matrix + text[matrix..].find(&row).unwrap();
+    let hostile = format!(
+        "{}{}{}",
+        &text[..at],
+        values("0 0 0 0 0 0 18446744073709551615 25000 25000 25000 "),
+        &text[at + row.len()..]
+    );
+    let path = dir.path().join("topology.xml");
+    std::fs::write(&path, hostile).unwrap();
+    let hw = discover_xml(&path);
+    let max = accord::hardware::limits::NVLINK_BANDWIDTH_MBPS;
+    let cut: Vec<_> = hw
+        .nvlinks
+        .iter()
+        .filter(|l| l.bandwidth_mbps != 25_000)
+        .collect();
+    assert_eq!(cut.len(), 1, "{cut:?}");
+    assert_eq!(cut[0].bandwidth_mbps, max);
+    assert!(
+        hw.discovery.notes.iter().any(|n| n.starts_with(
+            "hwloc's NVLinkBandwidth matrix holds 1 bandwidths over 100000000 MB/s (up to 18446744073709551615)"
+        )),
+        "{:?}",
+        hw.discovery.notes
+    );
+    // Sums over the pair saturate rather than wrap (the core's query).
+    assert_eq!(
+        hw.nvlink_bandwidth(&cut[0].a.pci_bus_id, &cut[0].b.pci_bus_id),
+        max
+    );
+}
+
+#[test]
+fn a_gpu_memory_past_u64_in_nvidia_smi_xml_is_unknown_not_wrapped() {
+    let text = std::fs::read_to_string(fixture("nvidia-smi/a100-sxm4-v12.xml")).unwrap();
+    // 2^44 MiB is 2^64 bytes: `* 1024 * 1024` wrapped it to 0.
+    for mib in ["17592186044416", "4194305", "18446744073709551615"] {
+        let hostile = text.replacen(
+            "<total>81920 MiB</total>",
+            &format!("<total>{mib} MiB</total>"),
+            1,
+        );
+        let snap = nvml::nvidia_smi::import(&hostile).unwrap();
+        assert_eq!(snap.devices[0].memory_total_bytes, None, "{mib} MiB");
+        assert!(
+            snap.notes.iter().any(|n| n
+                == &format!(
+                    "<gpu> #0: fb_memory_usage/total is {mib} MiB; more than 4096 GiB is not plausible: memory unknown"
+                )),
+            "{:?}",
+            snap.notes
+        );
+    }
+}
+
+#[test]
+fn a_mig_memory_past_u64_in_nvidia_smi_xml_matches_no_profile_not_wraps() {
+    let text = std::fs::read_to_string(fixture("nvidia-smi/a100-sxm4-v12.xml")).unwrap();
+    let hostile = text.replacen(
+        "<total>19968 MiB</total>",
+        "<total>18446744073709551615 MiB</total>",
+        1,
+    );
+    let snap = nvml::nvidia_smi::import(&hostile).unwrap();
+    let mig = snap.devices[0].mig.as_ref().unwrap();
+    let gi = &mig.gpu_instances[0];
+    assert_eq!(gi.profile, "unknown");
+    assert_eq!(gi.compute_instances[0].memory_mib, None);
+    // The other instances still match their profile.
+    assert!(mig.gpu_instances[1..]
+        .iter()
+        .all(|g| g.profile == "1g.20gb"));
+}
+
+#[test]
+fn a_gpu_index_at_or_past_the_gpu_limit_in_nvidia_smi_xml_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rel = "nvidia-smi/a100-sxm4-v12.xml";
+    for minor in ["64", "4294967295", "99999999999"] {
+        let path = edited(
+            &dir,
+            rel,
+            "nvidia-smi.xml",
+            "<minor_number>1</minor_number>",
+            &format!("<minor_number>{minor}</minor_number>"),
+        );
+        let err = nvml::nvidia_smi::import_file(&path).unwrap_err();
+        assert!(
+            matches!(err, DiscoveryError::BadNvidiaSmi { .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: invalid nvidia-smi XML: <gpu> #0: minor_number {minor}; a GPU index is below 64 (plausibility limit)",
+                path.display()
+            )
+        );
+    }
+    let path = edited(
+        &dir,
+        rel,
+        "nvidia-smi.xml",
+        "<minor_number>1</minor_number>",
+        "<minor_number>63</minor_number>",
+    );
+    assert_eq!(
+        nvml::nvidia_smi::import_file(&path).unwrap().devices[0].index,
+        63
+    );
+}
+
+#[test]
+fn a_gpu_index_at_or_past_the_gpu_limit_in_an_nvml_snapshot_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = fixture("hwloc/derived/dgx2-board0-no-nvml.xml");
+    // u32::MAX: `index + 1` wrapped to 0 in the merge (a debug build
+    // panicked), and the hwloc-only GPUs' numbering overflowed after it.
+    for index in ["64", "4294967295"] {
+        let snap = edited(
+            &dir,
+            "nvml/h100-7gpu.json",
+            "nvml.json",
+            r#""index": 0,"#,
+            &format!(r#""index": {index},"#),
+        );
+        let err = discover(Sources {
+            hwloc_xml: Some(&topo),
+            nvml_snapshot: Some(&snap),
+            nvidia_smi_xml: None,
+        })
+        .unwrap_err();
+        assert!(matches!(err, DiscoveryError::BadSnapshot { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: invalid NVML snapshot: devices[0].index: {index}; a GPU index is below 64 (plausibility limit)",
+                snap.display()
+            )
+        );
+    }
+}
+
+#[test]
+fn gpu_and_mig_memory_past_the_limits_in_an_nvml_snapshot_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "nvml/h100-8gpu.json",
+            r#""memory_total_bytes": 85520809984,"#,
+            r#""memory_total_bytes": 18446744073709551615,"#,
+            "devices[0].memory_total_bytes: 18446744073709551615; at most 4398046511104 accepted",
+        ),
+        (
+            "nvml/h100-8gpu-mig.json",
+            r#""memory_mib": 80896,"#,
+            r#""memory_mib": 17592186044416,"#,
+            "devices[0].mig.profiles[0].memory_mib: 17592186044416; at most 4194304 accepted",
+        ),
+    ];
+    for (rel, from, to, reason) in cases {
+        let snap = edited(&dir, rel, "nvml.json", from, to);
+        let err = nvml::load_snapshot(&snap).unwrap_err();
+        let prefix = format!("{}: invalid NVML snapshot: {reason}", snap.display());
+        assert!(err.to_string().starts_with(&prefix), "{err}");
+    }
+}

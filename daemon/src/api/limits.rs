@@ -133,7 +133,11 @@ fn count(field: &str, len: usize, limit: usize) -> Result<(), String> {
     }
 }
 
-fn number(field: &str, value: u32, limit: u32) -> Result<(), String> {
+fn number<T: PartialOrd + std::fmt::Display>(
+    field: &str,
+    value: T,
+    limit: T,
+) -> Result<(), String> {
     if value > limit {
         Err(format!(
             "{field}: {value}; at most {limit} accepted (plausibility limit)"
@@ -196,7 +200,27 @@ pub fn plausible(hw: &NodeHardware) -> Result<(), String> {
     }
     count("hardware.nvswitches", hw.nvswitches.len(), max::NVSWITCHES)?;
     count("hardware.nvlinks", hw.nvlinks.len(), max::NVLINKS)?;
+    for (i, l) in hw.nvlinks.iter().enumerate() {
+        number(
+            &format!("hardware.nvlinks[{i}].bandwidth_mbps"),
+            l.bandwidth_mbps,
+            max::NVLINK_BANDWIDTH_MBPS,
+        )?;
+    }
     for (i, g) in hw.gpus.iter().enumerate() {
+        // Indexes name GPUs in commands and device IDs: below the count.
+        number(
+            &format!("hardware.gpus[{i}].index"),
+            u64::from(g.index),
+            max::GPUS as u64 - 1,
+        )?;
+        if let Some(b) = g.memory_bytes {
+            number(
+                &format!("hardware.gpus[{i}].memory_bytes"),
+                b,
+                max::GPU_MEMORY_BYTES,
+            )?;
+        }
         count(
             &format!("hardware.gpus[{i}].os_devices"),
             g.os_devices.len(),
@@ -214,6 +238,17 @@ pub fn plausible(hw: &NodeHardware) -> Result<(), String> {
                     gi.compute_instances.len(),
                     max::MIG_COMPUTE_INSTANCES,
                 )?;
+                for (k, ci) in gi.compute_instances.iter().enumerate() {
+                    if let Some(m) = ci.memory_mib {
+                        number(
+                            &format!(
+                                "hardware.gpus[{i}].mig.gpu_instances[{j}].compute_instances[{k}].memory_mib"
+                            ),
+                            m,
+                            max::GPU_MEMORY_MIB,
+                        )?;
+                    }
+                }
             }
             count(
                 &format!("hardware.gpus[{i}].mig.profiles"),
@@ -225,6 +260,11 @@ pub fn plausible(hw: &NodeHardware) -> Result<(), String> {
                     &format!("hardware.gpus[{i}].mig.profiles[{j}].placements"),
                     p.placements.len(),
                     max::MIG_PLACEMENTS,
+                )?;
+                number(
+                    &format!("hardware.gpus[{i}].mig.profiles[{j}].memory_mib"),
+                    p.memory_mib,
+                    max::GPU_MEMORY_MIB,
                 )?;
             }
             mig.check_instances()
@@ -667,6 +707,64 @@ mod tests {
             },
         };
         assert!(finite_and_bounded(&long).is_err());
+    }
+
+    /// Numbers the planner multiplies or sums (GPU memory, MIG memory,
+    /// NVLink bandwidth) and GPU indexes: bounded like the counts, the
+    /// reason naming the field; at the limit, taken.
+    #[test]
+    fn gpu_memory_mig_memory_nvlink_bandwidth_and_gpu_index_past_the_limits_are_refused() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/models/h100-8gpu-mig.json"
+        );
+        let base: NodeHardware =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(plausible(&base), Ok(()));
+        type Edit = fn(&mut NodeHardware, bool);
+        let cases: [(Edit, &str); 5] = [
+            (
+                |hw, over| hw.gpus[0].memory_bytes = Some(max::GPU_MEMORY_BYTES + u64::from(over)),
+                "hardware.gpus[0].memory_bytes: 4398046511105; at most 4398046511104",
+            ),
+            (
+                |hw, over| {
+                    let mig = hw.gpus[5].mig.as_mut().unwrap();
+                    mig.profiles[0].memory_mib = max::GPU_MEMORY_MIB + u64::from(over);
+                },
+                "hardware.gpus[5].mig.profiles[0].memory_mib: 4194305; at most 4194304",
+            ),
+            (
+                |hw, over| {
+                    let mig = hw.gpus[5].mig.as_mut().unwrap();
+                    mig.gpu_instances[1].compute_instances[0].memory_mib =
+                        Some(max::GPU_MEMORY_MIB + u64::from(over));
+                },
+                "hardware.gpus[5].mig.gpu_instances[1].compute_instances[0].memory_mib: 4194305",
+            ),
+            (
+                |hw, over| {
+                    hw.nvlinks[3].bandwidth_mbps = max::NVLINK_BANDWIDTH_MBPS + u64::from(over)
+                },
+                "hardware.nvlinks[3].bandwidth_mbps: 100000001; at most 100000000",
+            ),
+            (
+                |hw, over| hw.gpus[7].index = 63 + u32::from(over),
+                "hardware.gpus[7].index: 64; at most 63",
+            ),
+        ];
+        for (edit, reason) in cases {
+            let mut at_limit = base.clone();
+            edit(&mut at_limit, false);
+            assert_eq!(plausible(&at_limit), Ok(()), "{reason}");
+            let mut over = base.clone();
+            edit(&mut over, true);
+            let e = plausible(&over).unwrap_err();
+            assert!(e.starts_with(reason), "{e}");
+        }
+        let mut hostile = base.clone();
+        hostile.gpus[0].memory_bytes = Some(u64::MAX);
+        assert!(plausible(&hostile).is_err());
     }
 
     #[test]

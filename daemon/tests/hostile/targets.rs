@@ -344,7 +344,10 @@ pub fn redfish() -> Target {
         .collect();
     Target::new("redfish", Dialect::Json, corpus, |input| {
         use accord_redfish::model;
-        let v: Value = serde_json::from_slice(input).map_err(|e| format!("invalid JSON: {e}"))?;
+        // As the client reads a body: strictly (a key named twice refused).
+        let v: Value = serde_json::from_slice::<accord::json::UniqueValue>(input)
+            .map(|v| v.0)
+            .map_err(|e| format!("invalid JSON: {e}"))?;
         let mut notes = Vec::new();
         let _ = model::parse_root(&v);
         let root = model::check_root(&v);

@@ -106,6 +106,66 @@ fn toleration(t: &dra::DeviceToleration) -> Result<accord::device::DeviceTolerat
     })
 }
 
+/// A ResourceClaimSpec's `devices` as [`accord::demand::ClaimLists`]:
+/// Kubernetes' bounds on a claim checked by the core's one check.
+struct Lists<'a>(&'a dra::DeviceClaim);
+
+impl Lists<'_> {
+    fn request(&self, i: usize) -> &dra::DeviceRequest {
+        &self.0.requests.as_deref().unwrap_or_default()[i]
+    }
+}
+
+/// An optional list's length.
+fn count<T>(list: &Option<Vec<T>>) -> usize {
+    list.as_ref().map_or(0, Vec::len)
+}
+
+impl accord::demand::ClaimLists for Lists<'_> {
+    fn requests(&self) -> usize {
+        count(&self.0.requests)
+    }
+    fn request_name(&self, i: usize) -> &str {
+        &self.request(i).name
+    }
+    fn first_available(&self, i: usize) -> usize {
+        count(&self.request(i).first_available)
+    }
+    fn device_lists(&self, i: usize, sub: Option<usize>) -> (usize, usize) {
+        let r = self.request(i);
+        match sub {
+            None => r
+                .exactly
+                .as_ref()
+                .map_or((0, 0), |e| (count(&e.selectors), count(&e.tolerations))),
+            Some(j) => r
+                .first_available
+                .as_ref()
+                .and_then(|a| a.get(j))
+                .map_or((0, 0), |s| (count(&s.selectors), count(&s.tolerations))),
+        }
+    }
+    fn constraints(&self) -> usize {
+        count(&self.0.constraints)
+    }
+    fn constraint_requests(&self, i: usize) -> usize {
+        count(&self.0.constraints.as_deref().unwrap_or_default()[i].requests)
+    }
+    fn config(&self) -> usize {
+        count(&self.0.config)
+    }
+}
+
+/// At most a few of `problems`, for one "cannot plan" reason.
+pub(super) fn first_few(problems: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = problems[..problems.len().min(SHOWN)].join("; ");
+    if problems.len() > SHOWN {
+        text.push_str(&format!(" (and {} more)", problems.len() - SHOWN));
+    }
+    text
+}
+
 pub(super) fn claim(
     name: &str,
     spec: &dra::ResourceClaimSpec,
@@ -118,6 +178,12 @@ pub(super) fn claim(
             constraints: Vec::new(),
         });
     };
+    // Kubernetes' bounds first: nothing is built (no selector checked) per
+    // request of a claim past them.
+    let problems = accord::demand::check_claim_bounds(&Lists(devices));
+    if !problems.is_empty() {
+        return Err(first_few(&problems));
+    }
     let mut requests = Vec::new();
     for r in devices.requests.iter().flatten() {
         let req = match (&r.exactly, &r.first_available) {
@@ -191,11 +257,17 @@ pub(super) fn claim(
 }
 
 pub(super) fn device_class(c: &dra::DeviceClass, cannot: &mut Vec<CannotPlan>) -> DeviceClass {
+    use accord::demand::MAX_REQUEST_SELECTORS;
     let name = name_of(&c.metadata);
-    let sel = match selectors(
-        c.spec.as_ref().and_then(|s| s.selectors.as_ref()),
-        &CelCache::default(),
-    ) {
+    let listed = c.spec.as_ref().and_then(|s| s.selectors.as_ref());
+    let n = listed.map_or(0, Vec::len);
+    // `DeviceSelectorsMaxSize` bounds a DeviceClass's selectors too.
+    let checked = if n > MAX_REQUEST_SELECTORS {
+        Err(format!("{n} selectors (at most {MAX_REQUEST_SELECTORS})"))
+    } else {
+        selectors(listed, &CelCache::default())
+    };
+    let sel = match checked {
         Ok(s) => s,
         Err(e) => {
             cannot.push(CannotPlan {

@@ -181,16 +181,23 @@ pub(super) fn workload(
     // A PodGroup's own claims are allocated once for the group: the pods'
     // matching claims share them. One pod carries each (its devices are
     // counted once), the others none.
-    let group_claims: Vec<&k8s_openapi::api::scheduling::v1beta1::PodGroupResourceClaim> = match key
-    {
+    let group_claims: &[k8s_openapi::api::scheduling::v1beta1::PodGroupResourceClaim] = match key {
         GroupKey::SchedPodGroup(ns, g) => index
             .sched_groups
             .get(&(ns.clone(), g.clone()))
-            .and_then(|pg| pg.spec.resource_claims.as_ref())
-            .map(|c| c.iter().collect())
+            .and_then(|pg| pg.spec.resource_claims.as_deref())
             .unwrap_or_default(),
-        _ => Vec::new(),
+        _ => &[],
     };
+    // Each pod's claims are matched against the group's: both bounded
+    // (pods' in `pod_spec`) before any is.
+    if group_claims.len() > MAX_POD_GROUP_CLAIMS {
+        let (ns, g) = key.name();
+        return Err(fail(format!(
+            "PodGroup {ns}/{g}: {} resourceClaims (at most {MAX_POD_GROUP_CLAIMS})",
+            group_claims.len()
+        )));
+    }
     let mut carried: std::collections::BTreeSet<String> = Default::default();
     // Pod sets: units of the same translated shape merge.
     let mut pod_sets: Vec<PodSet> = Vec::new();
@@ -199,7 +206,7 @@ pub(super) fn workload(
         created_at = created_at.min(u.created);
         let pod = pod_spec(&u.namespace, u.spec, index)
             .map_err(|e| fail(format!("{}: {e}", u.source)))?;
-        let pieces = share_group_claims(pod, u, &group_claims, &mut carried);
+        let pieces = share_group_claims(pod, u, group_claims, &mut carried);
         priority = Some(
             priority
                 .unwrap_or(i32::MIN)
@@ -276,7 +283,7 @@ pub(super) fn workload(
 fn share_group_claims(
     pod: PodSpec,
     u: &Unit,
-    group_claims: &[&k8s_openapi::api::scheduling::v1beta1::PodGroupResourceClaim],
+    group_claims: &[k8s_openapi::api::scheduling::v1beta1::PodGroupResourceClaim],
     carried: &mut std::collections::BTreeSet<String>,
 ) -> Vec<(PodSpec, u32)> {
     let shared: Vec<&str> = u

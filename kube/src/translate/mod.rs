@@ -47,6 +47,18 @@ pub const BEST_EFFORT_ATOMIC: &str = "best-effort-atomic-scale-up.autoscaling.x-
 /// Accord's own ProvisioningRequest class: all or nothing, held until used.
 pub const ACCORD_STRICT: &str = "strict-atomic.accord.dev";
 
+/// The most `spec.resourceClaims` of a pod Accord reads. Kubernetes'
+/// pod validation (`validatePodResourceClaims`, pkg/apis/core/validation)
+/// checks their names but, as far as could be found, sets no count; 32 is
+/// a claim's own bound on its requests (`DeviceRequestsMaxSize`), far above
+/// any real pod. A pending pod past it cannot be planned; a bound one's
+/// devices are read from its first 32.
+pub const MAX_POD_CLAIMS: usize = 32;
+
+/// The most `spec.resourceClaims` of a PodGroup: Kubernetes' own bound
+/// (`MaxPodGroupResourceClaims`, pkg/apis/scheduling/types.go: 4).
+pub const MAX_POD_GROUP_CLAIMS: usize = 4;
+
 /// How objects are read.
 #[derive(Debug, Clone)]
 pub struct Options {

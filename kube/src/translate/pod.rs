@@ -312,23 +312,37 @@ pub(super) fn pod_spec(ns: &str, spec: &core::PodSpec, index: &Index) -> Result<
             },
         });
     }
-    for rc in spec.resource_claims.iter().flatten() {
-        let claim_spec = match (&rc.resource_claim_name, &rc.resource_claim_template_name) {
-            (Some(n), None) => index
-                .claims
-                .get(&(ns.to_owned(), n.clone()))
-                .ok_or_else(|| format!("ResourceClaim {ns}/{n} not found"))?
-                .spec
-                .as_ref()
-                .ok_or_else(|| format!("ResourceClaim {ns}/{n} has no spec"))?,
-            (None, Some(t)) => index
-                .templates
-                .get(&(ns.to_owned(), t.clone()))
-                .ok_or_else(|| format!("ResourceClaimTemplate {ns}/{t} not found"))?
-                .spec
-                .as_ref()
-                .and_then(|s| s.spec.as_ref())
-                .ok_or_else(|| format!("ResourceClaimTemplate {ns}/{t} has no spec"))?,
+    let claims = spec.resource_claims.as_deref().unwrap_or_default();
+    if claims.len() > MAX_POD_CLAIMS {
+        return Err(format!(
+            "{} resourceClaims (at most {MAX_POD_CLAIMS})",
+            claims.len()
+        ));
+    }
+    for rc in claims {
+        let (claim_spec, what) = match (&rc.resource_claim_name, &rc.resource_claim_template_name)
+        {
+            (Some(n), None) => (
+                index
+                    .claims
+                    .get(&(ns.to_owned(), n.clone()))
+                    .ok_or_else(|| format!("ResourceClaim {ns}/{n} not found"))?
+                    .spec
+                    .as_ref()
+                    .ok_or_else(|| format!("ResourceClaim {ns}/{n} has no spec"))?,
+                format!("ResourceClaim {ns}/{n}"),
+            ),
+            (None, Some(t)) => (
+                index
+                    .templates
+                    .get(&(ns.to_owned(), t.clone()))
+                    .ok_or_else(|| format!("ResourceClaimTemplate {ns}/{t} not found"))?
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.spec.as_ref())
+                    .ok_or_else(|| format!("ResourceClaimTemplate {ns}/{t} has no spec"))?,
+                format!("ResourceClaimTemplate {ns}/{t}"),
+            ),
             _ => {
                 return Err(format!(
                     "resourceClaims {}: set exactly one of resourceClaimName and resourceClaimTemplateName",
@@ -338,7 +352,7 @@ pub(super) fn pod_spec(ns: &str, spec: &core::PodSpec, index: &Index) -> Result<
         };
         pod.claims.push(
             claim(&rc.name, claim_spec, &index.cel)
-                .map_err(|e| format!("claim {}: {e}", rc.name))?,
+                .map_err(|e| format!("claim {} ({what}): {e}", rc.name))?,
         );
     }
     extended_as_claims(&mut pod, index)?;
@@ -400,10 +414,12 @@ pub(super) fn held_devices(p: &core::Pod, ns: &str, index: &Index) -> Vec<BoundD
         .status
         .as_ref()
         .and_then(|s| s.resource_claim_statuses.as_ref());
+    // At most MAX_POD_CLAIMS: each is looked up among the statuses.
     for rc in p
         .spec
         .iter()
         .flat_map(|s| s.resource_claims.iter().flatten())
+        .take(MAX_POD_CLAIMS)
     {
         let name = rc.resource_claim_name.clone().or_else(|| {
             statuses

@@ -46,3 +46,20 @@ fn nesting_under_the_limit_is_the_parser_s_to_judge() {
     );
     Manifests::parse(&text, "ok.yaml").unwrap();
 }
+
+/// A mapping that names a key twice means one thing to a reader that keeps
+/// the first and another to one that keeps the last (a plain
+/// `serde_json::Value` does): refused, with where.
+#[test]
+fn a_key_named_twice_in_one_mapping_is_refused() {
+    let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels:\n    team: a\n    team: b\nspec:\n  containers: []\n";
+    let e = Manifests::parse(text, "twice.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("twice.yaml:"), "{e}");
+    assert!(e.contains("metadata.labels"), "{e}");
+    assert!(e.contains("\"team\" twice"), "{e}");
+    // The same key in two mappings is no repeat.
+    let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {team: a}\n  annotations: {team: b}\nspec:\n  containers: []\n";
+    Manifests::parse(text, "once.yaml").unwrap();
+}

@@ -360,3 +360,197 @@ fn limits_validate_their_keys() {
         ]
     );
 }
+
+/// `n` items made by `item`, as one YAML flow list.
+fn flow_list(n: usize, item: impl Fn(usize) -> String) -> String {
+    let items: Vec<String> = (0..n).map(item).collect();
+    format!("[{}]", items.join(", "))
+}
+
+fn exact_request(i: usize) -> String {
+    format!("{{name: r{i}, exactly: {{deviceClassName: gpu.nvidia.com}}}}")
+}
+
+/// A pending pod with these `resourceClaims`.
+fn claiming_pod(name: &str, claims: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{namespace: d, name: {name}}}\nspec:\n  resourceClaims: {claims}\n  containers: [{{name: c, image: i}}]\n---\n"
+    )
+}
+
+/// Translates `text` and says how long that took: past Kubernetes'
+/// bounds, nothing is built per request, claim or subrequest, so it is
+/// quick (a selector check per request took seconds for 10,000).
+fn run_quickly(text: &str) -> Translation {
+    let m = Manifests::parse(text, "t.yaml").unwrap();
+    let start = Instant::now();
+    let t = translate(&m, &options());
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    t
+}
+
+/// A ResourceClaim from manifests with 10,000 requests (each with a CEL
+/// selector to check), 10,000 firstAvailable alternatives or a constraint
+/// naming 10,000 requests: Kubernetes' bounds on a claim (the API server
+/// refuses them), checked by the core's one check before any request is
+/// built, make it a "cannot plan" reason naming the pod, the claim and
+/// the count.
+#[test]
+fn a_claim_with_10000_requests_cannot_be_planned() {
+    let selector =
+        "selectors: [{cel: {expression: \"device.attributes['gpu.nvidia.com'].index == 1\"}}]";
+    let requests = flow_list(10_000, |i| {
+        format!("{{name: r{i}, exactly: {{deviceClassName: gpu.nvidia.com, {selector}}}}}")
+    });
+    let alternatives = flow_list(10_000, |i| {
+        format!("{{name: a{i}, deviceClassName: gpu.nvidia.com}}")
+    });
+    let named = flow_list(10_000, |_| "r0".to_owned());
+    let text = format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{namespace: d, name: big}}\n\
+         spec: {{devices: {{requests: {requests}}}}}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{namespace: d, name: alts}}\n\
+         spec: {{devices: {{requests: [{{name: any, firstAvailable: {alternatives}}}]}}}}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{namespace: d, name: named}}\n\
+         spec: {{devices: {{requests: [{r0}], constraints: [{{matchAttribute: gpu.nvidia.com/x, requests: {named}}}]}}}}\n---\n\
+         {}{}{}",
+        claiming_pod("p", "[{name: gpus, resourceClaimName: big}]"),
+        claiming_pod("q", "[{name: gpus, resourceClaimName: alts}]"),
+        claiming_pod("r", "[{name: gpus, resourceClaimName: named}]"),
+        r0 = exact_request(0),
+    );
+    let t = run_quickly(&text);
+    assert!(t.demand.workloads.is_empty(), "{}", t.render());
+    assert_eq!(
+        reasons(&t),
+        [
+            (
+                "d/p",
+                "Pod d/p: claim gpus (ResourceClaim d/big): 10000 requests (at most 32)"
+            ),
+            (
+                "d/q",
+                "Pod d/q: claim gpus (ResourceClaim d/alts): request any: 10000 firstAvailable alternatives (at most 8)"
+            ),
+            (
+                "d/r",
+                "Pod d/r: claim gpus (ResourceClaim d/named): constraint 0: 10000 requests named (at most 32)"
+            ),
+        ]
+    );
+    // At the bound: planned.
+    let text = format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{namespace: d, name: edge}}\n\
+         spec: {{devices: {{requests: {}}}}}\n---\n{}",
+        flow_list(32, exact_request),
+        claiming_pod("p", "[{name: gpus, resourceClaimName: edge}]"),
+    );
+    let t = run_quickly(&text);
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    assert_eq!(
+        t.demand.workloads[0].pod_sets[0].pod.claims[0]
+            .requests
+            .len(),
+        32
+    );
+}
+
+/// A ResourceClaimTemplate goes through the same check.
+#[test]
+fn a_claim_template_with_10000_requests_cannot_be_planned() {
+    let text = format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{namespace: d, name: big}}\n\
+         spec: {{spec: {{devices: {{requests: {}}}}}}}\n---\n{}",
+        flow_list(10_000, exact_request),
+        claiming_pod("p", "[{name: gpus, resourceClaimTemplateName: big}]"),
+    );
+    let t = run_quickly(&text);
+    assert!(t.demand.workloads.is_empty(), "{}", t.render());
+    assert_eq!(
+        reasons(&t),
+        [(
+            "d/p",
+            "Pod d/p: claim gpus (ResourceClaimTemplate d/big): 10000 requests (at most 32)"
+        )]
+    );
+}
+
+/// A pod listing 10,000 resourceClaims cannot be planned (each would be
+/// looked up, translated and matched against its PodGroup's); a bound one
+/// still counts, its devices read from its first 32 claims.
+#[test]
+fn a_pod_with_10000_resource_claims_cannot_be_planned() {
+    let template = format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{namespace: d, name: one}}\n\
+         spec: {{spec: {{devices: {{requests: [{}]}}}}}}\n---\n",
+        exact_request(0)
+    );
+    let claims = flow_list(10_000, |i| {
+        format!("{{name: c{i}, resourceClaimTemplateName: one}}")
+    });
+    let bound = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{namespace: d, name: b}}\nspec:\n  nodeName: n1\n  resourceClaims: {claims}\n  containers: [{{name: c, image: i}}]\n---\n"
+    );
+    let t = run_quickly(&format!("{template}{}{bound}", claiming_pod("p", &claims)));
+    assert!(t.demand.workloads.is_empty(), "{}", t.render());
+    assert_eq!(
+        reasons(&t),
+        [("d/p", "Pod d/p: 10000 resourceClaims (at most 32)")]
+    );
+    assert_eq!(t.demand.bound.len(), 1);
+    // 32 at most: planned.
+    let t = run_quickly(&format!(
+        "{template}{}",
+        claiming_pod(
+            "p",
+            &flow_list(32, |i| format!(
+                "{{name: c{i}, resourceClaimTemplateName: one}}"
+            ))
+        )
+    ));
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    assert_eq!(t.demand.workloads[0].pod_sets[0].pod.claims.len(), 32);
+}
+
+/// A PodGroup with 10,000 resourceClaims (each of its pods' claims would
+/// be matched against all of them) is past Kubernetes' bound of 4.
+#[test]
+fn a_pod_group_with_10000_resource_claims_cannot_be_planned() {
+    let group = |n: usize| {
+        format!(
+            "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {{namespace: d, name: g}}\n\
+             spec:\n  schedulingPolicy: {{gang: {{minCount: 2}}}}\n  resourceClaims: {}\n---\n\
+             apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{namespace: d, name: one}}\n\
+             spec: {{spec: {{devices: {{requests: [{}]}}}}}}\n---\n",
+            flow_list(n, |i| format!(
+                "{{name: c{i}, resourceClaimTemplateName: one}}"
+            )),
+            exact_request(0)
+        )
+    };
+    let pods: String = (0..2)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{namespace: d, name: w{i}}}\nspec:\n  schedulingGroup: {{podGroupName: g}}\n  resourceClaims: [{{name: c0, resourceClaimTemplateName: one}}]\n  containers: [{{name: c, image: i}}]\n---\n"
+            )
+        })
+        .collect();
+    let t = run_quickly(&format!("{}{pods}", group(10_000)));
+    assert!(t.demand.workloads.is_empty(), "{}", t.render());
+    assert_eq!(
+        reasons(&t),
+        [("d/g", "PodGroup d/g: 10000 resourceClaims (at most 4)")]
+    );
+    assert_eq!(t.cannot_plan[0].sources[0].kind, "PodGroup");
+    // 4: planned, the shared claim carried once.
+    let t = run_quickly(&format!("{}{pods}", group(4)));
+    assert!(t.cannot_plan.is_empty(), "{}", t.render());
+    let w = &t.demand.workloads[0];
+    let carried: usize = w
+        .pod_sets
+        .iter()
+        .map(|s| s.count as usize * s.pod.claims.len())
+        .sum();
+    assert_eq!(carried, 1, "{:#?}", w.pod_sets);
+}

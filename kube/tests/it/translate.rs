@@ -398,8 +398,13 @@ fn a_statefulset_under_kueue_with_annotations_only_is_one_gang() {
     // replicas are one gang of four, not four single pods of a StatefulSet.
     let sts = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {namespace: ml, name: serve, uid: s1, labels: {kueue.x-k8s.io/queue-name: q}}\nspec:\n  replicas: 4\n  selector: {matchLabels: {app: serve}}\n  template:\n    metadata: {labels: {app: serve}}\n    spec: {containers: [{name: c, image: i, resources: {limits: {nvidia.com/gpu: \"8\"}}}]}\n";
     let pod = |i: u32, group_as: &str| {
+        let group = "kueue.x-k8s.io/pod-group-name: serve-group, kueue.x-k8s.io/pod-group-total-count: \"4\"";
+        let (labels, annotations) = match group_as {
+            "labels" => (format!(", {group}"), String::new()),
+            _ => (String::new(), format!("\n  annotations: {{{group}}}")),
+        };
         format!(
-            "---\napiVersion: v1\nkind: Pod\nmetadata:\n  namespace: ml\n  name: serve-{i}\n  labels: {{app: serve, kueue.x-k8s.io/queue-name: q}}\n  {group_as}: {{kueue.x-k8s.io/pod-group-name: serve-group, kueue.x-k8s.io/pod-group-total-count: \"4\"}}\n  ownerReferences: [{{apiVersion: apps/v1, kind: StatefulSet, name: serve, uid: s1, controller: true}}]\nspec:\n  containers: [{{name: c, image: i, resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}}}]\nstatus: {{conditions: [{{type: PodScheduled, status: \"False\", reason: Unschedulable}}]}}\n"
+            "---\napiVersion: v1\nkind: Pod\nmetadata:\n  namespace: ml\n  name: serve-{i}\n  labels: {{app: serve, kueue.x-k8s.io/queue-name: q{labels}}}{annotations}\n  ownerReferences: [{{apiVersion: apps/v1, kind: StatefulSet, name: serve, uid: s1, controller: true}}]\nspec:\n  containers: [{{name: c, image: i, resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}}}]\nstatus: {{conditions: [{{type: PodScheduled, status: \"False\", reason: Unschedulable}}]}}\n"
         )
     };
     let mut live = Options::for_topology(&TopologyConfig::default());

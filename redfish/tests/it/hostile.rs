@@ -84,6 +84,8 @@ impl Streamed {
 struct Stub {
     url: String,
     streamed: Arc<Streamed>,
+    /// Requests answered so far.
+    requests: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -107,8 +109,11 @@ fn answer(content_type: &'static str, body: impl Into<Body>) -> Response {
 async fn start_stub() -> Stub {
     let streamed = Arc::new(Streamed::default());
     let s = streamed.clone();
+    let requests = Arc::new(AtomicU64::new(0));
+    let counted = requests.clone();
     let app = axum::Router::new().fallback(move |method: Method, uri: Uri| {
         let s = s.clone();
+        counted.fetch_add(1, Ordering::SeqCst);
         async move {
             let path = uri.path();
             let (kind, rest) = path[1..].split_once('/').unwrap_or((&path[1..], ""));
@@ -124,6 +129,13 @@ async fn start_stub() -> Stub {
                 ("number", _, _) => answer(json, "42"),
                 ("empty", _, _) => answer(json, ""),
                 ("object", _, _) => answer(json, r#"{"status": "ok"}"#),
+                // 3 MB of empty objects: a million values.
+                ("values", _, _) => answer(json, format!("[{}{{}}]", "{},".repeat(1_000_000))),
+                // Two `Systems` links: which one a reader takes is its own.
+                ("twice", _, _) => answer(
+                    json,
+                    r#"{"RedfishVersion": "1.6.0", "Systems": {"@odata.id": "/redfish/v1/Systems"}, "Systems": {"@odata.id": "/elsewhere"}}"#,
+                ),
                 ("control", _, _) => answer(
                     "text/plain; charset=\u{e9}",
                     "\x1b[31mred\x1b[0m\nforged line",
@@ -139,7 +151,33 @@ async fn start_stub() -> Stub {
                     s.body(),
                 )
                     .into_response(),
+                ("manychassis", &Method::GET, "redfish/v1") => answer(json, CHASSIS_ROOT),
                 (_, &Method::GET, "redfish/v1") => answer(json, ROOT),
+                ("many", &Method::GET, "redfish/v1/Systems") => answer(json, many("Systems")),
+                ("ten", &Method::GET, "redfish/v1/Systems") => {
+                    answer(json, collection("Systems", 10))
+                }
+                ("manychassis" | "manylinks", &Method::GET, "redfish/v1/Systems") => {
+                    answer(json, collection("Systems", 1))
+                }
+                ("manychassis", &Method::GET, "redfish/v1/Chassis") => {
+                    answer(json, many("Chassis"))
+                }
+                ("manychassis", &Method::GET, "redfish/v1/Systems/0") => answer(json, RESETTABLE),
+                ("manylinks", &Method::GET, "redfish/v1/Systems/0") => {
+                    let links = String::from_utf8(member_list("Chassis", MANY)).unwrap();
+                    let system = RESETTABLE.replacen(
+                        r#""Id": "0","#,
+                        &format!(r#""Id": "0", "Links": {{"Chassis": {links}}},"#),
+                        1,
+                    );
+                    answer(json, system)
+                }
+                // Systems without a Reset action: an unbounded walk would
+                // read every one of them.
+                ("many" | "ten", &Method::GET, rest) if rest.starts_with("redfish/v1/Systems/") => {
+                    answer(json, r#"{"Id": "x", "PowerState": "Off"}"#)
+                }
                 ("big", &Method::GET, "redfish/v1/Systems") => answer(json, s.body()),
                 ("task", &Method::POST, _) => (
                     StatusCode::ACCEPTED,
@@ -168,8 +206,56 @@ async fn start_stub() -> Stub {
     Stub {
         url,
         streamed,
+        requests,
         task,
     }
+}
+
+/// How many members the long collections have.
+const MANY: usize = 100_000;
+
+/// A service root that also links to a Chassis collection.
+const CHASSIS_ROOT: &str = r#"{"@odata.id": "/redfish/v1", "RedfishVersion": "1.6.0",
+    "Systems": {"@odata.id": "/redfish/v1/Systems"},
+    "Chassis": {"@odata.id": "/redfish/v1/Chassis"}}"#;
+
+/// A system Accord can power.
+const RESETTABLE: &str = r##"{"Id": "0", "PowerState": "Off", "Actions": {"#ComputerSystem.Reset":
+    {"target": "/redfish/v1/Systems/0/Actions/ComputerSystem.Reset"}}}"##;
+
+/// `[{"@odata.id": "/redfish/v1/<of>/<i>"}, …]`, `n` links, written as
+/// text (as JSON values 100,000 of them would take 70 MB).
+fn member_list(of: &str, n: usize) -> Vec<u8> {
+    use std::io::Write;
+    let mut out = b"[".to_vec();
+    for i in 0..n {
+        let comma = if i + 1 < n { "," } else { "" };
+        write!(out, r#"{{"@odata.id":"/redfish/v1/{of}/{i}"}}{comma}"#).unwrap();
+    }
+    out.push(b']');
+    out
+}
+
+/// A collection of `n` members, `/redfish/v1/<of>/<i>`.
+fn collection(of: &str, n: usize) -> Bytes {
+    let mut out =
+        format!(r#"{{"@odata.id":"/redfish/v1/{of}","Members@odata.count":{n},"Members":"#)
+            .into_bytes();
+    out.extend(member_list(of, n));
+    out.push(b'}');
+    out.into()
+}
+
+/// [`collection`] of [`MANY`], made once for all the stubs.
+fn many(of: &'static str) -> Bytes {
+    static MADE: std::sync::Mutex<Vec<(&str, Bytes)>> = std::sync::Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap();
+    if let Some((_, b)) = made.iter().find(|(o, _)| *o == of) {
+        return b.clone();
+    }
+    let b = collection(of, MANY);
+    made.push((of, b.clone()));
+    b
 }
 
 fn bmc(stub: &Stub, kind: &str, pool: &HttpPool) -> Bmc {
@@ -178,6 +264,16 @@ fn bmc(stub: &Stub, kind: &str, pool: &HttpPool) -> Bmc {
         pool,
     )
     .unwrap()
+}
+
+/// Held by the tests that measure the process's peak memory or raise it
+/// far (VmHWM is the whole process's): one at a time.
+static MEMORY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Lowers VmHWM to what is resident now (Linux 4.0 and later), so a peak
+/// another test made is not counted; where refused, it stays.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// The process's peak resident memory (VmHWM), in MiB.
@@ -218,6 +314,8 @@ async fn anything_but_a_service_root_is_refused_with_what_came_back() {
             "no document; Content-Type application/json, empty body",
         ),
         ("object", "a JSON object without RedfishVersion"),
+        ("twice", "not JSON (an object names the key"),
+        ("values", "not JSON (more values than this reader takes"),
         (
             "control",
             r#"Content-Type text/plain; charset=\xc3\xa9, 24 bytes: "\x1b[31mred\x1b[0m\nforged line""#,
@@ -262,6 +360,8 @@ async fn anything_but_a_service_root_is_refused_with_what_came_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_100_mb_answer_is_refused_after_the_limit_without_reading_the_rest() {
+    let _alone = MEMORY.lock().await;
+    reset_peak_rss();
     let stub = start_stub().await;
     let pool = HttpPool::new(8);
     let b = bmc(&stub, "big", &pool);
@@ -436,4 +536,106 @@ async fn credentials_never_follow_a_redirect_to_another_host() {
     );
     thief_task.abort();
     bmc_task.abort();
+}
+
+/// Waits at most 10 s: a client walking 100,000 members takes far longer.
+async fn quickly<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: still walking after 10 s"))
+}
+
+/// A Systems collection of 100,000 members is refused as soon as it is
+/// read: no member is read, and the error names the BMC, the collection
+/// and the count, and says what to do. A Chassis collection of 100,000
+/// is refused the same way; 100,000 `Links.Chassis` of a system are read
+/// 64 at most; a list of systems in an error shows a few.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collections_of_100000_members_are_refused_unwalked() {
+    use accord_redfish::model::MAX_MEMBERS;
+    // Parsed, 100,000 members take some 70 MB (the answer is within the
+    // size limit): not while another test measures the peak.
+    let _alone = MEMORY.lock().await;
+    let stub = start_stub().await;
+    let pool = HttpPool::new(8);
+    let b = bmc(&stub, "many", &pool);
+    let url = format!("{}/many/redfish/v1/Systems", stub.url);
+    let start = Instant::now();
+    let err = quickly("system_path", b.system_path()).await.unwrap_err();
+    match &err {
+        RedfishError::TooManyMembers {
+            bmc,
+            url: u,
+            count: MANY,
+            limit: MAX_MEMBERS,
+            ..
+        } => {
+            assert_eq!(bmc, "many");
+            assert_eq!(u, &url);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "BMC many: GET {url}: 100000 members, more than the 64 Accord reads; \
+             set `system` in the inventory to the Id or path of the system to manage"
+        )
+    );
+    assert_eq!(err.kind(), "too_many_members");
+    assert!(!err.is_transient());
+    // The service root and the collection, nothing else.
+    assert_eq!(stub.requests.load(Ordering::SeqCst), 2);
+    // The probe refuses it the same way, reading no member either.
+    let err = quickly("probe", probe(&b)).await.unwrap_err();
+    assert_eq!(err.kind(), "too_many_members", "{err}");
+    assert_eq!(stub.requests.load(Ordering::SeqCst), 3);
+    eprintln!(
+        "100,000 systems refused after {:?}; peak RSS {} MiB",
+        start.elapsed(),
+        peak_rss_mib()
+    );
+    // With `system` set, the collection is not even read.
+    let named = Bmc::new(
+        target("many", &format!("{}/many", stub.url), Some("7"), None),
+        &pool,
+    )
+    .unwrap();
+    assert_eq!(named.system_path().await.unwrap(), "/redfish/v1/Systems/7");
+    assert_eq!(stub.requests.load(Ordering::SeqCst), 4);
+
+    // Ten systems, none with a Reset action: each read, a few named.
+    let err = quickly("ten", bmc(&stub, "ten", &pool).system_path())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "BMC ten: system /redfish/v1/Systems: 10 systems (/redfish/v1/Systems/0, \
+             /redfish/v1/Systems/1, /redfish/v1/Systems/2, /redfish/v1/Systems/3 and 6 more), \
+             0 with a Reset action; set `system` in the inventory to choose one"
+        )
+    );
+
+    // Chassis power: a Chassis collection of 100,000 is refused.
+    let before = stub.requests.load(Ordering::SeqCst);
+    let b = bmc(&stub, "manychassis", &pool);
+    let err = quickly("chassis", b.power_watts()).await.unwrap_err();
+    match &err {
+        RedfishError::TooManyMembers {
+            url, count: MANY, ..
+        } => {
+            assert_eq!(url, &format!("{}/manychassis/redfish/v1/Chassis", stub.url));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Root, Systems, the system, Chassis.
+    assert_eq!(stub.requests.load(Ordering::SeqCst) - before, 4);
+
+    // 100,000 Links.Chassis: the first 64 are tried (each 404), no more.
+    let before = stub.requests.load(Ordering::SeqCst);
+    let b = bmc(&stub, "manylinks", &pool);
+    assert_eq!(quickly("links", b.power_watts()).await.unwrap(), None);
+    let made = stub.requests.load(Ordering::SeqCst) - before;
+    assert_eq!(made, 3 + MAX_MEMBERS as u64, "{made} requests");
 }

@@ -195,3 +195,32 @@ fn trace_files_are_checked_as_outside_input() {
     assert_eq!((t.jobs[0].submit_s, t.jobs[0].run_s), (30, None));
     assert!((trace::gpus(&t.jobs[0].workload) - 2.0).abs() < 1e-9);
 }
+
+/// accordd's per-round pod limit (100,000) holds per round: a trace with
+/// more pods than that in all, arriving over time, is a trace, not a
+/// refusal; a key named twice in one object is refused where it is.
+#[test]
+fn a_trace_is_bounded_per_round_not_in_all() {
+    let job = |i: usize| {
+        format!(
+            r#"{{"submit_s": {i}, "run_s": 60, "workload": {{"name": "j{i}", "namespace": "n", "pod_sets": [{{"name": "p", "pod": {{"requests": {{"nvidia.com/gpu": "1"}}}}}}]}}}}"#
+        )
+    };
+    let pods = accord::demand::Limits::default().max_pods_per_round as usize + 1;
+    let text = format!(
+        "{{\"jobs\": [{}]}}",
+        (0..pods).map(job).collect::<Vec<_>>().join(",")
+    );
+    assert_eq!(Trace::from_json(&text, "t.json").unwrap().jobs.len(), pods);
+    let twice = format!(
+        "{{\"jobs\": [{}]}}",
+        job(1).replace(r#""run_s": 60"#, r#""run_s": 60, "run_s": 61"#)
+    );
+    let e = Trace::from_json(&twice, "t.json").unwrap_err();
+    assert!(e.to_string().starts_with("t.json:1:"), "{e}");
+    assert!(
+        anyhow_chain(&e).contains("\"run_s\" twice"),
+        "{}",
+        anyhow_chain(&e)
+    );
+}
