@@ -75,7 +75,15 @@ pub fn discover(sources: Sources<'_>) -> Result<NodeHardware> {
             .push("NVML not consulted: the hwloc topology is a recording".to_owned());
     } else {
         match nvml::live::collect() {
-            LiveNvml::Available(snapshot) => merge::merge(&mut hw, &snapshot, "live".to_owned()),
+            // What the driver says is held to the limits a snapshot file
+            // is: past them accordd would refuse every report, so hwloc's
+            // view is reported instead, with why.
+            LiveNvml::Available(snapshot) => match nvml::check_snapshot(&snapshot) {
+                Ok(()) => merge::merge(&mut hw, &snapshot, "live".to_owned()),
+                Err(reason) => hw.discovery.notes.push(format!(
+                    "NVML's answer is not plausible ({reason}); reporting what hwloc sees"
+                )),
+            },
             LiveNvml::Unavailable(reason) => {
                 // Said once, by whoever shows the model (summary or log).
                 debug!(%reason, "NVML not available; reporting what hwloc sees");

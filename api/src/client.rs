@@ -47,6 +47,10 @@ pub enum ClientError {
     /// read past the limit (an endless body cannot exhaust memory).
     #[error("{url}: the answer is larger than {limit} bytes; not read further")]
     TooLarge { url: String, limit: usize },
+    /// A page of a listing that cannot be followed (its next page is not
+    /// after it).
+    #[error("{url}: not a page of the listing: {reason}")]
+    BadPage { url: String, reason: String },
     #[error("{url}: the answer is not what this client expects")]
     Decode {
         url: String,
@@ -100,8 +104,9 @@ pub struct ClientOptions {
     pub max_answer_bytes: usize,
 }
 
-/// The default [`ClientOptions::max_answer_bytes`]: far above a
-/// 10,000-node fleet's `/v1/nodes` listing, far below memory.
+/// The default [`ClientOptions::max_answer_bytes`]: far above any one
+/// answer (a page of `/v1/nodes` is at most 200 records of
+/// `store.max_node_bytes`), far below memory.
 pub const MAX_ANSWER_BYTES: usize = 256 << 20;
 
 /// How much of an error answer is read and shown.
@@ -399,7 +404,8 @@ impl Client {
 
     /// Every node accordd holds, page by page ([`Client::nodes_page`]);
     /// at most [`ClientOptions::max_answer_bytes`] read over all pages
-    /// ([`ClientError::TooLarge`] past it).
+    /// ([`ClientError::TooLarge`] past it). A caller that can use each
+    /// page as it comes (`accordctl nodes`) reads them with `nodes_page`.
     pub async fn nodes(&self) -> Result<Vec<NodeView>, ClientError> {
         let mut all = Vec::new();
         let mut after: Option<String> = None;
@@ -415,16 +421,17 @@ impl Client {
             }
             all.extend(page);
             match next {
-                // A page must move on: a name not after the last one
-                // would list the same nodes again without end.
-                Some(n) if after.as_deref().is_none_or(|a| n.as_str() > a) => after = Some(n),
-                _ => return Ok(all),
+                Some(n) => after = Some(n),
+                None => return Ok(all),
             }
         }
     }
 
     /// One page of nodes by name, from the first after `after` on, and the
-    /// name to ask after for the next page while there is one.
+    /// name to ask after for the next page while there is one. A page that
+    /// says there is more must hold nodes and end with the name it gives,
+    /// after `after` (else [`ClientError::BadPage`]): every page moves on,
+    /// so following them ends.
     pub async fn nodes_page(
         &self,
         after: Option<&str>,
@@ -446,13 +453,30 @@ impl Client {
             .exchange(reqwest::Method::GET, url.clone(), None, None)
             .await?;
         let views: Vec<NodeView> = decode(url.as_str(), &bytes)?.unwrap_or_default();
-        let bytes = bytes.len();
-        let next = headers
-            .get(crate::nodes::NEXT_PAGE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .filter(|n| crate::names::validate_node_name(n).is_ok())
-            .map(str::to_owned);
-        Ok((views, bytes, next))
+        let bad = |reason: String| ClientError::BadPage {
+            url: url.to_string(),
+            reason,
+        };
+        let next = match headers.get(crate::nodes::NEXT_PAGE_HEADER) {
+            None => None,
+            Some(v) => {
+                let n = v
+                    .to_str()
+                    .ok()
+                    .filter(|n| crate::names::validate_node_name(n).is_ok())
+                    .ok_or_else(|| bad("the next page is not named by a node name".into()))?;
+                let last = views.last().map(|v| v.record.name.as_str());
+                if last != Some(n) || after.is_some_and(|a| n <= a) {
+                    return Err(bad(format!(
+                        "the page of {} nodes names {n:?} as its last, not {:?}",
+                        views.len(),
+                        last.unwrap_or("")
+                    )));
+                }
+                Some(n.to_owned())
+            }
+        };
+        Ok((views, bytes.len(), next))
     }
 
     /// Forgets a node (`accordctl node forget`): accordd removes its
@@ -652,5 +676,47 @@ mod tests {
         let err = c.status().await.unwrap_err();
         assert_eq!(err.status().map(|s| s.as_u16()), Some(307), "{err:?}");
         assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    /// A server that answers every request with `answer`, whole.
+    async fn answering(answer: &'static str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    let _ = conn.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        url
+    }
+
+    /// A listing whose pages never end (empty pages that each name a next
+    /// one) is refused at its first page, not followed for ever.
+    #[tokio::test]
+    async fn a_listing_whose_pages_do_not_move_on_is_refused() {
+        for answer in [
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\naccord-next-after: zzz\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]",
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\naccord-next-after: ../x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]",
+        ] {
+            let url = answering(answer).await;
+            let c = Client::new(&url, "t", ClientOptions::default()).unwrap();
+            let err = tokio::time::timeout(Duration::from_secs(30), c.nodes())
+                .await
+                .expect("the listing was followed for 30 s")
+                .unwrap_err();
+            assert!(matches!(err, ClientError::BadPage { .. }), "{err:?}");
+        }
+        // The last page names no next one.
+        let url = answering(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]",
+        )
+        .await;
+        let c = Client::new(&url, "t", ClientOptions::default()).unwrap();
+        assert!(c.nodes().await.unwrap().is_empty());
     }
 }

@@ -16,7 +16,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use machines::{bios_cmd, bmc_cmd, power_cmd, power_through_accordd};
 use offline::{simulate, translate_files};
-use tables::{age, nodes_table};
+use tables::{age, node_row, nodes_table, render_rows};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -528,11 +528,42 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Some(Command::Nodes { daemon, json }) => {
-            let nodes = daemon.with(|c| async move { c.nodes().await })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&nodes)?);
-            } else {
-                accord_api::say!("{}", nodes_table(&nodes, accordd::api::unix_now()));
+            // Page by page: a page's nodes are printed (JSON) or kept as
+            // table rows, then let go, however many nodes accordd holds.
+            let now = accordd::api::unix_now();
+            let rows = daemon.with(|c| async move {
+                let mut rows = Vec::new();
+                let mut after: Option<String> = None;
+                let mut first = true;
+                loop {
+                    let (page, next) = c.nodes_page(after.as_deref()).await?;
+                    // Opened once the first page is in: a refusal prints
+                    // no JSON at all.
+                    if json && after.is_none() {
+                        println!("[");
+                    }
+                    for n in &page {
+                        if json {
+                            let text = serde_json::to_string_pretty(n).expect("plain data");
+                            let sep = if first { "" } else { ",\n" };
+                            print!("{sep}{text}");
+                            first = false;
+                        } else {
+                            rows.push(node_row(n, now));
+                        }
+                    }
+                    match next {
+                        Some(n) => after = Some(n),
+                        None => break,
+                    }
+                }
+                if json {
+                    println!("\n]");
+                }
+                Ok(rows)
+            })?;
+            if !json {
+                accord_api::say!("{}", render_rows(rows));
             }
             Ok(())
         }

@@ -32,6 +32,14 @@ pub(super) fn bios_cell(b: Option<&accord_api::control::BiosStatus>) -> String {
 }
 
 pub(super) fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> String {
+    render_rows(nodes.iter().map(|n| node_row(n, now)).collect())
+}
+
+/// A row of the nodes table per node: what a listing keeps of a page.
+pub(super) type NodeRow = [String; 9];
+
+/// The table of `rows`, under its header, columns as wide as their cells.
+pub(super) fn render_rows(nodes: Vec<NodeRow>) -> String {
     let mut rows = vec![[
         "NAME",
         "RACK",
@@ -44,7 +52,26 @@ pub(super) fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> St
         "DRIFT",
     ]
     .map(str::to_owned)];
-    for n in nodes {
+    rows.extend(nodes);
+    let widths: Vec<usize> = (0..9)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// One node's row.
+pub(super) fn node_row(n: &accord_api::nodes::NodeView, now: u64) -> NodeRow {
+    {
         let hw = &n.record.hardware;
         let mut models: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
         for g in &hw.gpus {
@@ -67,7 +94,7 @@ pub(super) fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> St
             .filter_map(|g| g.mig.as_ref())
             .map(|m| m.gpu_instances.len())
             .sum();
-        rows.push([
+        [
             n.record.name.clone(),
             n.rack.clone().unwrap_or_else(|| "-".to_owned()),
             gpus,
@@ -95,20 +122,6 @@ pub(super) fn nodes_table(nodes: &[accord_api::nodes::NodeView], now: u64) -> St
                     .collect::<Vec<_>>()
                     .join("; ")
             },
-        ]);
+        ]
     }
-    let widths: Vec<usize> = (0..9)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for r in &rows {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }

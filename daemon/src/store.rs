@@ -173,9 +173,9 @@ pub enum Beat {
 /// [`Journal`]: crate::journal::Journal
 pub struct Store {
     db: sled::Db,
-    nodes: sled::Tree,
+    nodes: chunked::Chunked,
     liveness: sled::Tree,
-    views: sled::Tree,
+    views: chunked::Chunked,
     commands: sled::Tree,
     /// Serialises the read-modify-writes of `commands` (the API hands
     /// commands out while the loop opens and closes them).
@@ -265,11 +265,12 @@ impl Store {
             }
         }
         let store = Store {
-            nodes: db.open_tree(NODES).map_err(io("open nodes tree"))?,
+            nodes: chunked::Chunked::new(db.open_tree(NODES).map_err(io("open nodes tree"))?),
             liveness: db.open_tree(LIVENESS).map_err(io("open liveness tree"))?,
-            views: db
-                .open_tree(SCHEDULER_VIEWS)
-                .map_err(io("open scheduler views tree"))?,
+            views: chunked::Chunked::new(
+                db.open_tree(SCHEDULER_VIEWS)
+                    .map_err(io("open scheduler views tree"))?,
+            ),
             commands: db.open_tree(COMMANDS).map_err(io("open commands tree"))?,
             commands_lock: std::sync::Mutex::new(()),
             lifecycle: db.open_tree(LIFECYCLE).map_err(io("open lifecycle tree"))?,
@@ -337,8 +338,12 @@ impl Store {
     fn migrate(&self, from: u32) -> Result<(), StoreError> {
         debug_assert!(from <= STORE_SCHEMA);
         if from < 2 {
-            chunked::migrate_whole(&self.nodes).map_err(io("migrate node records"))?;
-            chunked::migrate_whole(&self.views).map_err(io("migrate scheduler views"))?;
+            self.nodes
+                .migrate_whole()
+                .map_err(io("migrate node records"))?;
+            self.views
+                .migrate_whole()
+                .map_err(io("migrate scheduler views"))?;
         }
         Ok(())
     }
@@ -346,7 +351,7 @@ impl Store {
     /// What each stored node record takes, read once at open.
     fn count_usage(&self) -> Result<(), StoreError> {
         let mut usage = Usage::default();
-        for record in chunked::records(&self.nodes, None) {
+        for record in self.nodes.records(None) {
             let (name, bytes) = record.map_err(chunk_error("count node records"))?;
             usage.total += bytes.len() as u64;
             usage.bytes.insert(name, bytes.len() as u64);
@@ -364,7 +369,7 @@ impl Store {
     }
 
     fn stored(&self, name: &str) -> Result<Option<StoredNode>, StoreError> {
-        let Some(bytes) = chunked::get(&self.nodes, name).map_err(chunk_error("read node"))? else {
+        let Some(bytes) = self.nodes.get(name).map_err(chunk_error("read node"))? else {
             return Ok(None);
         };
         serde_json::from_slice(&bytes)
@@ -407,7 +412,7 @@ impl Store {
         limit: usize,
     ) -> Result<(Vec<NodeRecord>, Option<String>), StoreError> {
         let mut page = Vec::new();
-        for record in chunked::records(&self.nodes, after) {
+        for record in self.nodes.records(after) {
             let (name, bytes) = record.map_err(chunk_error("list nodes"))?;
             if page.len() == limit {
                 let last = page.last().map(|r: &NodeRecord| r.name.clone());
@@ -462,7 +467,9 @@ impl Store {
         view: &accord::truth::SchedulerView,
     ) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(view).expect("views serialize");
-        chunked::put(&self.views, name, &bytes).map_err(io("write scheduler view"))?;
+        self.views
+            .put(name, &bytes)
+            .map_err(io("write scheduler view"))?;
         Ok(())
     }
 
@@ -480,7 +487,7 @@ impl Store {
     > {
         let mut out = std::collections::BTreeMap::new();
         let mut bad = Vec::new();
-        for record in chunked::records(&self.views, None) {
+        for record in self.views.records(None) {
             let (name, v) = match record {
                 Ok(r) => r,
                 Err(chunked::ChunkError::Broken(name)) => {

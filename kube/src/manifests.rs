@@ -244,7 +244,7 @@ impl Manifests {
         for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
             // A key named twice in one mapping is refused (a plain Value
             // keeps the last; Go's yaml.v3, which kubectl reads with,
-            // refuses it: "mapping key already defined").
+            // refuses it too: "mapping key ... already defined").
             let value = accord::json::UniqueValue::deserialize(doc)
                 .map(|v| v.0)
                 .map_err(|e| {

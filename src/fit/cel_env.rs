@@ -634,10 +634,10 @@ mod library_tests {
         assert_eq!(eval(&format!("{ty}.matches('^g.u$')"), &d), Ok(true));
         assert_eq!(eval(&format!("matches({ty}, '^x')"), &d), Ok(false));
         let e = eval(&format!(r"{ty}.matches('(?x) \\w {{ 1 0 0 0 }}')"), &d).unwrap_err();
-        assert!(e.contains("more than 64 KiB"), "{e}");
+        assert!(e.contains("more than 256 KiB"), "{e}");
         let e = eval(&format!(r"{ty}.matches('\\w{{10' + '00}}')"), &d).unwrap_err();
         assert!(
-            e.contains("cannot be evaluated") && e.contains("more than 64 KiB"),
+            e.contains("cannot be evaluated") && e.contains("more than 256 KiB"),
             "{e}"
         );
         // The renamed call is no function a selector can name.

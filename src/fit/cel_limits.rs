@@ -304,6 +304,11 @@ impl Est {
 struct Estimator<'a> {
     /// Comprehension variables in scope, innermost last.
     scope: Vec<(&'a str, Shape)>,
+    /// Literal patterns weighed so far (each compiled once, to check it
+    /// within the bound), and what they weigh together: past the cost
+    /// limit no more is compiled, so checking a selector stays cheap.
+    patterns: std::collections::HashMap<&'a str, u64>,
+    patterns_cost: u64,
 }
 
 impl<'a> Estimator<'a> {
@@ -374,6 +379,22 @@ impl<'a> Estimator<'a> {
     }
 
     fn call(&mut self, call: &'a CallExpr, depth: usize) -> Result<Est, String> {
+        // `.f(...)` names `f` from the root scope: the interpreter strips
+        // the dot, so `.matches(...)` would reach the crate's unbounded
+        // compiler past the rename. No selector needs the form.
+        if call.func_name.starts_with('.') {
+            return Err(format!(
+                "`{}(...)`: a call with a leading dot is not supported",
+                clip(&call.func_name, 64)
+            ));
+        }
+        if call.func_name == "matches" {
+            return Err(format!(
+                "`matches` takes a string and a pattern (`s.matches(re)` or `matches(s, re)`), \
+                 not {} arguments",
+                call.args.len() + usize::from(call.target.is_some())
+            ));
+        }
         let mut args = Vec::with_capacity(call.args.len() + 1);
         for arg in call.target.as_deref().into_iter().chain(&call.args) {
             args.push(self.walk(arg, depth)?);
@@ -438,10 +459,9 @@ impl<'a> Estimator<'a> {
             // by what it parses to, and refused here when it cannot compile
             // within the bound; one the selector builds costs the most a
             // compile can.
-            "matches" | super::cel_parse::BOUNDED_MATCHES => {
+            super::cel_parse::BOUNDED_MATCHES => {
                 let pattern = match call.args.last().map(|p| &p.expr) {
-                    Some(Expr::Literal(LiteralValue::String(p))) => super::cel_regex::cost(p)
-                        .map_err(|e| format!("regular expression {:?}: {e}", clip(p, 64)))?,
+                    Some(Expr::Literal(LiteralValue::String(p))) => self.pattern(p)?,
                     _ => super::cel_regex::BUILT_PATTERN,
                 };
                 Est::scalar(sum.saturating_add(pattern).saturating_add(size(0)))
@@ -456,6 +476,26 @@ impl<'a> Estimator<'a> {
                 Est::new(shape, sum.saturating_add(sizes))
             }
         })
+    }
+
+    /// What compiling the literal `pattern` costs (`cel_regex::cost`),
+    /// each pattern compiled once; refused once the patterns weigh more
+    /// than a selector may.
+    fn pattern(&mut self, pattern: &'a str) -> Result<u64, String> {
+        if let Some(cost) = self.patterns.get(pattern) {
+            return Ok(*cost);
+        }
+        if self.patterns_cost > MAX_SELECTOR_COST {
+            return Err(format!(
+                "too costly: its regular expressions alone weigh more than the limit of \
+                 {MAX_SELECTOR_COST} steps"
+            ));
+        }
+        let cost = super::cel_regex::cost(pattern)
+            .map_err(|e| format!("regular expression {:?}: {e}", clip(pattern, 64)))?;
+        self.patterns.insert(pattern, cost);
+        self.patterns_cost = self.patterns_cost.saturating_add(cost);
+        Ok(cost)
     }
 
     fn comprehension(&mut self, c: &'a ComprehensionExpr, depth: usize) -> Result<Est, String> {
@@ -504,8 +544,9 @@ impl<'a> Estimator<'a> {
 mod tests {
     use super::*;
 
+    /// The estimate of `text`, parsed as selectors are (`matches` renamed).
     fn cost(text: &str) -> u64 {
-        let program = Program::compile(text).unwrap();
+        let program = parser_env().compile(text).unwrap();
         Estimator::default().estimate(program.expression()).unwrap()
     }
 
@@ -564,7 +605,7 @@ mod tests {
         for big in [r"(?:\\w{100}){100}", r"(?x) \\w { 1 0 0 0 }", r"\\w{1000}"] {
             let text = format!("device.driver.matches('{big}')");
             let e = compile(&text).unwrap_err();
-            assert!(e.contains("more than 64 KiB"), "{text}: {e}");
+            assert!(e.contains("more than 256 KiB"), "{text}: {e}");
         }
         // A pattern built at evaluation costs the most a compile can: a
         // few such calls per device, not one per character.
@@ -575,6 +616,22 @@ mod tests {
             "'H100'.matches('a' + 'b') && ".repeat(5)
         ));
         assert!(c > MAX_SELECTOR_COST, "{c}");
+        // The root-scope form and other arities never reach the crate's
+        // own `matches`.
+        for text in [
+            r".matches('a', '\\w{1000}')",
+            "'a'.matches('a', 'b')",
+            "matches('a')",
+        ] {
+            assert!(compile(text).is_err(), "{text}");
+        }
+        // Many distinct patterns: refused once they weigh past the limit,
+        // without compiling the rest.
+        let many: Vec<String> = (0..300)
+            .map(|i| format!(r"'x'.matches('\\w\\w{i}')"))
+            .collect();
+        let e = compile(&many.join(" || ")).unwrap_err();
+        assert!(e.starts_with("too costly"), "{e}");
     }
 
     #[test]

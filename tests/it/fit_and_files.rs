@@ -351,7 +351,7 @@ fn hostile_selectors_are_invalid_not_a_hang_or_a_crash() {
         ),
         (
             "device.driver.matches('(?:\\\\w{100}){100}')".to_owned(),
-            "compiles to more than 64 KiB",
+            "compiles to more than 256 KiB",
         ),
     ];
     for (selector, needle) in &hostile {

@@ -11,6 +11,8 @@
 //! chunks leave about 6 MB. Node names hold no NUL (they are Kubernetes
 //! node names), so one name's chunks are contiguous and sort by index.
 
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
+
 use sled::{Batch, IVec, Tree};
 
 /// Well under sled's blob threshold (128 KiB with its default segment).
@@ -57,86 +59,136 @@ impl From<sled::Error> for ChunkError {
     }
 }
 
-/// Replaces `name`'s record with `bytes`, atomically: its new chunks
-/// written and any old chunk past them removed in one batch.
-pub(crate) fn put(tree: &Tree, name: &str, bytes: &[u8]) -> Result<(), sled::Error> {
-    let mut batch = Batch::default();
-    let mut count = 0u32;
-    for (i, chunk) in bytes.chunks(CHUNK).enumerate() {
-        count = u32::try_from(i + 1).expect("records are bounded far below 2^32 chunks");
-        batch.insert(key(name, count - 1), chunk);
+/// A tree of chunked records. sled reads a batch's keys one at a time, so
+/// a record read while a batch replaces it could be half old and half
+/// new: reads share a lock that writes hold alone.
+pub(crate) struct Chunked {
+    tree: Tree,
+    lock: RwLock<()>,
+}
+
+impl Chunked {
+    pub(crate) fn new(tree: Tree) -> Chunked {
+        Chunked {
+            tree,
+            lock: RwLock::new(()),
+        }
     }
-    if bytes.is_empty() {
-        batch.insert(key(name, 0), &[][..]);
-        count = 1;
-    }
-    for old in tree.scan_prefix(prefix(name)).keys() {
-        let old = old?;
-        if let Some((_, index)) = split(&old) {
-            if index >= count {
-                batch.remove(old);
+
+    /// Replaces `name`'s record with `bytes`, atomically: its new chunks
+    /// written and any old chunk past them removed in one batch.
+    pub(crate) fn put(&self, name: &str, bytes: &[u8]) -> Result<(), sled::Error> {
+        let _write = self.lock.write().unwrap_or_else(PoisonError::into_inner);
+        let mut batch = Batch::default();
+        let mut count = 0u32;
+        for (i, chunk) in bytes.chunks(CHUNK).enumerate() {
+            count = u32::try_from(i + 1).expect("records are bounded far below 2^32 chunks");
+            batch.insert(key(name, count - 1), chunk);
+        }
+        if bytes.is_empty() {
+            batch.insert(key(name, 0), &[][..]);
+            count = 1;
+        }
+        for old in self.tree.scan_prefix(prefix(name)).keys() {
+            let old = old?;
+            if let Some((_, index)) = split(&old) {
+                if index >= count {
+                    batch.remove(old);
+                }
             }
         }
+        self.tree.apply_batch(batch)
     }
-    tree.apply_batch(batch)
-}
 
-/// `name`'s record, its chunks joined.
-pub(crate) fn get(tree: &Tree, name: &str) -> Result<Option<Vec<u8>>, ChunkError> {
-    let mut out: Option<Vec<u8>> = None;
-    for (expected, kv) in tree.scan_prefix(prefix(name)).enumerate() {
-        let (k, v) = kv?;
-        match split(&k) {
-            Some((_, index)) if index as usize == expected => {
-                out.get_or_insert_with(Vec::new).extend_from_slice(&v)
+    /// `name`'s record, its chunks joined.
+    pub(crate) fn get(&self, name: &str) -> Result<Option<Vec<u8>>, ChunkError> {
+        let _read = self.lock.read().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Option<Vec<u8>> = None;
+        for (expected, kv) in self.tree.scan_prefix(prefix(name)).enumerate() {
+            let (k, v) = kv?;
+            match split(&k) {
+                Some((_, index)) if index as usize == expected => {
+                    out.get_or_insert_with(Vec::new).extend_from_slice(&v)
+                }
+                _ => return Err(ChunkError::Broken(name.to_owned())),
             }
-            _ => return Err(ChunkError::Broken(name.to_owned())),
+        }
+        Ok(out)
+    }
+
+    /// Removes `name`'s record; whether there was one.
+    pub(crate) fn remove(&self, name: &str) -> Result<bool, sled::Error> {
+        let _write = self.lock.write().unwrap_or_else(PoisonError::into_inner);
+        let mut batch = Batch::default();
+        let mut found = false;
+        for k in self.tree.scan_prefix(prefix(name)).keys() {
+            batch.remove(k?);
+            found = true;
+        }
+        if found {
+            self.tree.apply_batch(batch)?;
+        }
+        Ok(found)
+    }
+
+    /// Every record from the first name after `after` on (all, without),
+    /// in name order: (name, bytes). Writes wait until it is dropped.
+    pub(crate) fn records(&self, after: Option<&str>) -> Records<'_> {
+        let read = self.lock.read().unwrap_or_else(PoisonError::into_inner);
+        let inner = match after {
+            // Past every chunk of `after`: `after 0x01` sorts after them
+            // and before any longer name (no name holds a byte below 0x20).
+            Some(a) => {
+                let mut from = a.as_bytes().to_vec();
+                from.push(1);
+                self.tree.range(from..)
+            }
+            None => self.tree.iter(),
+        };
+        Records {
+            _read: read,
+            inner,
+            pending: None,
         }
     }
-    Ok(out)
-}
 
-/// Removes `name`'s record; whether there was one.
-pub(crate) fn remove(tree: &Tree, name: &str) -> Result<bool, sled::Error> {
-    let mut batch = Batch::default();
-    let mut found = false;
-    for k in tree.scan_prefix(prefix(name)).keys() {
-        batch.remove(k?);
-        found = true;
-    }
-    if found {
-        tree.apply_batch(batch)?;
-    }
-    Ok(found)
-}
-
-/// Every record from the first name after `after` on (all, without),
-/// in name order: (name, bytes).
-pub(crate) fn records(tree: &Tree, after: Option<&str>) -> Records {
-    let inner = match after {
-        // Past every chunk of `after`: `after 0x01` sorts after them and
-        // before any longer name (no name holds a byte below 0x20).
-        Some(a) => {
-            let mut from = a.as_bytes().to_vec();
-            from.push(1);
-            tree.range(from..)
+    /// Rewrites records kept whole (schema 1) as chunks, one at a time;
+    /// how many.
+    pub(crate) fn migrate_whole(&self) -> Result<usize, sled::Error> {
+        let _write = self.lock.write().unwrap_or_else(PoisonError::into_inner);
+        let mut whole = Vec::new();
+        for k in self.tree.iter().keys() {
+            let k = k?;
+            if split(&k).is_none() {
+                whole.push(k);
+            }
         }
-        None => tree.iter(),
-    };
-    Records {
-        inner,
-        pending: None,
+        for k in &whole {
+            let Some(v) = self.tree.get(k)? else { continue };
+            let name = String::from_utf8_lossy(k).into_owned();
+            let mut batch = Batch::default();
+            for (i, chunk) in v.chunks(CHUNK).enumerate() {
+                batch.insert(key(&name, i as u32), chunk);
+            }
+            if v.is_empty() {
+                batch.insert(key(&name, 0), &[][..]);
+            }
+            batch.remove(k.clone());
+            self.tree.apply_batch(batch)?;
+        }
+        Ok(whole.len())
     }
 }
 
-/// The iterator of [`records`].
-pub(crate) struct Records {
+/// The iterator of [`Chunked::records`].
+pub(crate) struct Records<'a> {
+    _read: RwLockReadGuard<'a, ()>,
     inner: sled::Iter,
     /// The first chunk of the next record, read while ending the last.
     pending: Option<(IVec, IVec)>,
 }
 
-impl Iterator for Records {
+impl Iterator for Records<'_> {
     type Item = Result<(String, Vec<u8>), ChunkError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -148,8 +200,23 @@ impl Iterator for Records {
             },
         };
         let Some((name, 0)) = split(&k) else {
+            // No chunk 0 (or not a chunk): named as far as it can be, and
+            // the rest of that name's chunks passed over.
+            let name = split(&k).map_or(&k[..], |(n, _)| n).to_vec();
+            loop {
+                match self.inner.next() {
+                    Some(Ok((k2, v2))) if split(&k2).is_some_and(|(n, _)| n == name.as_slice()) => {
+                        let _ = v2;
+                    }
+                    Some(Ok(kv)) => {
+                        self.pending = Some(kv);
+                        break;
+                    }
+                    _ => break,
+                }
+            }
             return Some(Err(ChunkError::Broken(
-                String::from_utf8_lossy(&k).into_owned(),
+                String::from_utf8_lossy(&name).into_owned(),
             )));
         };
         let name = name.to_vec();
@@ -180,30 +247,6 @@ impl Iterator for Records {
     }
 }
 
-/// Rewrites records kept whole (schema 1) as chunks; how many.
-pub(crate) fn migrate_whole(tree: &Tree) -> Result<usize, sled::Error> {
-    let mut whole = Vec::new();
-    for kv in tree.iter() {
-        let (k, v) = kv?;
-        if split(&k).is_none() {
-            whole.push((k, v));
-        }
-    }
-    for (k, v) in &whole {
-        let name = String::from_utf8_lossy(k).into_owned();
-        let mut batch = Batch::default();
-        for (i, chunk) in v.chunks(CHUNK).enumerate() {
-            batch.insert(key(&name, i as u32), chunk);
-        }
-        if v.is_empty() {
-            batch.insert(key(&name, 0), &[][..]);
-        }
-        batch.remove(k.clone());
-        tree.apply_batch(batch)?;
-    }
-    Ok(whole.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,18 +258,32 @@ mod tests {
         (dir, db, tree)
     }
 
+    fn put(c: &Chunked, name: &str, bytes: &[u8]) -> Result<(), sled::Error> {
+        c.put(name, bytes)
+    }
+    fn get(c: &Chunked, name: &str) -> Result<Option<Vec<u8>>, ChunkError> {
+        c.get(name)
+    }
+    fn remove(c: &Chunked, name: &str) -> Result<bool, sled::Error> {
+        c.remove(name)
+    }
+    fn records<'a>(c: &'a Chunked, after: Option<&str>) -> Records<'a> {
+        c.records(after)
+    }
+
     #[test]
     fn records_round_trip_shrink_and_list_in_name_order() {
-        let (_d, _db, t) = tree();
+        let (_d, _db, raw) = tree();
+        let t = Chunked::new(raw.clone());
         let big: Vec<u8> = (0..3 * CHUNK + 17).map(|i| (i % 251) as u8).collect();
         put(&t, "n1", &big).unwrap();
         put(&t, "n10", b"ten").unwrap();
         put(&t, "n2", b"").unwrap();
         assert_eq!(get(&t, "n1").unwrap().unwrap(), big);
-        assert_eq!(t.len(), 4 + 1 + 1);
+        assert_eq!(raw.len(), 4 + 1 + 1);
         // Shrinking removes the chunks past the new end.
         put(&t, "n1", b"small").unwrap();
-        assert_eq!(t.len(), 3);
+        assert_eq!(raw.len(), 3);
         assert_eq!(get(&t, "n1").unwrap().unwrap(), b"small");
         let all: Vec<_> = records(&t, None).map(Result::unwrap).collect();
         let names: Vec<_> = all.iter().map(|(n, _)| n.as_str()).collect();
@@ -241,12 +298,26 @@ mod tests {
 
     #[test]
     fn whole_records_become_chunks() {
-        let (_d, _db, t) = tree();
+        let (_d, _db, raw) = tree();
+        let t = Chunked::new(raw.clone());
         let big: Vec<u8> = vec![7; CHUNK + 1];
-        t.insert("old", big.clone()).unwrap();
-        assert_eq!(migrate_whole(&t).unwrap(), 1);
+        raw.insert("old", big.clone()).unwrap();
+        assert_eq!(t.migrate_whole().unwrap(), 1);
         assert_eq!(get(&t, "old").unwrap().unwrap(), big);
-        assert_eq!(t.len(), 2);
-        assert_eq!(migrate_whole(&t).unwrap(), 0);
+        assert_eq!(raw.len(), 2);
+        assert_eq!(t.migrate_whole().unwrap(), 0);
+        // A record without its first chunk is named, once, and the next
+        // one still read.
+        put(&t, "b", &vec![1; CHUNK + 1]).unwrap();
+        put(&t, "c", b"c").unwrap();
+        raw.remove(key("b", 0)).unwrap();
+        let listed: Vec<String> = records(&t, None)
+            .map(|r| match r {
+                Ok((name, _)) => name,
+                Err(ChunkError::Broken(name)) => format!("broken {name}"),
+                Err(e) => format!("{e:?}"),
+            })
+            .collect();
+        assert_eq!(listed, ["broken b", "c", "old"]);
     }
 }

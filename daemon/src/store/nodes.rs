@@ -5,8 +5,8 @@ use accord::hardware::NodeHardware;
 use serde::Deserialize;
 
 use super::{
-    chunk_error, chunked, io, joined, Accepted, Beat, IdentityRule, Liveness, MachineIdentity,
-    NodeRecord, ReportOutcome, Store, StoreError, StoredNode,
+    chunk_error, io, joined, Accepted, Beat, IdentityRule, Liveness, MachineIdentity, NodeRecord,
+    ReportOutcome, Store, StoreError, StoredNode,
 };
 
 /// 32 random bytes, hex: an agent session.
@@ -52,7 +52,11 @@ impl Store {
             node: n.name.clone(),
             what,
         };
-        if size > self.limits.max_node_bytes {
+        // A record that does not grow is always taken (limits lowered
+        // since, or a store from before them): an unchanged report must
+        // still make its agent up.
+        let grows = size > old.unwrap_or(0);
+        if grows && size > self.limits.max_node_bytes {
             return Err(full(format!(
                 "its record would take {size} bytes, over store.max_node_bytes ({})",
                 self.limits.max_node_bytes
@@ -66,18 +70,19 @@ impl Store {
             )));
         }
         let total = usage.total - old.unwrap_or(0) + size;
-        if total > self.limits.max_bytes {
+        if grows && total > self.limits.max_bytes {
             return Err(full(format!(
                 "node records would take {total} bytes, over store.max_bytes ({})",
                 self.limits.max_bytes
             )));
         }
-        chunked::put(&self.nodes, &n.name, &node).map_err(io("write node"))?;
+        self.nodes.put(&n.name, &node).map_err(io("write node"))?;
+        // Counted as soon as the record is written, whatever follows.
+        usage.total = total;
+        usage.bytes.insert(n.name.clone(), size);
         self.liveness
             .insert(n.name.as_bytes(), live)
             .map_err(io("write liveness"))?;
-        usage.total = total;
-        usage.bytes.insert(n.name.clone(), size);
         drop(usage);
         // Durable before the caller acknowledges.
         self.flush()
@@ -91,12 +96,14 @@ impl Store {
             .usage
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let found = chunked::remove(&self.nodes, name).map_err(io("forget node"))?;
-        self.liveness.remove(name).map_err(io("forget liveness"))?;
-        chunked::remove(&self.views, name).map_err(io("forget scheduler view"))?;
+        let found = self.nodes.remove(name).map_err(io("forget node"))?;
         if let Some(old) = usage.bytes.remove(name) {
             usage.total -= old;
         }
+        self.liveness.remove(name).map_err(io("forget liveness"))?;
+        self.views
+            .remove(name)
+            .map_err(io("forget scheduler view"))?;
         drop(usage);
         self.flush()?;
         Ok(found)
@@ -281,7 +288,7 @@ impl Store {
     /// The generation and agent session of `name`, without decoding its
     /// hardware model.
     fn stored_head(&self, name: &str) -> Result<Option<Head>, StoreError> {
-        let Some(bytes) = chunked::get(&self.nodes, name).map_err(chunk_error("read node"))? else {
+        let Some(bytes) = self.nodes.get(name).map_err(chunk_error("read node"))? else {
             return Ok(None);
         };
         // serde skips the other fields without building them.

@@ -218,3 +218,29 @@ fn a_schema_1_store_is_read_after_its_records_become_chunks() {
     assert_eq!(store.node("old").unwrap().unwrap().generation, 4);
     assert_eq!(store.node_count(), 1);
 }
+
+#[test]
+fn a_store_past_lowered_limits_still_takes_reports_that_do_not_grow() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for n in ["n0", "n1"] {
+        store.report(n, hardware(), None, 1_000).unwrap();
+    }
+    let used = store.usage().1;
+    store.close(CLOSE_WITHIN).unwrap();
+    let lowered = StoreLimits {
+        max_nodes: 1,
+        max_node_bytes: used / 4,
+        max_bytes: used / 2,
+    };
+    let store = Store::open_with(dir.path(), lowered).unwrap();
+    // The same machine again (a restarted agent): taken.
+    let (outcome, _) = store.report("n0", hardware(), None, 1_001).unwrap();
+    assert_eq!(outcome, ReportOutcome::Unchanged);
+    assert!(store.allow_replacement("n1").unwrap());
+    // A larger record, or a third node: refused.
+    assert!(store
+        .report("n0", big_hardware(1_000, 2), None, 1_002)
+        .is_err());
+    assert!(store.report("n2", hardware(), None, 1_002).is_err());
+}

@@ -51,8 +51,8 @@ pub const ACCORD_STRICT: &str = "strict-atomic.accord.dev";
 /// pod validation (`validatePodResourceClaims`, pkg/apis/core/validation)
 /// checks their names but, as far as could be found, sets no count; 32 is
 /// a claim's own bound on its requests (`DeviceRequestsMaxSize`), far above
-/// any real pod. A pending pod past it cannot be planned; a bound one's
-/// devices are read from its first 32.
+/// any real pod. A pending pod past it cannot be planned; a bound one
+/// holds the devices of all its claims (the scheduler allocated them).
 pub const MAX_POD_CLAIMS: usize = 32;
 
 /// The most `spec.resourceClaims` of a PodGroup: Kubernetes' own bound

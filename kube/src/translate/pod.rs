@@ -410,24 +410,24 @@ fn extended_as_claims(pod: &mut PodSpec, index: &Index) -> Result<(), String> {
 /// nothing yet.
 pub(super) fn held_devices(p: &core::Pod, ns: &str, index: &Index) -> Vec<BoundDevice> {
     let mut out = Vec::new();
-    let statuses = p
+    // Every claim of a pod the scheduler bound holds its devices, however
+    // many: the statuses are indexed once, so reading them is linear in
+    // the pod (which the API server bounds).
+    let statuses: std::collections::BTreeMap<&str, &str> = p
         .status
-        .as_ref()
-        .and_then(|s| s.resource_claim_statuses.as_ref());
-    // At most MAX_POD_CLAIMS: each is looked up among the statuses.
+        .iter()
+        .flat_map(|s| s.resource_claim_statuses.iter().flatten())
+        .filter_map(|s| Some((s.name.as_str(), s.resource_claim_name.as_deref()?)))
+        .collect();
     for rc in p
         .spec
         .iter()
         .flat_map(|s| s.resource_claims.iter().flatten())
-        .take(MAX_POD_CLAIMS)
     {
-        let name = rc.resource_claim_name.clone().or_else(|| {
-            statuses
-                .into_iter()
-                .flatten()
-                .find(|s| s.name == rc.name)
-                .and_then(|s| s.resource_claim_name.clone())
-        });
+        let name = rc
+            .resource_claim_name
+            .clone()
+            .or_else(|| statuses.get(rc.name.as_str()).map(|n| (*n).to_owned()));
         let Some(name) = name else { continue };
         let key = (ns.to_owned(), name);
         let Some(claim) = index.claims.get(&key) else {
