@@ -319,6 +319,12 @@ fn runtime_config_resources(v: KubeVersion, group_version: &str) -> Option<Vec<R
             r("/apis/scheduling.k8s.io/v1beta1", "podgroups", "PodGroup"),
             r("/apis/scheduling.k8s.io/v1beta1", "workloads", "Workload"),
         ]),
+        // 1.36's gang API, alpha (with the `GenericWorkload` gate), as
+        // kube-apiserver v1.36.3 serves it (testkit/tests/it/fake_api_discovery.rs).
+        "scheduling.k8s.io/v1alpha2" if v == KubeVersion::V1_36 => Some(vec![
+            r("/apis/scheduling.k8s.io/v1alpha2", "podgroups", "PodGroup"),
+            r("/apis/scheduling.k8s.io/v1alpha2", "workloads", "Workload"),
+        ]),
         _ => None,
     }
 }
@@ -352,7 +358,8 @@ pub fn resources_with(
                         format!(
                             "--runtime-config {entry:?}: the fake API cannot serve {gv} as \
                              Kubernetes {v} would (it plays scheduling.k8s.io/v1beta1 from \
-                             1.37, and turning off a served version)"
+                             1.37, scheduling.k8s.io/v1alpha2 on 1.36, and turning off a \
+                             served version)"
                         )
                     }
                 })?;

@@ -452,3 +452,230 @@ async fn a_pending_claim_is_not_planned_on_gpus_a_running_claim_holds() {
     assert_eq!(allocated, 10, "{claims:#?}");
     assert_eq!(lab.nodes_powered_on().len(), 2);
 }
+
+/// Kubernetes 1.36 with its gang API turned on as an admin turns it on
+/// (the `GenericWorkload` gate, `scheduling.k8s.io/v1alpha2`): a
+/// v1alpha2 PodGroup of 4 whose pods name it in `spec.schedulingGroup`,
+/// on a fleet of two racks (4 nodes and 2).
+const GANG_ON_1_36: &str = r#"
+[lab]
+kube_version = "1.36"
+feature_gates = ["GenericWorkload=true"]
+runtime_config = ["scheduling.k8s.io/v1alpha2=true"]
+boot_delay_ms = 500
+kubelet_delay_ms = 500
+heartbeat_ms = 1000
+max_s = 300
+[control]
+tick_ms = 1000
+transition_poll_ms = 1000
+[fleet.profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "4"
+memory = "1500Gi"
+[[fleet.racks]]
+name = "r1"
+[[fleet.racks]]
+name = "r2"
+[[fleet.nodes]]
+name = "r1-n1"
+rack = "r1"
+profile = "h100"
+[[fleet.nodes]]
+name = "r1-n2"
+rack = "r1"
+profile = "h100"
+[[fleet.nodes]]
+name = "r1-n3"
+rack = "r1"
+profile = "h100"
+[[fleet.nodes]]
+name = "r1-n4"
+rack = "r1"
+profile = "h100"
+[[fleet.nodes]]
+name = "r2-n1"
+rack = "r2"
+profile = "h100"
+[[fleet.nodes]]
+name = "r2-n2"
+rack = "r2"
+profile = "h100"
+[[submit]]
+name = "train"
+run_ms = 600000
+manifests = '''
+{apiVersion: scheduling.k8s.io/v1alpha2, kind: PodGroup, metadata: {namespace: ml, name: train}, spec: {schedulingPolicy: {gang: {minCount: 4}}}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: train-0}, spec: {schedulingGroup: {podGroupName: train}, containers: [{name: t, image: t, resources: {requests: {cpu: "1"}, limits: {nvidia.com/gpu: "8"}}}]}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: train-1}, spec: {schedulingGroup: {podGroupName: train}, containers: [{name: t, image: t, resources: {requests: {cpu: "1"}, limits: {nvidia.com/gpu: "8"}}}]}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: train-2}, spec: {schedulingGroup: {podGroupName: train}, containers: [{name: t, image: t, resources: {requests: {cpu: "1"}, limits: {nvidia.com/gpu: "8"}}}]}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: train-3}, spec: {schedulingGroup: {podGroupName: train}, containers: [{name: t, image: t, resources: {requests: {cpu: "1"}, limits: {nvidia.com/gpu: "8"}}}]}}
+'''
+"#;
+
+/// The real kube-apiserver, kube-scheduler and kube-controller-manager
+/// v1.36.3, gang API on: Accord reads the v1alpha2 PodGroup, plans its 4
+/// pods as one gang and powers on exactly 4 nodes; the real scheduler
+/// binds all 4 pods there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_of_4_on_upstream_1_36_powers_on_4_nodes_and_binds() {
+    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let s = Scenario::parse(GANG_ON_1_36, Path::new("gang-1.36.toml")).unwrap();
+    let lab = support::lab::start("upstream-1.36-gang", s).await;
+    lab.release("train").unwrap();
+    support::lab::bound(&lab, "train", Duration::from_secs(180)).await;
+    let nodes = support::lab::nodes_of(&lab, "ml/train-");
+    assert_eq!(nodes.len(), 4, "one pod a node: {nodes:?}");
+    assert_eq!(
+        lab.nodes_powered_on(),
+        nodes,
+        "exactly the gang's nodes were powered on"
+    );
+    // One gang, planned once: one power-on per node.
+    let resets: Vec<_> = lab
+        .proxy
+        .log()
+        .into_iter()
+        .filter(|l| l.method == "POST" && l.power_on)
+        .collect();
+    assert_eq!(resets.len(), 4, "{resets:?}");
+}
+
+/// Two nodes and NVIDIA's DRA DeviceClass; a claim of 1 GPU, then (after
+/// a DeviceTaintRule taints that node's GPUs) one of 4 that does not
+/// tolerate the taint and one of 5 that does.
+const TAINTED_DEVICES: &str = r#"
+[lab]
+boot_delay_ms = 500
+kubelet_delay_ms = 500
+heartbeat_ms = 1000
+max_s = 300
+cluster_manifests = """
+{apiVersion: resource.k8s.io/v1, kind: DeviceClass, metadata: {name: gpu.nvidia.com}, spec: {selectors: [{cel: {expression: "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}}
+"""
+[control]
+tick_ms = 1000
+transition_poll_ms = 1000
+[fleet.profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "4"
+memory = "1500Gi"
+[[fleet.racks]]
+name = "r1"
+[[fleet.nodes]]
+name = "r1-n1"
+rack = "r1"
+profile = "h100"
+[[fleet.nodes]]
+name = "r1-n2"
+rack = "r1"
+profile = "h100"
+[[submit]]
+name = "holder"
+run_ms = 600000
+manifests = '''
+{apiVersion: resource.k8s.io/v1, kind: ResourceClaimTemplate, metadata: {namespace: ml, name: one}, spec: {spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com, count: 1}}]}}}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: holder}, spec: {resourceClaims: [{name: gpus, resourceClaimTemplateName: one}], containers: [{name: c, image: c, resources: {claims: [{name: gpus}]}}]}}
+'''
+[[submit]]
+name = "plain"
+run_ms = 600000
+manifests = '''
+{apiVersion: resource.k8s.io/v1, kind: ResourceClaimTemplate, metadata: {namespace: ml, name: four}, spec: {spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com, count: 4}}]}}}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: plain}, spec: {resourceClaims: [{name: gpus, resourceClaimTemplateName: four}], containers: [{name: c, image: c, resources: {claims: [{name: gpus}]}}]}}
+'''
+[[submit]]
+name = "tolerant"
+run_ms = 600000
+manifests = '''
+{apiVersion: resource.k8s.io/v1, kind: ResourceClaimTemplate, metadata: {namespace: ml, name: five-tolerant}, spec: {spec: {devices: {requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com, count: 5, tolerations: [{key: example.com/maintenance, operator: Exists, effect: NoSchedule}]}}]}}}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: tolerant}, spec: {resourceClaims: [{name: gpus, resourceClaimTemplateName: five-tolerant}], containers: [{name: c, image: c, resources: {claims: [{name: gpus}]}}]}}
+'''
+"#;
+
+/// The real 1.37 control plane with a `resource.k8s.io/v1` DeviceTaintRule
+/// on the GPUs of the node the first claim runs on: a claim that does not
+/// tolerate the taint is planned on the other node, which Accord powers
+/// on (7 untouched GPUs would otherwise have been enough), and the real
+/// scheduler binds it there; a claim that tolerates it is planned on the
+/// tainted GPUs, the only ones left, and bound there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_taint_rule_moves_claims_that_do_not_tolerate_it() {
+    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let s = Scenario::parse(TAINTED_DEVICES, Path::new("tainted.toml")).unwrap();
+    let lab = support::lab::start("upstream-device-taints", s).await;
+    lab.release("holder").unwrap();
+    support::lab::bound(&lab, "holder", Duration::from_secs(150)).await;
+    let held = support::lab::nodes_of(&lab, "ml/holder");
+    let [tainted] = held.iter().collect::<Vec<_>>()[..] else {
+        panic!("the holder on one node: {held:?}");
+    };
+    lab.api.apply(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+        "metadata": {"name": "maintenance"},
+        "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": tainted},
+                 "taint": {"key": "example.com/maintenance", "value": "true",
+                           "effect": "NoSchedule"}}
+    }));
+    lab.release("plain").unwrap();
+    support::lab::bound(&lab, "plain", Duration::from_secs(150)).await;
+    let plain = support::lab::nodes_of(&lab, "ml/plain");
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    assert!(
+        !plain.contains(tainted),
+        "planned on the tainted GPUs: {plain:?}"
+    );
+    lab.release("tolerant").unwrap();
+    support::lab::bound(&lab, "tolerant", Duration::from_secs(150)).await;
+    let tolerant = support::lab::nodes_of(&lab, "ml/tolerant");
+    assert_eq!(tolerant, held, "the tolerant claim on the tainted node");
+    assert_eq!(lab.nodes_powered_on().len(), 2);
+}
+
+/// The same gang on 1.36 with the gang API off (its default): the
+/// apiserver drops `spec.schedulingGroup` from the pods, so they are four
+/// pods of their own, each planned and powered on for by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_gang_api_1_36_pods_are_planned_one_by_one() {
+    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let off = GANG_ON_1_36
+        .replace("feature_gates = [\"GenericWorkload=true\"]\n", "")
+        .replace("runtime_config = [\"scheduling.k8s.io/v1alpha2=true\"]\n", "")
+        .replace(
+            "{apiVersion: scheduling.k8s.io/v1alpha2, kind: PodGroup, metadata: {namespace: ml, name: train}, spec: {schedulingPolicy: {gang: {minCount: 4}}}}\n---\n",
+            "",
+        );
+    let s = Scenario::parse(&off, Path::new("pods-1.36.toml")).unwrap();
+    let lab = support::lab::start("upstream-1.36-pods", s).await;
+    lab.release("train").unwrap();
+    support::lab::bound(&lab, "train", Duration::from_secs(180)).await;
+    let pod = lab.api.get("v1", "Pod", "ml", "train-0").unwrap();
+    assert!(
+        pod["spec"]["schedulingGroup"].is_null(),
+        "the gate is off: the apiserver drops the field: {pod}"
+    );
+    assert_eq!(lab.nodes_powered_on().len(), 4);
+    let log = std::fs::read_to_string(
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("lab-upstream-1.36-pods.accordd.log"),
+    )
+    .unwrap();
+    let planned: BTreeSet<&str> = log
+        .lines()
+        .filter(|l| l.contains("powering on"))
+        .filter_map(|l| l.split("workloads=").nth(1))
+        .collect();
+    assert_eq!(
+        planned,
+        BTreeSet::from(["ml/train-0", "ml/train-1", "ml/train-2", "ml/train-3"]),
+        "each pod its own workload"
+    );
+}
