@@ -135,11 +135,13 @@ pub const READS: &[ReadKind] = &[
         kind: "Workload",
         group: "scheduling.k8s.io",
         plural: "workloads",
-        versions: &["scheduling.k8s.io/v1beta1"],
+        // 1.37 (v1beta1), 1.35 (v1alpha1: its pod groups are the gangs,
+        // `workload_ref`); each off by default.
+        versions: &["scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha1"],
         namespaced: true,
         always: false,
         crd: false,
-        missing: "the server does not serve scheduling.k8s.io/v1beta1 (Kubernetes 1.37+): \
+        missing: "the server serves no scheduling.k8s.io Workloads (v1beta1, v1alpha1): \
                   Workloads are not read",
     },
     crd(

@@ -12,6 +12,7 @@ pub mod discovery;
 pub mod manifests;
 pub mod translate;
 pub mod watch;
+pub mod workload_ref;
 pub mod write;
 
 pub use manifests::Manifests;

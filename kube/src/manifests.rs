@@ -292,11 +292,24 @@ impl Manifests {
             return;
         }
         let name = object_name(&value);
+        // 1.35's gangs as 1.36's (`workload_ref`): a Workload's pod groups
+        // as PodGroups, a pod's workloadRef as its schedulingGroup.
+        if (api.as_str(), kind.as_str()) == (crate::workload_ref::WORKLOAD_V1ALPHA1, "Workload") {
+            for (j, group) in crate::workload_ref::workload_pod_groups(&value)
+                .into_iter()
+                .enumerate()
+            {
+                self.add(group, &format!("{at} pod group {}", j + 1));
+            }
+            return;
+        }
         // DRA's beta versions are read as v1 (v1beta2: the same shape;
         // v1beta1: converted).
         let value = dra_as_v1(value);
         let result = match (api.as_str(), kind.as_str()) {
-            ("v1", "Pod") => decode(value).map(Object::Pod),
+            ("v1", "Pod") => {
+                decode(crate::workload_ref::pod_as_scheduling_group(value)).map(Object::Pod)
+            }
             ("v1", "PodTemplate") => decode(value).map(Object::PodTemplate),
             ("v1", "Node") => decode(value).map(Object::Node),
             ("batch/v1", "Job") => decode(value).map(Object::Job),

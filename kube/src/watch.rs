@@ -62,6 +62,9 @@ struct Stores {
     slices: Option<Store<ResourceSlice>>,
     pod_groups: Option<Store<PodGroup>>,
     workloads: Option<Store<Workload>>,
+    /// Pods' `spec.workloadRef`, where 1.35's Workloads are watched (the
+    /// typed Pod has no such field: `workload_ref`).
+    pod_refs: Option<Store<crate::workload_ref::PodWorkloadRef>>,
     /// CRDs, and DRA kinds at v1beta2/v1beta1 (converted when read).
     dynamic: Vec<(ApiResource, Store<DynamicObject>)>,
 }
@@ -270,6 +273,7 @@ impl DemandWatch {
             slices: None,
             pod_groups: None,
             workloads: None,
+            pod_refs: None,
             dynamic: Vec::new(),
         };
         for r in READS {
@@ -324,8 +328,21 @@ impl DemandWatch {
                     let store = s.dynamic(&ar, true);
                     stores.dynamic.push((ar, store));
                 }
-                ("scheduling.k8s.io", "Workload") => {
+                ("scheduling.k8s.io", "Workload") if version == "scheduling.k8s.io/v1beta1" => {
                     stores.workloads = Some(s.typed(r.kind, version, true))
+                }
+                // 1.35: the Workload's pod groups are the gangs, and pods
+                // name theirs in spec.workloadRef, read apart.
+                ("scheduling.k8s.io", "Workload") => {
+                    note = Some(
+                        "its pod groups read as PodGroups, pods' spec.workloadRef as \
+                         spec.schedulingGroup"
+                            .to_owned(),
+                    );
+                    let ar = api_resource(r, version);
+                    let store = s.dynamic(&ar, true);
+                    stores.dynamic.push((ar, store));
+                    stores.pod_refs = Some(s.typed("Pod", "v1 (spec.workloadRef)", true));
                 }
                 _ => {
                     let ar = api_resource(r, version);
@@ -418,7 +435,10 @@ impl DemandWatch {
             let Some(store) = store else { return };
             out.extend(store.state().iter().map(|o| wrap(Box::new((**o).clone()))));
         }
-        copy(Some(&s.pods), Object::Pod, &mut m.objects);
+        match &s.pod_refs {
+            None => copy(Some(&s.pods), Object::Pod, &mut m.objects),
+            Some(refs) => pods_with_refs(&s.pods, refs, &mut m.objects),
+        }
         copy(Some(&s.pod_templates), Object::PodTemplate, &mut m.objects);
         copy(Some(&s.jobs), Object::Job, &mut m.objects);
         copy(Some(&s.deployments), Object::Deployment, &mut m.objects);
@@ -512,13 +532,48 @@ impl DemandWatch {
     /// pending.
     pub fn snapshot(&self, options: &Options) -> Translation {
         let mut options = options.clone();
+        // 1.35's Workloads stand for PodGroups (`workload_ref`).
         options.pod_groups_served = self.watches.iter().any(|w| {
-            w.kind == "PodGroup"
-                && w.api_version
-                    .as_deref()
-                    .is_some_and(|v| v.starts_with("scheduling.k8s.io/"))
+            let v = w.api_version.as_deref().unwrap_or("");
+            (w.kind == "PodGroup" && v.starts_with("scheduling.k8s.io/"))
+                || (w.kind == "Workload" && v == crate::workload_ref::WORKLOAD_V1ALPHA1)
         });
         translate_live(&self.manifests(), &options)
+    }
+}
+
+/// The pods, each given the group its `spec.workloadRef` names (read by
+/// the second watch of pods) as its `spec.schedulingGroup`. A pending pod
+/// that watch has not seen yet waits for the next round (planned alone
+/// now, its gang could be split); a bound one is always kept (its node is
+/// busy either way).
+fn pods_with_refs(
+    pods: &Store<Pod>,
+    refs: &Store<crate::workload_ref::PodWorkloadRef>,
+    out: &mut Vec<Object>,
+) {
+    for p in pods.state() {
+        let key = reflector::ObjectRef::<crate::workload_ref::PodWorkloadRef>::new(
+            p.metadata.name.as_deref().unwrap_or_default(),
+        )
+        .within(p.metadata.namespace.as_deref().unwrap_or_default());
+        let bound = p.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        let mut pod = (*p).clone();
+        match refs.get(&key) {
+            Some(r) => {
+                if let (Some(spec), Some(wr)) = (pod.spec.as_mut(), r.workload_ref()) {
+                    if spec.scheduling_group.is_none() {
+                        spec.scheduling_group =
+                            Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+                                pod_group_name: Some(wr.pod_group_name()),
+                            });
+                    }
+                }
+            }
+            None if !bound => continue,
+            None => {}
+        }
+        out.push(Object::Pod(Box::new(pod)));
     }
 }
 

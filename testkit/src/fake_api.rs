@@ -319,6 +319,13 @@ fn runtime_config_resources(v: KubeVersion, group_version: &str) -> Option<Vec<R
             r("/apis/scheduling.k8s.io/v1beta1", "podgroups", "PodGroup"),
             r("/apis/scheduling.k8s.io/v1beta1", "workloads", "Workload"),
         ]),
+        // 1.35's gang API, alpha (with the `GenericWorkload` gate): the
+        // Workload, as kube-apiserver v1.35.4 serves it.
+        "scheduling.k8s.io/v1alpha1" if v == KubeVersion::V1_35 => Some(vec![r(
+            "/apis/scheduling.k8s.io/v1alpha1",
+            "workloads",
+            "Workload",
+        )]),
         // 1.36's gang API, alpha (with the `GenericWorkload` gate), as
         // kube-apiserver v1.36.3 serves it (testkit/tests/it/fake_api_discovery.rs).
         "scheduling.k8s.io/v1alpha2" if v == KubeVersion::V1_36 => Some(vec![

@@ -3,6 +3,7 @@
 
 use super::pod::{marked_group, pod_spec};
 use super::*;
+use crate::workload_ref::{FROM_WORKLOAD, WORKLOAD_V1ALPHA1};
 
 /// The group a template's pods belong to: a named gang, else its owner.
 pub(super) fn owner_group(
@@ -37,6 +38,22 @@ pub(super) fn owner_of(meta: &ObjectMeta) -> Option<GroupKey> {
     Some(GroupKey::Owner(kind, ns, owner.name.clone()))
 }
 
+/// The PodGroup `ns/g`; for a replica of one of a 1.35 Workload's groups
+/// (`W/G/KEY`), that group (`workload_ref`): the policy holds per replica.
+fn sched_group<'a>(
+    index: &'a Index,
+    ns: &str,
+    g: &str,
+) -> Option<&'a k8s_openapi::api::scheduling::v1beta1::PodGroup> {
+    let get = |name: &str| {
+        index
+            .sched_groups
+            .get(&(ns.to_owned(), name.to_owned()))
+            .copied()
+    };
+    get(g).or_else(|| crate::workload_ref::replica_of(g).and_then(get))
+}
+
 pub(super) fn workload(
     key: &GroupKey,
     group: Group,
@@ -45,14 +62,18 @@ pub(super) fn workload(
 ) -> Result<Workload, CannotPlan> {
     let (ns, name) = key.name();
     let mut sources: Vec<ObjectRef> = match key {
-        GroupKey::SchedPodGroup(ns, g) => {
-            vec![ObjectRef::new(
+        // 1.35: the group is one of a Workload's (`workload_ref`).
+        GroupKey::SchedPodGroup(ns, g) => match sched_group(index, ns, g)
+            .and_then(|pg| pg.metadata.annotations.as_ref()?.get(FROM_WORKLOAD))
+        {
+            Some(w) => vec![ObjectRef::new(WORKLOAD_V1ALPHA1, "Workload", ns, w)],
+            None => vec![ObjectRef::new(
                 "scheduling.k8s.io/v1beta1",
                 "PodGroup",
                 ns,
                 g,
-            )]
-        }
+            )],
+        },
         GroupKey::Cosched(ns, g) => {
             vec![ObjectRef::new(
                 "scheduling.x-k8s.io/v1alpha1",
@@ -104,9 +125,7 @@ pub(super) fn workload(
     let mut priority = group.owner_priority;
     match key {
         GroupKey::SchedPodGroup(ns, g) => {
-            let pg = index
-                .sched_groups
-                .get(&(ns.clone(), g.clone()))
+            let pg = sched_group(index, ns, g)
                 .ok_or_else(|| fail(format!("PodGroup {ns}/{g} (scheduling.k8s.io) not found")))?;
             let spec = &pg.spec;
             if let Some(gang) = &spec.scheduling_policy.gang {

@@ -315,3 +315,103 @@ async fn a_v1alpha2_pod_group_on_1_36_is_one_gang() {
     assert_eq!((gang.key().as_str(), gang.min()), ("default/train", 4));
     assert!(t.unsupported.is_empty(), "{:?}", t.unsupported);
 }
+
+/// The real kube-apiserver v1.35.4 with its gang API turned on (the
+/// `GenericWorkload` gate, `scheduling.k8s.io/v1alpha1`): a Workload with
+/// a gang pod group of 4 whose pods name it in `spec.workloadRef` (a field
+/// the newest typed Pod does not have) is one gang to Accord, its source
+/// the Workload. (Only 1.35's apiserver runs: the pods' Unschedulable
+/// condition is written here as kube-scheduler writes it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1alpha1_workload_on_1_35_is_one_gang() {
+    let mut options = Options::apiserver(35);
+    options.feature_gates = vec!["GenericWorkload=true".into()];
+    options.runtime_config = vec!["scheduling.k8s.io/v1alpha1=true".into()];
+    let cp = ControlPlane::start(options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    cp.request_json(
+        Method::POST,
+        "/apis/scheduling.k8s.io/v1alpha1/namespaces/default/workloads",
+        Some(
+            &json!({"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload",
+            "metadata": {"namespace": "default", "name": "train"},
+            "spec": {"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 4}}}]}}),
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the v1alpha1 Workload: {e}"));
+    cp.request_json(
+        Method::POST,
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                     "metadata": {"namespace": "default", "name": "default"}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the default ServiceAccount: {e}"));
+    for i in 0..4 {
+        cp.request_json(
+            Method::POST,
+            "/api/v1/namespaces/default/pods",
+            Some(&json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"namespace": "default", "name": format!("w{i}")},
+                "spec": {"workloadRef": {"name": "train", "podGroup": "workers"},
+                         "containers": [{"name": "c", "image": "c",
+                                         "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("pod w{i}: {e}"));
+        let stored = cp
+            .get_json(&format!("/api/v1/namespaces/default/pods/w{i}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            stored["spec"]["workloadRef"]["podGroup"], "workers",
+            "the gate keeps the field: {stored}"
+        );
+        cp.request_json(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/default/pods/w{i}/status"),
+            Some(
+                &json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": "0/0 nodes are available"}]}}),
+            ),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("pod w{i} status: {e}"));
+    }
+    let client = cp.client().await.unwrap();
+    let served = accord_kube::discovery::ServedApis::discover(&client)
+        .await
+        .unwrap();
+    let w = DemandWatch::start_served(client, &served);
+    let workload = w
+        .watches()
+        .into_iter()
+        .find(|k| k.kind == "Workload")
+        .unwrap();
+    assert_eq!(
+        workload.api_version.as_deref(),
+        Some("scheduling.k8s.io/v1alpha1")
+    );
+    let options = Translate::for_topology(&Default::default());
+    let t = wait_for(
+        "the 4 Unschedulable pods as one gang in accordd's snapshot",
+        Duration::from_secs(60),
+        || async {
+            let t = w.snapshot(&options);
+            match t.demand.workloads.as_slice() {
+                [one] if one.pod_count() == 4 => Ok(t),
+                _ => Err(t.render()),
+            }
+        },
+    )
+    .await;
+    let gang = &t.demand.workloads[0];
+    assert_eq!(
+        (gang.key().as_str(), gang.min()),
+        ("default/train/workers", 4)
+    );
+    assert_eq!(gang.sources[0].kind, "Workload");
+    assert!(t.unsupported.is_empty(), "{:?}", t.unsupported);
+}

@@ -842,3 +842,43 @@ spec:
     assert_eq!(claims("shared"), 1, "{:#?}", w.pod_sets);
     assert_eq!(claims("own"), 4);
 }
+
+/// Kubernetes 1.35's gangs in manifests: a `scheduling.k8s.io/v1alpha1`
+/// Workload's gang pod group, its pods naming it in `spec.workloadRef`;
+/// with replica keys, each replica is a gang of its own with the group's
+/// minimum.
+#[test]
+fn a_1_35_workloads_pod_groups_are_gangs_per_replica() {
+    let workload = "apiVersion: scheduling.k8s.io/v1alpha1\nkind: Workload\nmetadata: {namespace: ml, name: train}\nspec:\n  podGroups: [{name: workers, policy: {gang: {minCount: 2}}}]\n";
+    let pod = |i: u32, key: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{namespace: ml, name: w-{key}-{i}}}\nspec:\n  workloadRef: {{name: train, podGroup: workers, podGroupReplicaKey: {key}}}\n  containers: [{{name: c, image: i, resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}}}]\n"
+        )
+    };
+    let text = format!(
+        "{workload}{}{}{}{}",
+        pod(0, "a"),
+        pod(1, "a"),
+        pod(0, "b"),
+        pod(1, "b")
+    );
+    let m = Manifests::parse(&text, "gangs-1.35.yaml").unwrap();
+    let t = translate(&m, &Options::for_topology(&TopologyConfig::default()));
+    let gangs: Vec<(String, u32, u32)> = t
+        .demand
+        .workloads
+        .iter()
+        .map(|w| (w.key(), w.pod_count(), w.min()))
+        .collect();
+    assert_eq!(
+        gangs,
+        [
+            ("ml/train/workers/a".to_owned(), 2, 2),
+            ("ml/train/workers/b".to_owned(), 2, 2)
+        ],
+        "{}",
+        t.render()
+    );
+    assert_eq!(t.demand.workloads[0].sources[0].kind, "Workload");
+    assert_eq!(t.demand.workloads[0].sources[0].name, "train");
+}

@@ -320,6 +320,15 @@ async fn apis_an_admin_turns_on_are_served_alike() {
         )
         .await,
     );
+    // 1.35's: alpha, the Workload at v1alpha1.
+    all.extend(
+        compare(
+            35,
+            &["GenericWorkload=true"],
+            &["scheduling.k8s.io/v1alpha1=true"],
+        )
+        .await,
+    );
     // 1.36's: alpha, PodGroup and Workload at v1alpha2.
     all.extend(
         compare(
