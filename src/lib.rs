@@ -15,3 +15,4 @@ pub mod names;
 pub mod plan;
 pub mod quantity;
 pub mod truth;
+pub mod yaml;

@@ -676,9 +676,22 @@ impl Scenario {
 pub fn parse_manifests(text: &str, at: &str) -> anyhow::Result<Vec<serde_json::Value>> {
     use anyhow::Context;
     use serde::Deserialize as _;
+    // As accordd reads manifests: deep flow nesting refused before
+    // libyaml's scanner (quadratic in it: 100,000 `[` took minutes), a key
+    // named twice in one mapping refused.
+    if let Some((line, column)) = accord::yaml::flow_too_deep(text, accord::yaml::MAX_FLOW_NESTING)
+    {
+        anyhow::bail!(
+            "{at}: YAML: line {line}, column {column}: flow collections nested deeper than {} \
+             levels",
+            accord::yaml::MAX_FLOW_NESTING
+        );
+    }
     let mut out = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v = serde_json::Value::deserialize(doc).with_context(|| format!("{at}: YAML"))?;
+        let v = accord::json::UniqueValue::deserialize(doc)
+            .map(|v| v.0)
+            .with_context(|| format!("{at}: YAML"))?;
         if !v.is_null() {
             out.push(v);
         }
@@ -1042,5 +1055,25 @@ mod tests {
         );
         let p = s.unserved(KubeVersion::parse("1.31").unwrap());
         assert!(p[0].contains("no DRA"), "{p:?}");
+    }
+
+    /// Found by fuzz-figures (seed 30, case 5762): 100,000 `[` in a
+    /// scenario's manifests held the parse for minutes in libyaml's
+    /// scanner; refused at once now, as accordd refuses them.
+    #[test]
+    fn manifests_nested_past_reason_or_naming_a_key_twice_are_refused() {
+        let deep = format!("{{a: {}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        let e = parse_manifests(&deep, "lab.cluster_manifests").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("nested deeper than 1000"),
+            "{e:#}"
+        );
+        let twice = "{apiVersion: v1, kind: Pod, apiVersion: v2}";
+        let e = parse_manifests(twice, "submit.manifests").unwrap_err();
+        assert!(format!("{e:#}").contains("twice"), "{e:#}");
+        assert_eq!(
+            parse_manifests("{a: [1]}\n---\n{b: 2}", "x").unwrap().len(),
+            2
+        );
     }
 }
