@@ -369,6 +369,12 @@ impl Store {
     }
 
     fn stored(&self, name: &str) -> Result<Option<StoredNode>, StoreError> {
+        self.node_as(name)
+    }
+
+    /// `name`'s record decoded as `T` (the whole record, or the part of
+    /// it `T` has: serde skips the other fields without building them).
+    fn node_as<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StoreError> {
         let Some(bytes) = self.nodes.get(name).map_err(chunk_error("read node"))? else {
             return Ok(None);
         };

@@ -5,8 +5,8 @@ use accord::hardware::NodeHardware;
 use serde::Deserialize;
 
 use super::{
-    chunk_error, io, joined, Accepted, Beat, IdentityRule, Liveness, MachineIdentity, NodeRecord,
-    ReportOutcome, Store, StoreError, StoredNode,
+    io, joined, Accepted, Beat, IdentityRule, Liveness, MachineIdentity, NodeRecord, ReportOutcome,
+    Store, StoreError, StoredNode,
 };
 
 /// 32 random bytes, hex: an agent session.
@@ -288,16 +288,7 @@ impl Store {
     /// The generation and agent session of `name`, without decoding its
     /// hardware model.
     fn stored_head(&self, name: &str) -> Result<Option<Head>, StoreError> {
-        let Some(bytes) = self.nodes.get(name).map_err(chunk_error("read node"))? else {
-            return Ok(None);
-        };
-        // serde skips the other fields without building them.
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| StoreError::Corrupt {
-                node: name.to_owned(),
-                source,
-            })
+        self.node_as(name)
     }
 
     /// Lets the next report for `name` carry a new machine identity.
