@@ -237,6 +237,7 @@ fn context(device: &Device) -> Result<Context<'static, 'static>, cel::Declaratio
     ctx.add_function("upperAscii", |This(s): This<Arc<String>>| {
         s.to_ascii_uppercase()
     })?;
+    super::cel_library::register(&mut ctx)?;
     ctx.add_variable_from_value("device", device_value(device));
     Ok(ctx)
 }
@@ -445,7 +446,7 @@ pub fn check(text: &str) -> Result<(), String> {
         if f.starts_with('_') || f.starts_with('@') || f.starts_with('!') {
             continue;
         }
-        if EXTENSIONS.contains(&f) {
+        if EXTENSIONS.contains(&f) || super::cel_library::has(f) {
             continue;
         }
         // A standard function cannot be defined again: that is the test.
@@ -541,7 +542,7 @@ mod check_tests {
 }
 
 #[cfg(test)]
-mod library_tests {
+pub(super) mod library_tests {
     use std::collections::BTreeMap;
 
     use super::{check, CelEngine};
@@ -549,7 +550,7 @@ mod library_tests {
 
     /// A GPU as NVIDIA's DRA driver publishes it: `driverVersion` a
     /// version attribute, memory a capacity.
-    fn gpu(driver_version: &str) -> Device {
+    pub(in crate::fit) fn gpu(driver_version: &str) -> Device {
         Device {
             name: "gpu-0".into(),
             driver: "gpu.nvidia.com".into(),
@@ -574,7 +575,7 @@ mod library_tests {
         }
     }
 
-    fn eval(expr: &str, device: &Device) -> Result<bool, String> {
+    pub(in crate::fit) fn eval(expr: &str, device: &Device) -> Result<bool, String> {
         check(expr)?;
         let mut e = CelEngine::default();
         let id = e.id(expr);

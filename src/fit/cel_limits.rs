@@ -43,6 +43,7 @@ use cel::common::ast::{
 };
 use cel::Program;
 
+use super::cel_library as library;
 use super::cel_parse::{clip, first_error, panic_message, parser_env};
 
 /// Bytes in a selector (Kubernetes' `CELSelectorExpressionMaxLength`).
@@ -299,7 +300,9 @@ impl Est {
 /// `x + x` in a chain of `map`s costs 2^n: both are refused before they
 /// run. A `matches` compiles its pattern (within a bound): its cost is
 /// what the pattern parses to, or the bound's for a built one
-/// (`cel_regex`).
+/// (`cel_regex`), and so do `find` and `findAll`. The Kubernetes
+/// libraries' functions (`cel_library`) cost what they read: a list's
+/// elements, both lists' pairs for the sets', a string parsed.
 #[derive(Debug, Default)]
 struct Estimator<'a> {
     /// Comprehension variables in scope, innermost last.
@@ -395,6 +398,12 @@ impl<'a> Estimator<'a> {
                 call.args.len() + usize::from(call.target.is_some())
             ));
         }
+        // The libraries' functions in their declared forms only (a
+        // method or a global, so many arguments), as upstream's checker.
+        if let Some(Err(e)) = library::form(&call.func_name, call.target.is_some(), call.args.len())
+        {
+            return Err(e);
+        }
         let mut args = Vec::with_capacity(call.args.len() + 1);
         for arg in call.target.as_deref().into_iter().chain(&call.args) {
             args.push(self.walk(arg, depth)?);
@@ -466,6 +475,62 @@ impl<'a> Estimator<'a> {
                 };
                 Est::scalar(sum.saturating_add(pattern).saturating_add(size(0)))
             }
+            // Kubernetes' lists library: one pass over the list, each
+            // element read and compared once; `min` and `max` give one.
+            "isSorted" | "sum" => Est::scalar(sum.saturating_add(size(0))),
+            "min" | "max" => Est::new(
+                args.first().map(|a| a.shape.elem()).unwrap_or_default(),
+                sum.saturating_add(size(0)),
+            ),
+            // Each element compared with the one sought, as `in`.
+            "indexOf" | "lastIndexOf" | "includes" => {
+                let items = args.first().map_or(0, |a| a.shape.items);
+                let each = items.saturating_add(1).saturating_mul(size(1));
+                Est::scalar(sum.saturating_add(size(0)).saturating_add(each))
+            }
+            // cel-go's sets: every element of one list sought in the other
+            // (twice for `equivalent`), each comparison at most the smaller
+            // element.
+            library::SETS_CONTAINS | library::SETS_INTERSECTS | library::SETS_EQUIVALENT => {
+                let (a, b) = (&args[0].shape, &args[1].shape);
+                let pairs = (a.items.saturating_add(1)).saturating_mul(b.items.saturating_add(1));
+                let each = a.elem().size().min(b.elem().size());
+                let passes = 1 + u64::from(call.func_name == library::SETS_EQUIVALENT);
+                let compared = pairs.saturating_mul(each).saturating_mul(passes);
+                Est::scalar(sum.saturating_add(sizes).saturating_add(compared))
+            }
+            // The Kubernetes regex library: the pattern compiled as
+            // `matches`' is, the text searched; `find` gives a part of the
+            // text, `findAll` at most one part per character and one more
+            // (empty matches), or `n` (a literal), copied out.
+            "find" | "findAll" => {
+                let pattern = match call.args.first().map(|p| &p.expr) {
+                    Some(Expr::Literal(LiteralValue::String(p))) => self.pattern(p)?,
+                    _ => super::cel_regex::BUILT_PATTERN,
+                };
+                let (text, cost) = (args[0].shape.chars, sum.saturating_add(pattern));
+                let mut items = text.saturating_add(1);
+                if let Some(Expr::Literal(LiteralValue::Int(n))) = call.args.get(1).map(|n| &n.expr)
+                {
+                    items = items.min(u64::try_from(*n.inner()).unwrap_or(u64::MAX));
+                }
+                match call.func_name.as_str() {
+                    "find" => Est::new(Shape::text(text), cost.saturating_add(size(0))),
+                    _ => Est::new(
+                        Shape::list(items, Shape::text(text)),
+                        cost.saturating_add(size(0).saturating_mul(2).saturating_add(items)),
+                    ),
+                }
+            }
+            // The IP and CIDR libraries: a string parsed (read once), an
+            // address or prefix (a scalar) read or tested.
+            "isIP" | "ip" | "isCIDR" | "cidr" => Est::scalar(sum.saturating_add(sizes)),
+            "containsIP" | "containsCIDR" => Est::scalar(sum.saturating_add(sizes)),
+            library::IP_IS_CANONICAL => Est::scalar(sum.saturating_add(sizes)),
+            "family" | "isUnspecified" | "isLoopback" | "prefixLength" | "masked" => {
+                Est::scalar(sum)
+            }
+            "isLinkLocalMulticast" | "isLinkLocalUnicast" | "isGlobalUnicast" => Est::scalar(sum),
             // Conversions (`string`, `int`, `timestamp`, ...), `quantity`,
             // `lowerAscii` and what else the environment has: a value no
             // larger than the arguments (or a number's digits), at the
@@ -632,6 +697,51 @@ mod tests {
             .collect();
         let e = compile(&many.join(" || ")).unwrap_err();
         assert!(e.starts_with("too costly"), "{e}");
+    }
+
+    /// The libraries' list functions are charged per element: over a
+    /// list the selector builds (10,000 strings of 350 characters), one
+    /// call is past the limit where `size()` is not; the sets' functions
+    /// are charged per pair.
+    #[test]
+    fn library_functions_are_charged_by_what_they_read() {
+        let hundred = format!("[{}]", vec!["1"; 100].join(", "));
+        let built = format!("{hundred}.map(a, {hundred}.map(b, '{}'))", "x".repeat(350));
+        let size = cost(&format!("{built}.size() > 0"));
+        assert!(compile(&format!("{built}.size() > 0")).is_ok(), "{size}");
+        for f in
+            "sum() min() max() isSorted() indexOf('x') lastIndexOf('x') includes('x')".split(' ')
+        {
+            let e = compile(&format!("{built}.{f} != 0")).unwrap_err();
+            assert!(e.starts_with("too costly"), "{f}: {e}");
+        }
+        let strings = format!("{hundred}.map(a, '{}')", "x".repeat(1000));
+        assert!(cost(&format!("{strings}.size() > 0")) < MAX_SELECTOR_COST / 4);
+        for f in ["contains", "intersects", "equivalent"] {
+            let e = compile(&format!("sets.{f}({strings}, {strings})")).unwrap_err();
+            assert!(e.starts_with("too costly"), "{f}: {e}");
+        }
+        assert!(cost("sets.contains([1, 2], [1])") < 100);
+    }
+
+    /// `find` and `findAll` weigh their pattern as `matches` does.
+    #[test]
+    fn find_and_find_all_weigh_their_patterns() {
+        for call in [
+            r"find('\\w{1000}')",
+            r"findAll('\\w{1000}')",
+            r"findAll('(?x) \\w { 1 0 0 0 }', 2)",
+        ] {
+            let e = compile(&format!("device.driver.{call}.size() > 0")).unwrap_err();
+            assert!(e.contains("more than 256 KiB"), "{call}: {e}");
+        }
+        assert!(cost("'H100'.find('^H')") < 10_000);
+        let built = cost("'H100'.findAll('a' + 'b').size() > 0");
+        assert!(built >= super::super::cel_regex::BUILT_PATTERN, "{built}");
+        // At most one match per character and one more, or `n`.
+        let all = cost("device.driver.findAll('a').exists(m, m == 'a')");
+        let two = cost("device.driver.findAll('a', 2).exists(m, m == 'a')");
+        assert!(two < all, "{two} {all}");
     }
 
     #[test]

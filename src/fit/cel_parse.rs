@@ -19,7 +19,8 @@ pub(crate) const BOUNDED_MATCHES: &str = "matches#bounded";
 /// The parse environment: CEL's standard macros and optional syntax,
 /// `cel.bind` (cel-go's `ext.Bindings`, which the scheduler's environment
 /// has: k8s.io/apiserver/pkg/cel/environment/base.go), and `matches` in
-/// both forms renamed to [`BOUNDED_MATCHES`].
+/// both forms renamed to [`BOUNDED_MATCHES`]; the calls in a namespace
+/// of `cel_library` (`sets.contains(a, b)`) renamed to its functions.
 pub(super) fn parser_env() -> cel::Env {
     let mut env = cel::Env::stdlib();
     env.add_macro(cel::parser::Macro::receiver("bind", 3, bind_macro))
@@ -28,7 +29,37 @@ pub(super) fn parser_env() -> cel::Env {
         .expect("matches is not a standard macro");
     env.add_macro(cel::parser::Macro::global("matches", 2, matches_macro))
         .expect("matches is not a standard macro");
+    for &(namespace, function, args, name) in super::cel_library::NAMESPACED {
+        let rename = move |helper: &mut cel::parser::MacroExprHelper<'_>,
+                           target: &mut Option<cel::IdedExpr>,
+                           rest: &mut Vec<cel::IdedExpr>| {
+            namespaced_macro(namespace, name, helper, target, rest)
+        };
+        env.add_macro(cel::parser::Macro::receiver(function, args, rename))
+            .expect("no standard macro is named so");
+    }
     env
+}
+
+/// `namespace.f(args)` as the global `name(args)`; `f` called on anything
+/// but the bare identifier `namespace` is left alone.
+fn namespaced_macro(
+    namespace: &str,
+    name: &str,
+    helper: &mut cel::parser::MacroExprHelper<'_>,
+    target: &mut Option<cel::IdedExpr>,
+    args: &mut Vec<cel::IdedExpr>,
+) -> Result<Option<cel::IdedExpr>, cel::ParseError> {
+    if !matches!(target.as_ref().map(|t| &t.expr), Some(Expr::Ident(n)) if n == namespace) {
+        return Ok(None);
+    }
+    Ok(Some(helper.next_expr(Expr::Call(
+        cel::common::ast::CallExpr {
+            func_name: name.to_owned(),
+            target: None,
+            args: std::mem::take(args),
+        },
+    ))))
 }
 
 /// `s.matches(re)` and `matches(s, re)` as `matches#bounded(s, re)`.

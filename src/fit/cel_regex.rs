@@ -67,8 +67,13 @@ fn build(pattern: &str) -> Result<regex::Regex, String> {
         })
 }
 
-/// CEL's `s.matches(re)` and `matches(s, re)`, on the bounded compiler.
-pub(crate) fn matches(text: &str, pattern: Arc<String>) -> Result<bool, cel::ExecutionError> {
+/// `pattern` compiled within the bounds, from the patterns kept (or kept
+/// now); a refusal is `function`'s error. `matches` and the Kubernetes
+/// regex library's `find` and `findAll` (`cel_library`) compile here.
+pub(crate) fn compiled(
+    function: &str,
+    pattern: Arc<String>,
+) -> Result<regex::Regex, cel::ExecutionError> {
     KEPT_PATTERNS.with(|kept| {
         let mut kept = kept.borrow_mut();
         if !kept.contains_key(&pattern) {
@@ -78,11 +83,16 @@ pub(crate) fn matches(text: &str, pattern: Arc<String>) -> Result<bool, cel::Exe
             let compiled = build(&pattern);
             kept.insert(pattern.clone(), compiled);
         }
-        match &kept[&pattern] {
-            Ok(re) => Ok(re.is_match(text)),
-            Err(e) => Err(cel::ExecutionError::function_error("matches", e.clone())),
-        }
+        // A `Regex` is shared, not copied, by `clone`.
+        kept[&pattern]
+            .clone()
+            .map_err(|e| cel::ExecutionError::function_error(function, e))
     })
+}
+
+/// CEL's `s.matches(re)` and `matches(s, re)`, on the bounded compiler.
+pub(crate) fn matches(text: &str, pattern: Arc<String>) -> Result<bool, cel::ExecutionError> {
+    compiled("matches", pattern).map(|re| re.is_match(text))
 }
 
 /// The estimated steps of compiling `pattern` (a literal of the

@@ -3,6 +3,7 @@
 //! and NodeAffinity plugins; device fit follows DRA structured parameters.
 
 mod cel_env;
+mod cel_library;
 mod cel_limits;
 mod cel_parse;
 mod cel_regex;
