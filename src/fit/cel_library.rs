@@ -20,6 +20,8 @@ use std::sync::Arc;
 use cel::extractors::{Arguments, This};
 use cel::{Context, DeclarationError, ExecutionError, FunctionContext, Value};
 
+use super::cel_url::GoUrl;
+
 /// What `sets.contains(a, b)` and the other calls in a namespace are
 /// parsed into (`cel_parse`): the crate parses them as methods of an
 /// identifier `sets`; `#` keeps the names out of any selector's reach.
@@ -84,6 +86,14 @@ const FORMS: &[(&str, Form, &str)] = &[
     ),
     ("prefixLength", Method(0), "cidr.prefixLength()"),
     ("masked", Method(0), "cidr.masked()"),
+    ("url", Global(1), "url(string)"),
+    ("isURL", Global(1), "isURL(string)"),
+    ("getScheme", Method(0), "url.getScheme()"),
+    ("getHost", Method(0), "url.getHost()"),
+    ("getHostname", Method(0), "url.getHostname()"),
+    ("getPort", Method(0), "url.getPort()"),
+    ("getEscapedPath", Method(0), "url.getEscapedPath()"),
+    ("getQuery", Method(0), "url.getQuery()"),
 ];
 
 /// Whether `name` is a function of these libraries.
@@ -225,7 +235,41 @@ pub(super) fn register(ctx: &mut Context<'_, '_>) -> Result<(), DeclarationError
     ctx.add_function("masked", |This(c): This<Value>| {
         cidr_of("masked", &c).map(|c| Value::Opaque(Arc::new(c.masked())))
     })?;
+    // Kubernetes' URL library (k8s.io/apiserver/pkg/cel/library/urls.go),
+    // Go's net/url ported in `cel_url`.
+    ctx.add_function("url", |s: Arc<String>| {
+        GoUrl::from_cel(&s)
+            .map(|u| Value::Opaque(Arc::new(u)))
+            .map_err(|e| fail("url", e))
+    })?;
+    ctx.add_function("isURL", |s: Arc<String>| GoUrl::is_url(&s))?;
+    ctx.add_function("getScheme", |This(u): This<Value>| {
+        url_of("getScheme", &u).map(|u| Value::from(u.scheme().to_owned()))
+    })?;
+    ctx.add_function("getHost", |This(u): This<Value>| {
+        url_of("getHost", &u).map(|u| Value::from(u.host()))
+    })?;
+    ctx.add_function("getHostname", |This(u): This<Value>| {
+        url_of("getHostname", &u).map(|u| Value::from(u.hostname()))
+    })?;
+    ctx.add_function("getPort", |This(u): This<Value>| {
+        url_of("getPort", &u).map(|u| Value::from(u.port()))
+    })?;
+    ctx.add_function("getEscapedPath", |This(u): This<Value>| {
+        url_of("getEscapedPath", &u).map(|u| Value::from(u.escaped_path()))
+    })?;
+    ctx.add_function("getQuery", |This(u): This<Value>| {
+        url_of("getQuery", &u).map(super::cel_url::query_value)
+    })?;
     Ok(())
+}
+
+fn url_of<'a>(function: &str, v: &'a Value) -> Result<&'a GoUrl, ExecutionError> {
+    match v {
+        Value::Opaque(o) => o.downcast_ref::<GoUrl>(),
+        _ => None,
+    }
+    .ok_or_else(|| no_overload(function, v))
 }
 
 fn fail(function: &str, message: String) -> ExecutionError {

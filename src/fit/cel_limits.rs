@@ -531,6 +531,30 @@ impl<'a> Estimator<'a> {
                 Est::scalar(sum)
             }
             "isLinkLocalMulticast" | "isLinkLocalUnicast" | "isGlobalUnicast" => Est::scalar(sum),
+            // The URL library: a string parsed (read once) into a URL no
+            // larger than it; each getter copies part of it out, `getQuery`
+            // a map of at most that many entries.
+            "url" => Est::new(
+                Shape::text(args.first().map_or(0, |a| a.shape.chars)),
+                sum.saturating_add(sizes),
+            ),
+            "isURL" => Est::scalar(sum.saturating_add(sizes)),
+            "getScheme" | "getHost" | "getHostname" | "getPort" => Est::new(
+                Shape::text(args.first().map_or(0, |a| a.shape.chars)),
+                sum.saturating_add(sizes),
+            ),
+            // Escaping may triple the path.
+            "getEscapedPath" => Est::new(
+                Shape::text(args.first().map_or(0, |a| a.shape.chars.saturating_mul(3))),
+                sum.saturating_add(sizes.saturating_mul(3)),
+            ),
+            "getQuery" => {
+                let chars = args.first().map_or(0, |a| a.shape.chars);
+                let text = Shape::text(chars);
+                let shape = Shape::map(chars, text.clone(), Shape::list(chars, text));
+                let cost = sum.saturating_add(sizes.saturating_mul(2));
+                Est::new(shape, cost)
+            }
             // Conversions (`string`, `int`, `timestamp`, ...), `quantity`,
             // `lowerAscii` and what else the environment has: a value no
             // larger than the arguments (or a number's digits), at the

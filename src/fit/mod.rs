@@ -7,6 +7,7 @@ mod cel_library;
 mod cel_limits;
 mod cel_parse;
 mod cel_regex;
+mod cel_url;
 mod devices;
 
 use std::collections::BTreeMap;
