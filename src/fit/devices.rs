@@ -630,13 +630,13 @@ pub fn allocate_compiled(
             .iter()
             .any(|extra| attempt.claim(plan, extra, ctx))
         {
-            return Err(explain_claim(plan, &attempt));
+            return Err(explain_claim(plan, &attempt, ctx));
         }
     }
     Ok((attempt.out, attempt.uses))
 }
 
-fn explain_claim(plan: &ClaimPlan, attempt: &Attempt<'_>) -> Failure {
+fn explain_claim(plan: &ClaimPlan, attempt: &Attempt<'_>, ctx: &mut DeviceContext<'_>) -> Failure {
     let category = if &*plan.name == "extended-resources" {
         let names: Vec<&str> = plan.reqs.iter().map(|r| &*r.name).collect();
         format!("insufficient {}", names.join(", "))
@@ -660,28 +660,40 @@ fn explain_claim(plan: &ClaimPlan, attempt: &Attempt<'_>) -> Failure {
                 Filter::MigProfile(p) => format!("MIG {p}"),
                 Filter::Cel { class, .. } => class.clone(),
             };
+            // The devices of the kind the request asks for (a CEL
+            // request: those its selectors took, cached by the attempt;
+            // any where they are not cached per node).
+            let mask = match &alt.filter {
+                Filter::Cel { exprs, .. } => ctx.cel.mask(exprs, &attempt.node.devices, ctx.prints),
+                _ => None,
+            };
+            let of_kind = |di: usize, d: &crate::device::Device| match &alt.filter {
+                Filter::Kind(k) => d.kind == *k,
+                Filter::MigProfile(p) => d.mig_profile() == Some(p),
+                Filter::Cel { .. } => mask.is_none_or(|m| m & (1 << di) != 0),
+            };
             let free = attempt
                 .node
                 .devices
                 .iter()
                 .enumerate()
                 .filter(|(di, d)| {
-                    let kind_ok = match &alt.filter {
-                        Filter::Kind(k) => d.kind == *k,
-                        Filter::MigProfile(p) => d.mig_profile() == Some(p),
-                        Filter::Cel { .. } => true,
-                    };
-                    kind_ok
+                    of_kind(*di, d)
                         && !attempt.uses[*di].exclusive
                         && (d.consumes.is_empty() || attempt.counters_allow(*di))
                         && crate::device::taints_tolerated(d, &alt.tolerations)
                 })
                 .count();
+            // Only those the request could have had: a tainted NIC is no
+            // reason a GPU request waits.
             let tainted = attempt
                 .node
                 .devices
                 .iter()
-                .filter(|d| !crate::device::taints_tolerated(d, &alt.tolerations))
+                .enumerate()
+                .filter(|(di, d)| {
+                    of_kind(*di, d) && !crate::device::taints_tolerated(d, &alt.tolerations)
+                })
                 .count();
             let tainted = if tainted > 0 {
                 format!(" ({tainted} device(s) tainted, not tolerated)")

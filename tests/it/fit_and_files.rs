@@ -214,6 +214,14 @@ fn device_taints_keep_requests_away_unless_tolerated() {
         .taints
         .push(taint("example.com/drain", "NoExecute"));
     devices[2].taints.push(taint("example.com/note", "None"));
+    // A tainted NIC is no reason a GPU request waits: explain counts
+    // only the devices the request could have had.
+    let nic = devices
+        .iter_mut()
+        .find(|d| d.kind == accord::device::DeviceKind::Nic)
+        .expect("the node has a NIC");
+    nic.taints
+        .push(taint("example.com/link-down", "NoSchedule"));
     n.devices = devices.into();
     let gpus = |count: u32, tolerations: Vec<DeviceToleration>| {
         claim(
