@@ -75,8 +75,11 @@ enum Command {
     Docs(accord_api::cli_docs::DocsCommand),
 }
 
+/// JSON for stdout: what a hostile NVML string holds escaped as JSON
+/// escapes (`accord_api::terminal::json_for_terminal`).
 fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
-    serde_json::to_string_pretty(value).context("serialising to JSON")
+    let text = serde_json::to_string_pretty(value).context("serialising to JSON")?;
+    Ok(accord_api::terminal::json_for_terminal(&text).into_owned())
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

@@ -75,14 +75,61 @@ pub fn read_to_string(path: &Path, limit: u64) -> std::io::Result<String> {
         .map_err(|e| Error::new(ErrorKind::InvalidData, format!("not UTF-8: {e}")))
 }
 
+/// Whether another user could swap what is written in `dir`: it must be
+/// a directory not writable by every user unless sticky (as /tmp is: there
+/// others cannot rename or remove what is ours), owned by root or by
+/// whoever owns `made` (the file just made there: this process's user).
+/// The file itself is never followed (below).
+fn check_dir(dir: &Path, made: Option<&std::fs::File>) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{}: {}, not a directory",
+                dir.display(),
+                kind(meta.file_type())
+            ),
+        ));
+    }
+    if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
+        return Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "{}: writable by every user and not sticky: another user could swap what is \
+                 written there",
+                dir.display()
+            ),
+        ));
+    }
+    if let Some(made) = made {
+        let me = made.metadata()?.uid();
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "{}: owned by uid {}, not by this user (uid {me}) or root: its owner \
+                     could swap what is written there",
+                    dir.display(),
+                    meta.uid()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Writes `contents` to `path` by making a new file beside it
 /// (`O_CREAT|O_EXCL`, which never follows a symlink) and renaming it over
-/// `path` (which replaces a symlink there rather than writing through it).
+/// `path` (which replaces a symlink there rather than writing through it),
+/// in a directory no other user can swap it in ([`check_dir`]).
 pub fn write_replacing(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),
     };
+    check_dir(&dir, None)?;
     let name = path
         .file_name()
         .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "no file name"))?;
@@ -105,8 +152,8 @@ pub fn write_replacing(path: &Path, contents: &[u8]) -> std::io::Result<()> {
             Err(e) => return Err(e),
         }
     };
-    let written = file
-        .write_all(contents)
+    let written = check_dir(&dir, Some(&file))
+        .and_then(|()| file.write_all(contents))
         .and_then(|()| file.sync_all())
         .and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
@@ -159,5 +206,50 @@ mod tests {
         assert!(!std::fs::symlink_metadata(&target).unwrap().is_symlink());
         // Nothing left beside it.
         assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_directory_another_user_could_swap_files_in_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = write_replacing(&open.join("f"), b"x").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("writable by every user and not sticky"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&open).unwrap().count(),
+            0,
+            "nothing written"
+        );
+        // Sticky, as /tmp: others cannot rename or remove what is ours.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        write_replacing(&open.join("f"), b"x").unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let e = write_replacing(&file.join("f"), b"x").unwrap_err();
+        assert!(
+            e.to_string().contains("not a directory") || e.kind() == ErrorKind::NotADirectory,
+            "{e}"
+        );
+        // Owned by another user (only root can make one here; CI runs as
+        // root).
+        let mine = std::fs::metadata(dir.path().join("file")).unwrap();
+        if std::os::unix::fs::MetadataExt::uid(&mine) == 0 {
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let e = write_replacing(&theirs.join("f"), b"x").unwrap_err();
+            assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+            assert_eq!(
+                std::fs::read_dir(&theirs).unwrap().count(),
+                0,
+                "nothing left"
+            );
+        }
     }
 }

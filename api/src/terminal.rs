@@ -52,6 +52,36 @@ pub fn one_line(text: &str) -> Cow<'_, str> {
     escape(text, |_| false)
 }
 
+/// JSON as it reaches a terminal (`--json` on stdout): every hidden
+/// character but the layout's newlines written as a JSON escape
+/// (`\u009b`, a surrogate pair past U+FFFF). serde_json escapes C0 controls
+/// in strings but writes DEL, C1 controls and bidi overrides as they are;
+/// outside strings there is only ASCII, so the value read back is the same.
+pub fn json_for_terminal(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(|c| hidden(c) && c != '\n') {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if hidden(c) && c != '\n' {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A value as pretty JSON on stdout, through [`json_for_terminal`].
+pub fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    println!("{}", json_for_terminal(&text));
+    Ok(())
+}
+
 /// `print!` for what a person reads, through [`for_terminal`].
 #[macro_export]
 macro_rules! say {
@@ -98,5 +128,27 @@ mod tests {
         // copied).
         let plain = "NVIDIA H100 80GB HBM3 — Größe 東京\n";
         assert!(matches!(for_terminal(plain), Cow::Borrowed(p) if p == plain));
+    }
+
+    #[test]
+    fn json_for_a_terminal_escapes_what_serde_json_writes_raw_and_reads_back_the_same() {
+        let hostile = "H100\u{7f}\u{9b}31m\u{202e}x\u{e0041}\x1b]52;c;AA==\x07";
+        let value = serde_json::json!({ "model": hostile, "n": [1, 2] });
+        let raw = serde_json::to_string_pretty(&value).expect("plain data");
+        assert!(
+            raw.contains('\u{9b}') && raw.contains('\u{202e}'),
+            "serde_json writes them raw"
+        );
+        let shown = json_for_terminal(&raw);
+        assert!(!shown.chars().any(|c| hidden(c) && c != '\n'), "{shown}");
+        assert!(
+            shown.contains("\\u009b") && shown.contains("\\udb40\\udc41"),
+            "{shown}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&shown).expect("still JSON");
+        assert_eq!(back, value);
+        let plain =
+            serde_json::to_string_pretty(&serde_json::json!({"a": "Größe 東京"})).expect("plain");
+        assert!(matches!(json_for_terminal(&plain), Cow::Borrowed(_)));
     }
 }

@@ -52,7 +52,7 @@ pub(super) fn power_through_accordd(
         },
     )?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        accord_api::terminal::print_json(&results)?;
     } else {
         accord_api::say!("{}", crate::power::render_admin(&results));
     }
@@ -95,7 +95,7 @@ pub(super) fn power_cmd(
         options,
     ))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        accord_api::terminal::print_json(&results)?;
     } else {
         accord_api::say!("{}", crate::power::render_power(&results, action));
     }
@@ -125,7 +125,7 @@ pub(super) fn bios_cmd(command: BiosCommand) -> anyhow::Result<()> {
                 &inventory, &fleet, &profile, &rack, dry_run,
             ))?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&results)?);
+                accord_api::terminal::print_json(&results)?;
             } else {
                 accord_api::say!("{}", crate::power::render_bios(&results, &profile));
             }
@@ -145,7 +145,7 @@ pub(super) fn bios_cmd(command: BiosCommand) -> anyhow::Result<()> {
                 b
             })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&bios)?);
+                accord_api::terminal::print_json(&bios)?;
             } else {
                 accord_api::sayln!(
                     "{node}: {} ({} attributes); changes go to {}",
@@ -214,7 +214,7 @@ pub(super) fn bmc_cmd(command: BmcCommand) -> anyhow::Result<()> {
         r
     })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        accord_api::terminal::print_json(&report)?;
     } else {
         accord_api::say!("{}", report.render());
     }

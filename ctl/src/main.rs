@@ -439,7 +439,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let s = daemon.with(|c| async move { c.status().await })?;
                 let plan = s.plan();
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&plan)?);
+                    accord_api::terminal::print_json(&plan)?;
                 } else {
                     accord_api::sayln!(
                         "accordd round {} ({:?} mode){}",
@@ -475,7 +475,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let plan = accord::plan::plan(&fleet, &demand, &fleet.policy, now);
             if json {
-                println!("{}", serde_json::to_string_pretty(&plan)?);
+                accord_api::terminal::print_json(&plan)?;
             } else {
                 accord_api::say!("{}", accord::plan::render(&plan));
                 for c in from_manifests.iter().flat_map(|t| &t.cannot_plan) {
@@ -491,7 +491,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let t = translate_files(&files, &topology)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&t)?);
+                accord_api::terminal::print_json(&t)?;
             } else {
                 accord_api::say!("{}", t.render());
             }
@@ -500,7 +500,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Status { daemon, json }) => {
             let s = daemon.with(|c| async move { c.status().await })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
+                accord_api::terminal::print_json(&s)?;
             } else {
                 accord_api::say!("{}", accord_api::text::render_status(&s));
             }
@@ -509,7 +509,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Replica { daemon, json }) => {
             let r = daemon.with(|c| async move { c.replica().await })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                accord_api::terminal::print_json(&r)?;
             } else {
                 accord_api::say!("{}", accord_api::text::render_replica(&r));
             }
@@ -545,6 +545,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     for n in &page {
                         if json {
                             let text = serde_json::to_string_pretty(n).expect("plain data");
+                            let text = accord_api::terminal::json_for_terminal(&text);
                             let sep = if first { "" } else { ",\n" };
                             print!("{sep}{text}");
                             first = false;
@@ -607,7 +608,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 async move { c.node(&name).await }
             })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&node)?);
+                accord_api::terminal::print_json(&node)?;
             } else {
                 accord_api::say!(
                     "{}",

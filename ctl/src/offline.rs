@@ -34,7 +34,7 @@ pub(super) fn simulate(args: &crate::simulate::SimulateArgs, json: bool) -> anyh
                 "summary": p.summary,
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        accord_api::terminal::print_json(&summary)?;
         return Ok(());
     }
     accord_api::sayln!(

@@ -239,6 +239,34 @@ fn nvml_strings_reach_the_terminal_escaped() {
             "{raw:?} in {text}"
         );
     }
+    // `--json`: the same string as JSON escapes (serde_json alone writes
+    // C1 controls and bidi overrides raw), and the model reads back whole.
+    let out = agent(&[
+        "discover",
+        "--json",
+        "--hwloc-xml",
+        topo.to_str().unwrap(),
+        "--nvml-snapshot",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for raw in [&b"\x1b"[..], b"\x07", b"\xc2\x9b", b"\xe2\x80\xae"] {
+        assert!(
+            !out.stdout.windows(raw.len()).any(|w| w == raw),
+            "{raw:?} in the JSON"
+        );
+    }
+    let model: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert!(
+        model
+            .to_string()
+            .contains("H100\\u001b]52;c;cm0gLXJm\\u0007\u{9b}2J\u{202e}"),
+        "the string is kept: {model}"
+    );
 }
 
 /// A configuration file that is missing, not TOML or invalid exits 78

@@ -23,7 +23,7 @@
 //!   timeout).
 //!
 //! And bounds no client can push past: at most [`MAX_CONNECTIONS`] open
-//! at once; when all are taken, a new connection takes the slot of the
+//! at once (fewer under a low file limit, [`connection_cap`]); when all are taken, a new connection takes the slot of the
 //! oldest one that has not yet sent a whole request head (a flood of
 //! stalled connections churns itself, and `/v1/health` and agents, whose
 //! heads arrive at once, are served); each connection's unparsed request
@@ -62,9 +62,54 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// 4 MiB body limit needs 70 KB/s.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Connections open at once, at most (the process's file limit must be
-/// above it: the systemd unit sets `LimitNOFILE=65536`).
+/// Connections open at once, at most (fewer where the process's file
+/// limit is low: [`connection_cap`]; the systemd unit sets
+/// `LimitNOFILE=65536`).
 pub const MAX_CONNECTIONS: usize = 1024;
+
+/// File descriptors kept for all but API connections: the store, BMC
+/// and Kubernetes clients, the journal, logs.
+pub const RESERVED_FDS: u64 = 256;
+
+/// The fewest connection slots: below this accordd serves anyway, and
+/// says the file limit is too low.
+pub const MIN_CONNECTIONS: usize = 16;
+
+/// Connection slots under a soft file limit of `soft`: [`MAX_CONNECTIONS`]
+/// or, where the limit leaves less after [`RESERVED_FDS`], what it leaves
+/// (at least [`MIN_CONNECTIONS`]), so that a flood fills the slots and
+/// never the file table (an `accept` that fails for want of a descriptor
+/// would refuse `/v1/health` too).
+pub fn connections_under(soft: u64) -> usize {
+    let left = usize::try_from(soft.saturating_sub(RESERVED_FDS)).unwrap_or(usize::MAX);
+    left.clamp(MIN_CONNECTIONS, MAX_CONNECTIONS)
+}
+
+/// Raises the soft open-file limit to the hard one (as Go's runtime does
+/// at start; 1,024 is a common soft default where no unit sets one) and
+/// returns [`connections_under`] it, said once where it is below
+/// [`MAX_CONNECTIONS`].
+pub fn connection_cap() -> usize {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return MAX_CONNECTIONS;
+    };
+    let soft = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    let cap = connections_under(soft);
+    if cap < MAX_CONNECTIONS {
+        tracing::warn!(
+            open_files = soft,
+            connections = cap,
+            "the open-file limit holds only {cap} API connections (of {MAX_CONNECTIONS}): \
+             raise LimitNOFILE"
+        );
+    }
+    cap
+}
 
 /// A connection's request line and headers, at most (hyper's read buffer,
 /// whose minimum is 8 KiB): 1,024 connections hold at most 16 MiB of them.
@@ -110,7 +155,7 @@ where
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     // Each connection holds a receiver; `closed` once all are gone.
     let (closed_tx, closed_rx) = tokio::sync::watch::channel(());
-    let admission = Admission::new(MAX_CONNECTIONS);
+    let admission = Admission::new(connection_cap());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (io, peer) = tokio::select! {
@@ -591,6 +636,25 @@ mod tests {
         };
         let ((), answer) = tokio::join!(write, read);
         assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    }
+
+    #[test]
+    fn connection_slots_stay_under_the_open_file_limit() {
+        // A common soft default (1,024) leaves 768 slots, not 1,024 that
+        // would fill the file table before the slots.
+        assert_eq!(connections_under(1024), 1024 - 256);
+        assert_eq!(connections_under(65_536), MAX_CONNECTIONS);
+        assert_eq!(connections_under(100), MIN_CONNECTIONS);
+        assert_eq!(connections_under(u64::MAX), MAX_CONNECTIONS);
+        // The soft limit is raised to the hard one, and the cap is under it.
+        let cap = connection_cap();
+        let (soft, hard) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+        assert!(
+            soft == hard || hard == nix::sys::resource::RLIM_INFINITY,
+            "the soft limit is raised: {soft} of {hard}"
+        );
+        assert_eq!(cap, connections_under(soft));
     }
 
     #[tokio::test]

@@ -278,6 +278,11 @@ fn selectors() -> Vec<Vec<u8>> {
             "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0",
             "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('h100')",
             "device.attributes['gpu.nvidia.com'].index in [0, 1, 2] && size(device.attributes) > 0",
+            // Kubernetes' URL, IP and lists libraries (src/fit/cel_url.rs,
+            // cel_library.rs).
+            "url('https://[fe80::1%25en0]:8080/a%2fb?k=v&k=w#f').getQuery()['k'].size() == 2 && isURL('/p')",
+            "url('http://' + device.attributes['gpu.nvidia.com'].productName + ':80/').getPort() == '80'",
+            "cidr('10.0.0.0/8').containsIP(ip('10.1.2.3')) && [3, 1, 2].max() == 3",
         ]
         .map(|s| s.as_bytes().to_vec()),
     );

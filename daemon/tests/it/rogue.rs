@@ -1,8 +1,9 @@
 //! A rogue accordd (anything answering at the configured URL): what it
 //! says reaches the admin's terminal only escaped. Its strings carry an
 //! OSC 52 clipboard write, a screen clear, a C1 CSI and a bidi override;
-//! `accordctl nodes`, `node`, `status` and an error answer show
-//! them as `\u{…}` text, never as the bytes.
+//! `accordctl nodes`, `node`, `status`, `explain` and an error answer
+//! show them as `\u{…}` text, never as the bytes; with `--json` as JSON
+//! escapes (`\u009b`), which read back as the same strings.
 
 use std::path::Path;
 use std::process::Command;
@@ -58,8 +59,11 @@ fn status() -> Value {
     json!({
         "mode": "observe", "round": 1, "at": 0, "planner_ms": 0.0,
         "nodes": [], "workloads": [], "actions": [], "open_intents": [],
-        "cannot_plan": [{"workload": HOSTILE, "reason": HOSTILE}],
-        "pods": {}, "scheduler": {HOSTILE: HOSTILE},
+        "cannot_plan": [
+            {"workload": HOSTILE, "reason": HOSTILE},
+            {"workload": "team/job", "reason": HOSTILE},
+        ],
+        "pods": {"team/job-0": "team/job"}, "scheduler": {HOSTILE: HOSTILE},
         "recent": [HOSTILE],
     })
 }
@@ -97,8 +101,14 @@ async fn what_a_rogue_accordd_says_reaches_the_terminal_escaped() {
         &["nodes"][..],
         &["node", "h100-01"],
         &["status"],
+        &["explain", "team/job-0"],
         &["node", "gone"],
+        &["nodes", "--json"],
+        &["node", "h100-01", "--json"],
+        &["status", "--json"],
     ] {
+        let json = args.contains(&"--json");
+        let shown_args = args.join(" ");
         let (url, token) = (url.clone(), token.clone());
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let out = tokio::task::spawn_blocking(move || {
@@ -114,10 +124,21 @@ async fn what_a_rogue_accordd_says_reaches_the_terminal_escaped() {
         .unwrap();
         let shown = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
         let text = String::from_utf8_lossy(&shown);
+        // As text a person reads, or as JSON escapes (which read back as
+        // the same string).
+        let escaped = if json {
+            "\\u001b]52;c;"
+        } else {
+            "\\u{1b}]52;c;"
+        };
         assert!(
-            text.contains("\\u{1b}]52;c;"),
-            "the hostile text is shown, escaped: {text}"
+            text.contains(escaped),
+            "{shown_args}: the hostile text is shown, escaped: {text}"
         );
+        if json {
+            let value: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+            assert!(value.to_string().contains("\u{9b}31m\u{202e}y"), "{value}");
+        }
         assert_eq!(raw_controls(&shown), Vec::<String>::new(), "{text}");
     }
     server.abort();
