@@ -126,7 +126,8 @@ impl Default for ClientOptions {
 /// read and whether the body went on past the limit (then the rest is
 /// never read; dropping the response closes the connection). A declared
 /// `Content-Length` over the limit is refused before any of it is read.
-/// The one bounded read every client of accordd uses.
+/// The one bounded read of every HTTP client of Accord's: accordd's
+/// (accordctl, the agent, the lab) and the BMCs' (accord-redfish).
 pub async fn read_bounded(
     mut resp: reqwest::Response,
     limit: usize,

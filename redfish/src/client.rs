@@ -588,7 +588,7 @@ impl Bmc {
     /// is dropped with the response), so memory stays within the limit.
     async fn read_body(
         &self,
-        mut resp: reqwest::Response,
+        resp: reqwest::Response,
         method: &'static str,
         url: &str,
     ) -> Result<Vec<u8>, RedfishError> {
@@ -605,20 +605,12 @@ impl Bmc {
                 declared,
             }
         };
-        if declared.is_some_and(|n| n > limit as u64) {
-            return Err(too_large(0));
-        }
-        // What a header says is not trusted with more than 1 MiB up front.
-        let mut body = Vec::with_capacity(declared.map_or(0, |n| (n as usize).min(1 << 20)));
-        while let Some(chunk) = resp
-            .chunk()
+        // The one bounded read of every client of ours (accord_api).
+        let (body, over) = accord_api::client::read_bounded(resp, limit)
             .await
-            .map_err(|e| self.transport_error(method, url, e))?
-        {
-            if chunk.len() > limit - body.len() {
-                return Err(too_large(body.len() + chunk.len()));
-            }
-            body.extend_from_slice(&chunk);
+            .map_err(|e| self.transport_error(method, url, e))?;
+        if over {
+            return Err(too_large(body.len()));
         }
         Ok(body)
     }

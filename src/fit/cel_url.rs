@@ -39,26 +39,10 @@ fn should_escape(c: u8, mode: Mode) -> bool {
     if c.is_ascii_alphanumeric() {
         return false;
     }
+    // RFC 3986's sub-delims, `:` (a port), `[ ]` (IPv6), and `< > "`:
+    // a host cannot hold them %-escaped (Go's own comment).
     if matches!(mode, Mode::Host | Mode::Zone)
-        && matches!(
-            c,
-            b'!' | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-                | b':'
-                | b'['
-                | b']'
-                | b'<'
-                | b'>'
-                | b'"'
-        )
+        && (sub_delim_or_colon(c) || matches!(c, b'[' | b']' | b'<' | b'>' | b'"'))
     {
         return false;
     }
@@ -161,27 +145,18 @@ fn escape(s: &[u8], mode: Mode) -> String {
     out
 }
 
+/// RFC 3986's sub-delims (`! $ & ' ( ) * + , ; =`) and `:`.
+fn sub_delim_or_colon(c: u8) -> bool {
+    matches!(
+        c,
+        b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' | b':'
+    )
+}
+
 /// Go's `validEncoded`.
 fn valid_encoded(s: &str, mode: Mode) -> bool {
     s.bytes().all(|c| {
-        matches!(
-            c,
-            b'!' | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-                | b':'
-                | b'@'
-                | b'['
-                | b']'
-                | b'%'
-        ) || !should_escape(c, mode)
+        sub_delim_or_colon(c) || matches!(c, b'@' | b'[' | b']' | b'%') || !should_escape(c, mode)
     })
 }
 
