@@ -532,13 +532,19 @@ impl DemandWatch {
     /// pending.
     pub fn snapshot(&self, options: &Options) -> Translation {
         let mut options = options.clone();
-        // 1.35's Workloads stand for PodGroups (`workload_ref`).
-        options.pod_groups_served = self.watches.iter().any(|w| {
+        options.pod_groups_served = self.pod_groups_served();
+        translate_live(&self.manifests(), &options)
+    }
+
+    /// Whether the cluster serves a `scheduling.k8s.io` group API this
+    /// watch reads ([`Options::pod_groups_served`]): a PodGroup version,
+    /// or 1.35's Workloads, which stand for PodGroups (`workload_ref`).
+    pub fn pod_groups_served(&self) -> bool {
+        self.watches.iter().any(|w| {
             let v = w.api_version.as_deref().unwrap_or("");
             (w.kind == "PodGroup" && v.starts_with("scheduling.k8s.io/"))
                 || (w.kind == "Workload" && v == crate::workload_ref::WORKLOAD_V1ALPHA1)
-        });
-        translate_live(&self.manifests(), &options)
+        })
     }
 }
 

@@ -34,6 +34,9 @@ pub struct Observer {
     pub models_loaded: bool,
     /// ResourceSlice problems already said (each is said once).
     pub slice_problems: std::collections::BTreeSet<String>,
+    /// What the translation could not read (a kind not modelled, pods
+    /// naming a group API the cluster does not serve), said once each.
+    pub unsupported_said: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Observer {
@@ -54,7 +57,12 @@ impl Observer {
         // The Nodes are copied and converted once: readiness and the
         // scheduler's views both come from them.
         let nodes = self.watch.nodes();
-        let mut snap = kube_snapshot(&self.watch, &self.options, &nodes);
+        let (mut snap, unsupported) = kube_snapshot(&self.watch, &self.options, &nodes);
+        for u in unsupported {
+            if self.unsupported_said.insert(u.clone()) {
+                warn!(what = %u, "not planned as the cluster would read it");
+            }
+        }
         snap.now = now;
         snap.mono = mono;
         match self.shared.store.agents_seen() {
@@ -204,14 +212,22 @@ fn fill_device_ids(
     }
 }
 
-/// The Kubernetes part of a snapshot.
+/// The Kubernetes part of a snapshot, and what the translation could
+/// not read.
 fn kube_snapshot(
     watch: &DemandWatch,
     options: &Options,
     nodes: &[accord_kube::cluster::ClusterNode],
-) -> Snapshot {
+) -> (Snapshot, Vec<String>) {
     let manifests = watch.manifests();
-    let translation = accord_kube::watch::translate_live(&manifests, options);
+    // Pods naming a PodGroup the cluster does not serve are planned pod
+    // by pod, as the scheduler places them, not refused for a group that
+    // cannot exist.
+    let options = Options {
+        pod_groups_served: watch.pod_groups_served(),
+        ..options.clone()
+    };
+    let translation = accord_kube::watch::translate_live(&manifests, &options);
     let mut pods_per_node: BTreeMap<String, u32> = BTreeMap::new();
     for b in &translation.demand.bound {
         *pods_per_node.entry(b.node.clone()).or_default() += 1;
@@ -273,7 +289,7 @@ fn kube_snapshot(
             scheduler.insert(format!("{ns}/{name}"), format!("{reason}: {msg}"));
         }
     }
-    Snapshot {
+    let snapshot = Snapshot {
         cannot_plan: translation
             .cannot_plan
             .into_iter()
@@ -292,7 +308,8 @@ fn kube_snapshot(
         scheduler,
         provisioning,
         ..Snapshot::default()
-    }
+    };
+    (snapshot, translation.unsupported)
 }
 
 /// A ProvisioningRequest as plain data for *decide*.

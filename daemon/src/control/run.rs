@@ -311,6 +311,7 @@ impl Controller {
             stale_after_s: self.stale_after_s,
             models_loaded: false,
             slice_problems: Default::default(),
+            unsupported_said: Default::default(),
         });
         let (tx, mut rx) = mpsc::channel::<Wake>(4096);
         let mut tasks = vec![self.spawn_kube_forwarder(tx.clone())];
