@@ -438,6 +438,10 @@ const CLUSTER_SCOPED: &[&str] = &[
     "ClusterQueue",
     "ResourceFlavor",
     "AdmissionCheck",
+    // Karpenter's (peer-figures).
+    "NodePool",
+    "NodeClaim",
+    "KWOKNodeClass",
     "ProvisioningRequestConfig",
     "Topology",
 ];
