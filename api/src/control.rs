@@ -123,6 +123,11 @@ pub struct WorkloadStatus {
     pub pods: u32,
     pub min: u32,
     pub state: WorkloadState,
+    /// Seconds until the nodes it is placed on are expected Ready, from
+    /// the boots measured of their profiles (0: they are up; none: not
+    /// placed, or a profile with no boot measured yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_in_s: Option<u64>,
     /// The nodes the plan puts its pods on.
     #[serde(default)]
     pub nodes: Vec<String>,
@@ -186,6 +191,45 @@ pub struct ControlStatus {
     /// With replicas (`[ha]`): this replica, and who leads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<ReplicaStatus>,
+    /// Capacity kept warm ahead of demand (`policy.warm = "predictive"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<WarmStatus>,
+    /// The boots seen per hardware profile, from which the time to
+    /// capacity is predicted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub boot_times: Vec<BootTimeStatus>,
+}
+
+/// A hardware profile's boots as the decider saw them, each from the
+/// power-on asked for (the latest 64, since accordd started).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootTimeStatus {
+    pub profile: String,
+    pub boots: u64,
+    /// Median to the BMC showing On, and to the agent's report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmc_on_median_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_up_median_s: Option<u64>,
+    /// Median and 90th percentile to the Kubernetes Node Ready.
+    pub ready_median_s: u64,
+    pub ready_p90_s: u64,
+}
+
+/// This round's warm capacity: what is expected, what is held for it, and
+/// the budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmStatus {
+    /// Arrivals expected within `warm_lookahead_s`.
+    pub expected_arrivals: f64,
+    pub lookahead_s: u64,
+    /// Placeholders planned (shaped like the arrivals seen).
+    pub placeholders: u64,
+    /// GPUs of nodes held for placeholders alone.
+    pub held_gpus: u64,
+    /// GPU-hours held in the last 24 hours, and the budget for them.
+    pub spent_gpu_hours: f64,
+    pub budget_gpu_hours: u32,
 }
 
 /// One accordd replica's word on the leadership (`GET /v1/replica`, and

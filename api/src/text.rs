@@ -40,6 +40,31 @@ pub fn render_status(s: &ControlStatus) -> String {
         s.nodes.len(),
         stages.join(", ")
     ));
+    if !s.boot_times.is_empty() {
+        let per: Vec<String> = s
+            .boot_times
+            .iter()
+            .map(|b| {
+                format!(
+                    "{} median {} s (p90 {} s, {} boots)",
+                    b.profile, b.ready_median_s, b.ready_p90_s, b.boots
+                )
+            })
+            .collect();
+        out.push_str(&format!("power-on to Node Ready: {}\n\n", per.join("; ")));
+    }
+    if let Some(w) = &s.warm {
+        out.push_str(&format!(
+            "warm (predictive): {:.1} arrivals expected within {} s; {} placeholders, \
+             {} GPUs held for them; {:.1} of {} GPU-hours spent in 24 h\n\n",
+            w.expected_arrivals,
+            w.lookahead_s,
+            w.placeholders,
+            w.held_gpus,
+            w.spent_gpu_hours,
+            w.budget_gpu_hours
+        ));
+    }
     out.push_str(&format!(
         "{:<12} {:<6} {:<13} {:>4} {:>5} {:>8}  REASON\n",
         "NODE", "RACK", "STAGE", "GPUS", "PODS", "FOR"
@@ -200,6 +225,47 @@ fn detail(w: &WorkloadStatus) -> String {
 /// Why `query` (a workload `ns/name`, a pending pod `ns/name`, or a bare
 /// name) is pending, what Accord will do, and whether the scheduler
 /// agrees. `None` when nothing pending matches.
+/// The predicted time to capacity of a placed workload, and what it rests
+/// on (the boots measured of its nodes' profiles).
+fn time_to_capacity(s: &ControlStatus, w: &crate::control::WorkloadStatus) -> String {
+    let booting = s.nodes.iter().any(|n| {
+        w.nodes.contains(&n.name)
+            && matches!(
+                n.stage,
+                accord::lifecycle::Stage::Off
+                    | accord::lifecycle::Stage::PoweringOn
+                    | accord::lifecycle::Stage::Booting
+                    | accord::lifecycle::Stage::AgentUp
+            )
+    });
+    if !booting {
+        return String::new();
+    }
+    let seen: Vec<String> = s
+        .boot_times
+        .iter()
+        .map(|b| {
+            format!(
+                "{}: median {} s, 90th percentile {} s over {} boot(s)",
+                b.profile, b.ready_median_s, b.ready_p90_s, b.boots
+            )
+        })
+        .collect();
+    match w.capacity_in_s {
+        Some(0) => format!(
+            "Accord: its nodes are past their expected boot time; Ready any moment ({})\n",
+            seen.join("; ")
+        ),
+        Some(t) => format!(
+            "Accord: predicted time to capacity: {t} s (power-on to Node Ready measured: {})\n",
+            seen.join("; ")
+        ),
+        None => "Accord: predicted time to capacity: unknown (no boot of its nodes' profile \
+                 measured yet)\n"
+            .to_owned(),
+    }
+}
+
 pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
     let (workload, pod) = if s.workloads.iter().any(|w| w.workload == query) {
         (query.to_owned(), None)
@@ -293,6 +359,9 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
                         .map(|d| format!(" (all in {d})"))
                         .unwrap_or_default()
                 )),
+            }
+            if w.state != WorkloadState::CannotPlace {
+                out.push_str(&time_to_capacity(s, w));
             }
         }
         (None, None) => {

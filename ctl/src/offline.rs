@@ -48,14 +48,16 @@ pub(super) fn simulate(args: &crate::simulate::SimulateArgs, json: bool) -> anyh
         done.elapsed_s
     );
     accord_api::sayln!(
-        "{:<16} {:>9} {:>7} {:>7} {:>8} {:>9} {:>9} {:>12} {:>10}",
+        "{:<16} {:>9} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>13} {:>12} {:>10}",
         "POLICY",
         "POWER-ONS",
         "CYCLES",
         "UNUSED",
         "STARTED",
         "MEAN(s)",
+        "P50(s)",
         "P95(s)",
+        "POWERED GPU-H",
         "WASTED GPU-H",
         "kWh"
     );
@@ -63,14 +65,16 @@ pub(super) fn simulate(args: &crate::simulate::SimulateArgs, json: bool) -> anyh
         let s = &p.summary;
         let secs = |x: Option<f64>| x.map_or("-".to_owned(), |v| format!("{v:.0}"));
         accord_api::sayln!(
-            "{:<16} {:>9} {:>7} {:>7} {:>8} {:>9} {:>9} {:>12.1} {:>10.1}",
+            "{:<16} {:>9} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8} {:>13.1} {:>12.1} {:>10.1}",
             p.name,
             s.power_ons,
             s.power_cycles,
             s.unused_power_ons,
             format!("{}/{}", s.started, s.workloads),
             secs(s.mean_time_to_running_s),
+            secs(s.p50_time_to_running_s),
             secs(s.p95_time_to_running_s),
+            s.gpu_hours_powered,
             s.gpu_hours_wasted,
             s.energy_kwh
         );

@@ -40,6 +40,12 @@ pub struct NodeDriftLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BootLabel {
+    pub profile: String,
+    pub quantile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BmcLabel {
     pub bmc: String,
 }
@@ -68,6 +74,10 @@ pub struct Metrics {
     /// Seconds the oldest workload still pending has waited (as of the
     /// last round; 0 when none is).
     pub oldest_pending_seconds: Gauge<f64, AtomicU64>,
+    /// The longest predicted time to capacity (last round).
+    pub time_to_capacity_seconds: Gauge<f64, AtomicU64>,
+    /// Power-on → Node Ready measured, per profile, median and p90.
+    pub boot_ready_seconds: Family<BootLabel, Gauge<f64, AtomicU64>>,
     /// 1 while this replica leads and acts (a single replica always), 0
     /// otherwise.
     pub ha_leading: Gauge,
@@ -109,6 +119,8 @@ impl Metrics {
             pending_to_ready_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
             pending_to_bound_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 15)),
             oldest_pending_seconds: Gauge::default(),
+            time_to_capacity_seconds: Gauge::default(),
+            boot_ready_seconds: Family::default(),
             ha_leading: Gauge::default(),
             ha_leader_changes: Counter::default(),
             ha_step_downs: Counter::default(),
@@ -175,6 +187,16 @@ impl Metrics {
             "oldest_pending_workload_seconds",
             "Seconds the oldest workload still pending has waited since this accordd first saw it pending (0 when none is; counts afresh after a restart or a takeover)",
             m.oldest_pending_seconds.clone(),
+        );
+        r.register(
+            "time_to_capacity_seconds",
+            "The longest predicted time until the nodes a pending workload is placed on are Ready, from the boots measured (0 when none is on its way up)",
+            m.time_to_capacity_seconds.clone(),
+        );
+        r.register(
+            "boot_ready_seconds",
+            "Power-on to Kubernetes Node Ready measured per hardware profile (the latest 64 boots since accordd started): quantile 0.5 and 0.9",
+            m.boot_ready_seconds.clone(),
         );
         r.register(
             "ha_leading",
@@ -290,6 +312,18 @@ impl Metrics {
             self.pending_to_bound_seconds.observe(*s);
         }
         self.oldest_pending_seconds.set(m.oldest_pending_seconds);
+        self.time_to_capacity_seconds
+            .set(m.time_to_capacity_seconds);
+        for (profile, (median, p90)) in &m.boot_ready_seconds {
+            for (q, v) in [("0.5", median), ("0.9", p90)] {
+                self.boot_ready_seconds
+                    .get_or_create(&BootLabel {
+                        profile: profile.clone(),
+                        quantile: q.to_owned(),
+                    })
+                    .set(*v);
+            }
+        }
     }
 }
 

@@ -33,6 +33,7 @@ use truth::drift_text;
 
 mod admin;
 mod bios;
+mod boot_times;
 mod commands;
 pub mod gpu_clients;
 mod lifecycles;
@@ -44,6 +45,7 @@ mod results;
 mod round;
 mod said;
 mod truth;
+pub mod warm;
 mod workloads;
 
 pub use bios::BiosEffects;
@@ -268,6 +270,12 @@ pub struct Decider {
     /// Times the planner for the status and metrics (never a decision);
     /// none: reported as 0 (the simulator, whose bytes must repeat).
     stopwatch: Option<Stopwatch>,
+    /// Warm capacity ahead of demand: the arrivals seen, the budget spent.
+    warmth: warm::Warmth,
+    /// This round's warm capacity.
+    warm_round: warm::WarmRound,
+    /// The boots seen per profile (time to capacity).
+    boot_times: boot_times::BootTimes,
 }
 
 /// A monotonic clock the caller owns (time since some start), given to
@@ -310,6 +318,9 @@ impl Decider {
             booted_at: BTreeMap::new(),
             clock: now,
             stopwatch: None,
+            warmth: warm::Warmth::default(),
+            warm_round: warm::WarmRound::default(),
+            boot_times: boot_times::BootTimes::default(),
         }
     }
 
@@ -378,6 +389,11 @@ impl Decider {
         self.stopwatch = Some(stopwatch);
     }
 
+    /// The last round's warm capacity (`policy.warm`).
+    pub fn warm_round(&self) -> &warm::WarmRound {
+        &self.warm_round
+    }
+
     pub fn fleet(&self) -> &Fleet {
         &self.fleet
     }
@@ -442,6 +458,17 @@ impl Decider {
             self.would_write(r.events, conditions);
             (Vec::new(), Vec::new())
         };
+        r.metrics.time_to_capacity_seconds = workloads
+            .iter()
+            .filter_map(|w| w.capacity_in_s)
+            .max()
+            .unwrap_or(0) as f64;
+        r.metrics.boot_ready_seconds = self
+            .boot_times
+            .status()
+            .into_iter()
+            .map(|b| (b.profile, (b.ready_median_s as f64, b.ready_p90_s as f64)))
+            .collect();
         let status = self.status(snap, &plan, workloads, r.metrics.planner_seconds);
         let (lives_changed, bookings) = self.state_changes();
         Decision {

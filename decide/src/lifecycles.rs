@@ -145,6 +145,9 @@ impl Decider {
                 n.failed = Some(life.reason.clone().unwrap_or_else(|| "failed".to_owned()));
             }
             n.idle_since = (life.stage == Stage::Idle).then_some(life.since);
+            n.expected_boot_s = self
+                .boot_times
+                .expected(n.profile.as_deref().unwrap_or(""), n.rack.as_deref());
             self.bios_plan_with(n);
             if self.settings.mode == Mode::Act
                 && !snap.bmc.contains_key(&n.name)
@@ -161,6 +164,20 @@ impl Decider {
         for t in transitions {
             if t.to == Stage::PoweringOn {
                 self.booted_at.insert(node.to_owned(), self.clock);
+            }
+            // A boot Accord asked for, measured step by step (a node found
+            // on, or coming back from Unhealthy, is no boot).
+            let booting = matches!(
+                (t.from, t.to),
+                (Stage::PoweringOn, Stage::Booting)
+                    | (Stage::Booting, Stage::AgentUp)
+                    | (Stage::AgentUp, Stage::Ready)
+            );
+            if let (true, Some(&at)) = (booting, self.booted_at.get(node)) {
+                let n = self.fleet.nodes.iter().find(|n| n.name == node);
+                let profile = n.and_then(|n| n.profile.as_deref()).unwrap_or("");
+                let rack = n.and_then(|n| n.rack.as_deref());
+                self.boot_times.reached(profile, rack, t.to, at, self.clock);
             }
             let line = format!("{node}: {:?} → {:?} ({})", t.from, t.to, t.reason);
             if t.to == Stage::Failed {

@@ -46,4 +46,9 @@ pub struct RoundMetrics {
     /// Agent commands this round: (kind, result), e.g. (`mig_agent`,
     /// `issued`), (`mig_gpu_operator`, `done`), (`mig_agent`, `timeout`).
     pub commands: Vec<(&'static str, &'static str)>,
+    /// The longest predicted time to capacity of the workloads placed on
+    /// nodes on their way up (0 when none is, or none can be predicted).
+    pub time_to_capacity_seconds: f64,
+    /// Profile → (median, 90th percentile) power-on → Node Ready measured.
+    pub boot_ready_seconds: BTreeMap<String, (f64, f64)>,
 }

@@ -95,6 +95,17 @@ pub struct Seen<'a> {
     pub fits_now: Option<bool>,
     /// Its booking has run out.
     pub booking_expired: bool,
+    /// When its nodes are expected Ready, from the boots measured.
+    pub expected_ready: Option<ExpectedReady>,
+}
+
+/// When a request's nodes on their way up are expected Ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedReady {
+    /// By this instant (Unix s).
+    By(u64),
+    /// Past the 90th percentile of the boots measured: any moment.
+    Overdue,
 }
 
 fn cond(type_: &str, status: bool, reason: &str, message: String) -> Condition {
@@ -194,11 +205,26 @@ pub fn conditions(s: &Seen) -> Vec<Condition> {
                 "Provisioned",
                 false,
                 "Provisioning",
-                if w.powering_on.is_empty() {
-                    format!("waiting for {} to become Ready", w.nodes.join(", "))
-                } else {
-                    format!("powering on {}", w.powering_on.join(", "))
-                },
+                format!(
+                    "{}{}",
+                    if w.powering_on.is_empty() {
+                        format!("waiting for {} to become Ready", w.nodes.join(", "))
+                    } else {
+                        format!("powering on {}", w.powering_on.join(", "))
+                    },
+                    // An instant, not a countdown: the message (and so the
+                    // write) changes only when the prediction does.
+                    match s.expected_ready {
+                        Some(ExpectedReady::By(at)) => format!(
+                            "; expected Ready by {} (from the boots measured)",
+                            crate::boot_times::utc(at)
+                        ),
+                        Some(ExpectedReady::Overdue) => "; expected Ready any moment (past the \
+                             90th percentile of the boots measured)"
+                            .to_owned(),
+                        None => String::new(),
+                    }
+                ),
             )),
         }
     }
@@ -256,6 +282,7 @@ mod tests {
 
     fn workload(state: WorkloadState) -> WorkloadStatus {
         WorkloadStatus {
+            capacity_in_s: None,
             workload: "team-b/job-1-prov".into(),
             sources: Vec::new(),
             pods: 2,
@@ -281,6 +308,7 @@ mod tests {
             nodes_up: false,
             fits_now: None,
             booking_expired: false,
+            expected_ready: None,
         }
     }
 
@@ -305,6 +333,28 @@ mod tests {
             );
             assert_eq!(c[1].message, "repartitioning MIG on n1, n2");
         }
+    }
+
+    #[test]
+    fn a_provisioning_message_says_when_the_capacity_is_expected() {
+        let p = pr(BEST_EFFORT_ATOMIC, &[]);
+        let w = workload(WorkloadState::PoweringOn);
+        let mut s = seen(&p, Some(&w));
+        s.expected_ready = Some(ExpectedReady::By(1_796_527_800));
+        let c = conditions(&s);
+        assert_eq!(
+            c[1].message,
+            "powering on n2; expected Ready by 2026-12-06T03:30:00Z (from the boots measured)"
+        );
+        s.expected_ready = Some(ExpectedReady::Overdue);
+        let c = conditions(&s);
+        assert!(
+            c[1].message.ends_with(
+                "; expected Ready any moment (past the 90th percentile of the boots measured)"
+            ),
+            "{}",
+            c[1].message
+        );
     }
 
     #[test]

@@ -78,13 +78,28 @@ impl Decider {
         self.commands.settled(&agreeing);
         self.scheduler_drift_events(&scheduler_drift, &mut r.events);
         self.scheduler_drift = scheduler_drift;
-        let (demand, check_capacity) = split_check_capacity(snap);
+        let (mut demand, check_capacity) = split_check_capacity(snap);
+        // Warm placeholders are planned after the real demand (lowest
+        // priority), then taken out of the plan but for their power-ons.
+        let (warm, mut warm_round) = self.warmth.placeholders(&seen.policy, &demand, snap.now);
+        let real = demand.workloads.len();
+        demand.workloads.extend(warm);
         let started = self.stopwatch.map(|now| now());
-        let plan = accord::plan::plan(&seen, &demand, &seen.policy, snap.now);
+        let mut plan = accord::plan::plan(&seen, &demand, &seen.policy, snap.now);
         r.metrics.planner_seconds = match (self.stopwatch, started) {
             (Some(now), Some(started)) => now().saturating_sub(started).as_secs_f64(),
             _ => 0.0,
         };
+        demand.workloads.truncate(real);
+        self.warmth.settle(
+            &mut plan,
+            &seen,
+            &self.busy,
+            snap.now,
+            seen.policy.warm_lookahead_s,
+            &mut warm_round,
+        );
+        self.warm_round = warm_round;
         let mut workloads = self.workload_status(&plan, &demand, snap.mono);
         let repartitioning = self.repartitioning(&plan, &seen, &agreeing, snap, act, r);
         for w in &mut workloads {
@@ -201,6 +216,13 @@ impl Decider {
                             format!("powering on node {node}: asked by an admin (accordctl power)")
                         } else if for_workloads.is_empty() {
                             format!("powering on node {node} again (repair power cycle)")
+                        } else if for_workloads.iter().all(|w| self.warmth.is_placeholder(w)) {
+                            // (for_workloads is not empty here)
+                            format!(
+                                "powering on node {node} ahead of demand (policy.warm = \
+                                 \"predictive\": {})",
+                                for_workloads.join(", ")
+                            )
                         } else {
                             format!("powering on node {node} for {}", for_workloads.join(", "))
                         },

@@ -32,11 +32,16 @@ impl Decider {
                     (Some(_), None) if !powering_on.is_empty() => WorkloadState::PoweringOn,
                     _ => WorkloadState::Placed,
                 };
+                let capacity_in_s = match state {
+                    WorkloadState::CannotPlace => None,
+                    _ => self.capacity_in_s(&nodes, &powering_on),
+                };
                 WorkloadStatus {
                     sources: w.sources.clone(),
                     pods: w.pod_count(),
                     min: w.min(),
                     state,
+                    capacity_in_s,
                     nodes,
                     powering_on,
                     domain: placed.and_then(|p| p.domain.clone()),
@@ -50,6 +55,36 @@ impl Decider {
                 }
             })
             .collect()
+    }
+
+    /// Seconds until every node of `nodes` is expected Ready: 0 when they
+    /// are up; the slowest one's time left when some boot (this round's
+    /// `powering_on` just starting); none when a booting node's profile
+    /// has no boot measured yet.
+    pub(super) fn capacity_in_s(&self, nodes: &[String], powering_on: &[String]) -> Option<u64> {
+        let mut worst = 0;
+        for n in nodes {
+            let elapsed = if powering_on.contains(n) {
+                0
+            } else {
+                match self.lives.get(n).map(|l| l.stage) {
+                    Some(Stage::PoweringOn | Stage::Booting | Stage::AgentUp) => self
+                        .booted_at
+                        .get(n)
+                        .map_or(0, |at| self.clock.saturating_sub(*at)),
+                    _ => continue,
+                }
+            };
+            let profile = self
+                .fleet
+                .nodes
+                .iter()
+                .find(|x| &x.name == n)
+                .and_then(|x| x.profile.as_deref())
+                .unwrap_or("");
+            worst = worst.max(self.boot_times.remaining(profile, elapsed)?);
+        }
+        Some(worst)
     }
 
     /// pending → power-on issued, → nodes Ready, → pods bound.
@@ -166,6 +201,25 @@ impl Decider {
                 nodes_up,
                 fits_now: w.map(|w| w.state == WorkloadState::Placed && w.reason.is_none()),
                 booking_expired,
+                // An instant, or "any moment": a countdown would change
+                // the message, and so write it, every round.
+                expected_ready: w
+                    .filter(|w| {
+                        w.nodes.iter().any(|n| {
+                            w.powering_on.contains(n)
+                                || self.lives.get(n).is_some_and(|l| {
+                                    matches!(
+                                        l.stage,
+                                        Stage::PoweringOn | Stage::Booting | Stage::AgentUp
+                                    )
+                                })
+                        })
+                    })
+                    .and_then(|w| w.capacity_in_s)
+                    .map(|s| match s {
+                        0 => provisioning::ExpectedReady::Overdue,
+                        s => provisioning::ExpectedReady::By(snap.now.saturating_add(s)),
+                    }),
             };
             for c in provisioning::conditions(&seen) {
                 info!(request = %key, condition = %c.type_, status = c.status, reason = %c.reason, message = %c.message, "ProvisioningRequest condition");
@@ -279,6 +333,17 @@ impl Decider {
             would_write: self.would_write.clone(),
             commands: self.commands.latest(),
             replica: None,
+            warm: (self.fleet.policy.warm == accord::fleet::Warm::Predictive).then_some(
+                accord_api::control::WarmStatus {
+                    expected_arrivals: self.warm_round.expected,
+                    lookahead_s: self.fleet.policy.warm_lookahead_s,
+                    placeholders: self.warm_round.placeholders,
+                    held_gpus: self.warm_round.held_gpus,
+                    spent_gpu_hours: self.warm_round.spent_gpu_hours,
+                    budget_gpu_hours: self.fleet.policy.warm_budget_gpu_hours_per_day,
+                },
+            ),
+            boot_times: self.boot_times.status(),
         }
     }
 }

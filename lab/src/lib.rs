@@ -175,6 +175,8 @@ struct NodeSim {
     /// When it was last seen up with none of the scenario's pods (for
     /// what the lab says of a node accordd leaves on).
     idle_since: Option<Instant>,
+    /// When its kubelet stand-in registered it Ready, each boot.
+    registered_at: Vec<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -667,6 +669,34 @@ impl Lab {
             .filter(|(_, n)| n.power_cycles > 0)
             .map(|(k, _)| k.clone())
             .collect()
+    }
+
+    /// Each boot the lab measured: (node, seconds from the power-on Reset
+    /// accordd sent, as the BMC proxy logged it, to the Node registered
+    /// Ready by the lab's kubelet stand-in), in the order they came up.
+    pub fn boots_measured(&self) -> Vec<(String, f64)> {
+        let log = self.proxy.log();
+        let r = self.record.lock().expect("lock");
+        let mut out: Vec<(Instant, String, f64)> = Vec::new();
+        for (name, n) in &r.nodes {
+            let path = proxy::reset_path(name);
+            for &ready in &n.registered_at {
+                let reset = log
+                    .iter()
+                    .filter(|l| l.power_on && !l.dropped && l.path == path && l.at <= ready)
+                    .map(|l| l.at)
+                    .max();
+                if let Some(reset) = reset {
+                    out.push((
+                        ready,
+                        name.clone(),
+                        ready.duration_since(reset).as_secs_f64(),
+                    ));
+                }
+            }
+        }
+        out.sort_by_key(|a| a.0);
+        out.into_iter().map(|(_, n, s)| (n, s)).collect()
     }
 
     /// Nodes on now, as the lab's machines see their BMCs.

@@ -111,6 +111,7 @@ pub(super) async fn machines(ctx: Ctx) {
                         .is_some_and(|t| now.duration_since(*t) >= kubelet)
                 {
                     sim.registered = true;
+                    sim.registered_at.push(now);
                     register = true;
                 }
                 if !on && sim.on {

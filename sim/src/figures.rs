@@ -78,6 +78,9 @@ pub struct Summary {
     /// Workloads still pending at the end (never placed).
     pub never_started: u64,
     pub mean_time_to_running_s: Option<f64>,
+    /// Median submission → running of the workloads that ran.
+    #[serde(default)]
+    pub p50_time_to_running_s: Option<f64>,
     pub p95_time_to_running_s: Option<f64>,
     /// Whole-GPU hours of nodes drawing power (BMC On).
     pub gpu_hours_powered: f64,

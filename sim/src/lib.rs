@@ -95,6 +95,9 @@ pub fn policy_from_toml(
     let policy: Policy = merged
         .try_into()
         .map_err(|e: toml::de::Error| invalid(e.to_string()))?;
+    if let Some(problem) = policy.validate().into_iter().next() {
+        return Err(invalid(problem));
+    }
     for profile in policy.warm_spares_per_profile.keys() {
         if !fleet
             .nodes

@@ -7,6 +7,7 @@ mod axes;
 mod charts;
 mod draw;
 mod format;
+mod front;
 
 use std::fmt::Write as _;
 
@@ -133,7 +134,7 @@ fn push_summary_table(page: &mut String, policies: &[PolicyFigures]) {
         "<table class=\"summary\">\n<thead><tr><th>Policy</th>",
         "<th>Power-ons</th><th>Power cycles</th><th>Unused power-ons</th>",
         "<th>MIG reconfig&shy;urations</th><th>Started</th><th>Never started</th>",
-        "<th>Mean to running</th><th>p95 to running</th>",
+        "<th>Mean to running</th><th>p50 to running</th><th>p95 to running</th>",
         "<th>GPU-h powered</th><th>GPU-h used</th><th>GPU-h wasted</th>",
         "<th>Energy kWh</th></tr></thead>\n<tbody>\n",
     ));
@@ -147,6 +148,8 @@ fn push_summary_table(page: &mut String, policies: &[PolicyFigures]) {
             format!("{} / {}", s.started, s.workloads),
             s.never_started.to_string(),
             s.mean_time_to_running_s
+                .map_or_else(|| "—".to_owned(), duration),
+            s.p50_time_to_running_s
                 .map_or_else(|| "—".to_owned(), duration),
             s.p95_time_to_running_s
                 .map_or_else(|| "—".to_owned(), duration),
@@ -218,6 +221,15 @@ fn push_charts(page: &mut String, figures: &Figures) {
             charts::time_to_running(figures, class),
         );
     }
+    push_chart(
+        page,
+        "The trade-off: waiting against power",
+        "Each policy's median (hollow) and 95th-percentile (filled) time from submission \
+         to running, against the GPU-hours it kept powered (left) and the energy it drew \
+         (right). The line joins the policies no other beats on both p95 and power: the \
+         front; a policy above it pays more for the same wait.",
+        front::trade_off(figures),
+    );
     push_chart(
         page,
         "GPU allocation against arrived demand",

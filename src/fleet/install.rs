@@ -290,6 +290,7 @@ impl FleetFile {
             power_kw: power_draw(cfg.power_kw.unwrap_or(power_kw)),
             bios_profile: cfg.bios_profile.clone(),
             bios_profile_applied: cfg.bios_profile_applied.clone(),
+            expected_boot_s: None,
             gpus: m.gpus,
             devices: m.devices,
             counters: m.counters,

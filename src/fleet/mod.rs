@@ -16,7 +16,7 @@ mod view;
 pub use install::{hardware_from_profile, parse_layout_entry};
 pub use schema::{
     max, FleetFile, HardwareProfile, MigVia, NodeConfig, OnDrift, Owner, Placement, Policy,
-    PowerState, RackConfig, ReservationConfig, TopologyConfig,
+    PowerState, RackConfig, ReservationConfig, TopologyConfig, Warm,
 };
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -90,6 +90,11 @@ pub struct Node {
     pub power_kw: f64,
     pub bios_profile: Option<String>,
     pub bios_profile_applied: Option<String>,
+    /// Seconds from a power-on to Node Ready, as measured by accordd (its
+    /// rack's boots, else its profile's); none before any was measured.
+    /// With `policy.prefer_fast_boot`, the faster of equal choices wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_boot_s: Option<u64>,
     pub gpus: Vec<PlannerGpu>,
     /// The node's DRA devices (also what `nvidia.com/gpu` and
     /// `nvidia.com/mig-*` requests draw on). Shared: nodes built from one

@@ -68,6 +68,72 @@ pub struct Policy {
     /// (default: it is left as the admin left it, on).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub power_off_cordoned: bool,
+    /// Capacity kept warm ahead of demand (default: none beyond the spares).
+    #[serde(default, skip_serializing_if = "Warm::is_off")]
+    pub warm: Warm,
+    /// `warm = "predictive"`: how far ahead arrivals are kept warm for
+    /// (about a boot: the capacity must be up when they come).
+    #[serde(
+        default = "default_warm_lookahead",
+        skip_serializing_if = "is_default_warm_lookahead"
+    )]
+    pub warm_lookahead_s: u64,
+    /// `warm = "predictive"`: keep warm for this many arrivals, the
+    /// percentile of the arrivals expected in the lookahead (Poisson).
+    #[serde(
+        default = "default_warm_coverage",
+        skip_serializing_if = "is_default_warm_coverage"
+    )]
+    pub warm_coverage_percent: u32,
+    /// `warm = "predictive"`: GPU-hours of capacity held warm (for
+    /// predicted, not pending, work) at most in any 24 hours; required.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warm_budget_gpu_hours_per_day: u32,
+    /// Among choices of equal cost (power-ons, cold racks, power, MIG
+    /// repartitions), the one whose nodes accordd measured to boot
+    /// fastest wins (default: the first in the fleet file's order).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefer_fast_boot: bool,
+}
+
+/// Capacity kept warm ahead of demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Warm {
+    /// None but `warm_spares_*` (idle nodes kept, never powered on for it).
+    #[default]
+    Off,
+    /// Placeholders shaped like the latest arrivals, as many as the
+    /// arrival rate (recent, or at this time of day) makes likely within
+    /// `warm_lookahead_s`, planned after all real demand and never bound:
+    /// the capacity they hold is powered on ahead of time and kept.
+    Predictive,
+}
+
+impl Warm {
+    fn is_off(&self) -> bool {
+        *self == Warm::Off
+    }
+}
+
+pub(super) fn default_warm_lookahead() -> u64 {
+    600
+}
+
+fn is_default_warm_lookahead(s: &u64) -> bool {
+    *s == default_warm_lookahead()
+}
+
+pub(super) fn default_warm_coverage() -> u32 {
+    90
+}
+
+fn is_default_warm_coverage(p: &u32) -> bool {
+    *p == default_warm_coverage()
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Who carries out a MIG repartition on a node.
@@ -128,6 +194,11 @@ impl Default for Policy {
             on_drift: OnDrift::PlanWithReport,
             mig_via: MigVia::Agent,
             power_off_cordoned: false,
+            warm: Warm::Off,
+            warm_lookahead_s: default_warm_lookahead(),
+            warm_coverage_percent: default_warm_coverage(),
+            warm_budget_gpu_hours_per_day: 0,
+            prefer_fast_boot: false,
         }
     }
 }
@@ -258,6 +329,10 @@ pub mod max {
     pub const IDLE_POWER_OFF_AFTER_S: u64 = 10 * 365 * 24 * 3600;
     /// Warm spares kept per rack or per profile.
     pub const WARM_SPARES: u32 = 10_000;
+    /// `warm_lookahead_s`: a day.
+    pub const WARM_LOOKAHEAD_S: u64 = 24 * 3600;
+    /// `warm_budget_gpu_hours_per_day`: a million GPUs all day.
+    pub const WARM_BUDGET_GPU_HOURS_PER_DAY: u32 = 24_000_000;
 }
 
 /// A machine's limits as the fleet file's `u32` fields count them.

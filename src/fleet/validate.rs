@@ -65,6 +65,7 @@ impl FleetFile {
             u64::from(self.policy.warm_spares_per_rack),
             u64::from(max::WARM_SPARES),
         );
+        problems.extend(self.policy.validate());
         at_most(
             &mut problems,
             "policy.idle_power_off_after_s",
@@ -388,5 +389,46 @@ pub(super) fn empty_mig(profiles: Vec<MigProfile>) -> MigState {
         pending_mode: MigMode::Enabled,
         profiles,
         gpu_instances: Vec::new(),
+    }
+}
+
+impl Policy {
+    /// The problems of the warm-capacity keys, each naming its key (the
+    /// profile-naming keys are checked with the profiles, by the fleet).
+    pub fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        at_most(
+            &mut problems,
+            "policy.warm_lookahead_s",
+            self.warm_lookahead_s,
+            max::WARM_LOOKAHEAD_S,
+        );
+        at_most(
+            &mut problems,
+            "policy.warm_budget_gpu_hours_per_day",
+            u64::from(self.warm_budget_gpu_hours_per_day),
+            u64::from(max::WARM_BUDGET_GPU_HOURS_PER_DAY),
+        );
+        if !(1..=99).contains(&self.warm_coverage_percent) {
+            problems.push(format!(
+                "policy.warm_coverage_percent: {} is not a percentile from 1 to 99",
+                self.warm_coverage_percent
+            ));
+        }
+        if self.warm == Warm::Predictive {
+            if self.warm_budget_gpu_hours_per_day == 0 {
+                problems.push(
+                    "policy.warm = \"predictive\" needs policy.warm_budget_gpu_hours_per_day \
+                     (GPU-hours held warm at most in 24 hours), above 0"
+                        .into(),
+                );
+            }
+            if self.warm_lookahead_s == 0 {
+                problems.push(
+                    "policy.warm = \"predictive\" needs policy.warm_lookahead_s above 0".into(),
+                );
+            }
+        }
+        problems
     }
 }

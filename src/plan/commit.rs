@@ -44,6 +44,16 @@ impl Planner<'_> {
                 .map(|&i| (self.nodes[i].power_kw * 1000.0) as u64)
                 .sum(),
             reconfigs: overrides.values().map(|o| o.gpus.len()).sum(),
+            boot_s: if self.policy.prefer_fast_boot {
+                // A node never measured is taken for the slowest.
+                t.power_ons
+                    .iter()
+                    .map(|&i| self.nodes[i].expected_boot_s.unwrap_or(u64::MAX))
+                    .max()
+                    .unwrap_or(0)
+            } else {
+                0
+            },
         }
     }
 

@@ -114,6 +114,7 @@ impl Planner<'_> {
                 cold_racks: usize::from(lb > 0 && st.up_count == 0),
                 power_w: lb as u64 * st.off_min_w,
                 reconfigs: 0,
+                boot_s: 0,
             };
             order.push((bound, d));
         }

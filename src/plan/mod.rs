@@ -178,6 +178,9 @@ struct Cost {
     cold_racks: usize,
     power_w: u64,
     reconfigs: usize,
+    /// With `policy.prefer_fast_boot`: the slowest expected boot of the
+    /// nodes powered on (0 otherwise, and in lower bounds).
+    boot_s: u64,
 }
 
 /// Identifies a pool's membership: (its reservation, or the reservations
@@ -408,7 +411,16 @@ impl<'f> Planner<'f> {
             }
         }
         let mut static_order: Vec<usize> = (0..nodes.len()).collect();
-        static_order.sort_by_key(|&i| ((nodes[i].power_kw * 1000.0) as u64, i));
+        // Cheapest first; with `prefer_fast_boot`, of equal draw the one
+        // measured to boot fastest (never measured: last).
+        let boot = |i: usize| {
+            if policy.prefer_fast_boot {
+                nodes[i].expected_boot_s.unwrap_or(u64::MAX)
+            } else {
+                0
+            }
+        };
+        static_order.sort_by_key(|&i| ((nodes[i].power_kw * 1000.0) as u64, boot(i), i));
         let mut planner = Planner {
             planned_on: vec![false; nodes.len()],
             levels: level_index(&nodes, &static_order),

@@ -243,3 +243,75 @@ fn a_gang_mixing_cpu_and_gpu_pods_with_a_topology_is_placed() {
         assert_eq!(p.placements[0].domain.as_deref(), Some("rack=r1"), "{mode}");
     }
 }
+
+#[test]
+fn of_equal_racks_the_faster_to_boot_wins_with_prefer_fast_boot() {
+    // Two dark racks of two nodes each, equal in draw: a gang of two that
+    // must share a rack goes to the first (r1) unless r2 was measured to
+    // boot faster and the policy prefers that.
+    let text = r#"
+[profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "192"
+memory = "2Ti"
+power_kw = 10.0
+
+[[racks]]
+name = "r1"
+[[racks]]
+name = "r2"
+
+[[nodes]]
+name = "r1-a"
+rack = "r1"
+profile = "h100"
+[[nodes]]
+name = "r1-b"
+rack = "r1"
+profile = "h100"
+[[nodes]]
+name = "r2-a"
+rack = "r2"
+profile = "h100"
+[[nodes]]
+name = "r2-b"
+rack = "r2"
+profile = "h100"
+"#;
+    let mut fleet = Fleet::from_toml(text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+    for n in &mut fleet.nodes {
+        n.expected_boot_s = Some(if n.rack.as_deref() == Some("r2") {
+            200
+        } else {
+            420
+        });
+    }
+    let gangs = Demand::from_json(
+        &demand(&[gang("two", "ml", 2, Some("required"), 0)]),
+        "d.json",
+    )
+    .unwrap();
+    let singles = Demand::from_json(&demand(&[gang("one", "ml", 1, None, 0)]), "d.json").unwrap();
+    let domain = |p: &Plan| p.placements[0].domain.clone();
+    let node = |p: &Plan| p.placements[0].pods[0].node.clone();
+    let mut policy = fleet.policy.clone();
+    assert_eq!(
+        domain(&plan(&fleet, &gangs, &policy, 0)).as_deref(),
+        Some("rack=r1")
+    );
+    assert_eq!(node(&plan(&fleet, &singles, &policy, 0)), "r1-a");
+    policy.prefer_fast_boot = true;
+    assert_eq!(
+        domain(&plan(&fleet, &gangs, &policy, 0)).as_deref(),
+        Some("rack=r2")
+    );
+    assert_eq!(node(&plan(&fleet, &singles, &policy, 0)), "r2-a");
+    // Cost first: with r1-a already up, the gang that fits beside it in r1
+    // powers one node, not two, however fast r2 boots.
+    fleet.nodes[0].power = accord::fleet::PowerState::On;
+    assert_eq!(
+        domain(&plan(&fleet, &gangs, &policy, 0)).as_deref(),
+        Some("rack=r1")
+    );
+}

@@ -421,7 +421,7 @@ fn scenario_errors_name_the_key() {
     assert!(e.contains("lab.broken"), "{e}");
 }
 
-fn condition(lab: &Lab, ns: &str, name: &str, type_: &str) -> Option<(String, String)> {
+pub(crate) fn condition(lab: &Lab, ns: &str, name: &str, type_: &str) -> Option<(String, String)> {
     let pr = lab
         .api
         .get("autoscaling.x-k8s.io/v1", "ProvisioningRequest", ns, name)?;
@@ -439,7 +439,13 @@ fn condition(lab: &Lab, ns: &str, name: &str, type_: &str) -> Option<(String, St
 
 /// Waits until the ProvisioningRequest's condition `type_` is `want`
 /// (status, reason); fails at once if accordd exits.
-async fn wait_condition(lab: &Lab, ns: &str, name: &str, type_: &str, want: (&str, &str)) {
+pub(crate) async fn wait_condition(
+    lab: &Lab,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    want: (&str, &str),
+) {
     let within = Duration::from_secs(90);
     let end = tokio::time::Instant::now() + within;
     loop {

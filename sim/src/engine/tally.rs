@@ -29,6 +29,7 @@ pub(super) fn finish(
     if !all.is_empty() {
         summary.mean_time_to_running_s =
             Some(round3(all.iter().sum::<u64>() as f64 / all.len() as f64));
+        summary.p50_time_to_running_s = Some(nearest_rank(&all, 50) as f64);
         summary.p95_time_to_running_s = Some(nearest_rank(&all, 95) as f64);
     }
     summary.gpu_hours_powered = round3(totals.powered_gpu_s / 3600.0);

@@ -36,6 +36,7 @@ fn summary(scale: f64) -> Summary {
         started: 590,
         never_started: 10,
         mean_time_to_running_s: Some(750.0 * scale),
+        p50_time_to_running_s: Some(3000.0 * scale),
         p95_time_to_running_s: Some(5400.0 * scale),
         gpu_hours_powered: 9876.54 * scale,
         gpu_hours_used: 6543.21,
@@ -149,9 +150,10 @@ fn assert_no_nan(html: &str) {
 #[test]
 fn one_svg_per_chart_and_both_policies() {
     let html = render_html(&sample_figures());
-    // Pending, stages, GPU-hours/energy, a CDF per class (2), allocation.
-    assert_eq!(count(&html, "<svg"), 6);
-    assert_eq!(count(&html, "</svg>"), 6);
+    // Pending, stages, GPU-hours/energy, a CDF per class (2), the trade-off,
+    // allocation.
+    assert_eq!(count(&html, "<svg"), 7);
+    assert_eq!(count(&html, "</svg>"), 7);
     assert!(html.contains("first-fit"));
     assert!(html.contains("fgd+spares"));
     assert!(html.contains("Submission → running: gang workloads"));
@@ -251,6 +253,7 @@ fn policies_without_data_render_without_nan() {
             started: 0,
             never_started: 0,
             mean_time_to_running_s: None,
+            p50_time_to_running_s: None,
             p95_time_to_running_s: None,
             gpu_hours_powered: 0.0,
             gpu_hours_used: 0.0,
@@ -259,8 +262,8 @@ fn policies_without_data_render_without_nan() {
         };
     }
     let html = render_html(&figures);
-    // No class present: pending, stages, bars, allocation.
-    assert_eq!(count(&html, "<svg"), 4);
+    // No class present: pending, stages, bars, trade-off, allocation.
+    assert_eq!(count(&html, "<svg"), 5);
     assert!(html.contains("no samples"));
     assert!(html.contains("the fleet has no GPUs"));
     assert!(html.contains("No workload class has any workload"));
@@ -280,7 +283,7 @@ fn a_class_that_never_ran_still_gets_its_chart() {
         });
     }
     let html = render_html(&figures);
-    assert_eq!(count(&html, "<svg"), 7);
+    assert_eq!(count(&html, "<svg"), 8);
     assert!(html.contains("no workload of this class ran"));
     assert_no_nan(&html);
 }
@@ -297,7 +300,7 @@ fn non_finite_values_are_not_drawn() {
     first.time_to_running[0].points[2] = [f64::NAN, 0.5];
     first.allocation[1].allocated = f64::INFINITY;
     let html = render_html(&figures);
-    assert_eq!(count(&html, "<svg"), 6);
+    assert_eq!(count(&html, "<svg"), 7);
     assert!(!html.contains("could not be drawn"));
     assert_no_nan(&html);
 }
@@ -322,7 +325,7 @@ fn extreme_values_render_without_panic() {
         allocated: -1e308,
     };
     let html = render_html(&figures);
-    assert_eq!(count(&html, "<svg"), 6);
+    assert_eq!(count(&html, "<svg"), 7);
     assert!(!html.contains("could not be drawn"));
     assert!(html.contains(&u64::MAX.to_string()));
     assert_no_nan(&html);

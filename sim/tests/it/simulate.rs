@@ -224,3 +224,80 @@ fn a_trace_is_bounded_per_round_not_in_all() {
         anyhow_chain(&e)
     );
 }
+
+/// The three example policies of `config/`, as `accordctl simulate
+/// --policy NAME=FILE` reads them.
+fn examples() -> Vec<(String, Policy)> {
+    let fleet = default_fleet();
+    [
+        (
+            "power-saver",
+            include_str!("../../../config/policy-power-saver.toml"),
+        ),
+        (
+            "warm-spares",
+            include_str!("../../../config/policy-warm-spares.toml"),
+        ),
+        (
+            "predictive",
+            include_str!("../../../config/policy-predictive.toml"),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, text)| {
+        let p = policy_from_toml(text, name, &fleet.policy, &fleet).unwrap();
+        (name.to_owned(), p)
+    })
+    .collect()
+}
+
+#[test]
+fn predictive_warming_waits_less_than_power_saver_and_powers_less_than_warm_spares() {
+    let f = simulate(&input(examples(), 1));
+    let by = |name: &str| {
+        f.policies
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.summary.clone())
+            .unwrap()
+    };
+    let (saver, spares, predictive) = (by("power-saver"), by("warm-spares"), by("predictive"));
+    let p95 = |s: &accord_sim::figures::Summary| s.p95_time_to_running_s.unwrap();
+    assert!(
+        p95(&predictive) < p95(&saver),
+        "p95 wait: predictive {} s, power-saver {} s",
+        p95(&predictive),
+        p95(&saver)
+    );
+    assert!(
+        predictive.gpu_hours_powered < spares.gpu_hours_powered,
+        "powered: predictive {} GPU-h, warm-spares {} GPU-h",
+        predictive.gpu_hours_powered,
+        spares.gpu_hours_powered
+    );
+    assert_eq!(predictive.never_started, 0);
+}
+
+#[test]
+fn a_predictive_policy_needs_a_budget() {
+    let fleet = default_fleet();
+    let e =
+        policy_from_toml("warm = \"predictive\"\n", "p.toml", &fleet.policy, &fleet).unwrap_err();
+    assert!(
+        anyhow_chain(&e).contains("warm_budget_gpu_hours_per_day"),
+        "{}",
+        anyhow_chain(&e)
+    );
+    let e = policy_from_toml(
+        "warm = \"predictive\"\nwarm_budget_gpu_hours_per_day = 10\nwarm_coverage_percent = 100\n",
+        "p.toml",
+        &fleet.policy,
+        &fleet,
+    )
+    .unwrap_err();
+    assert!(
+        anyhow_chain(&e).contains("warm_coverage_percent"),
+        "{}",
+        anyhow_chain(&e)
+    );
+}
