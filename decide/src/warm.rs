@@ -159,16 +159,10 @@ impl Warmth {
             Action::PowerOff { node, .. } => !warmed.contains_key(node),
             _ => true,
         });
-        let mut warm_nodes: BTreeSet<&str> = warmed.keys().map(String::as_str).collect();
+        // This round's power-ons for placeholders alone (warming), and the
+        // others (real work).
+        let mut warming: Vec<&str> = Vec::new();
         let mut real_nodes: BTreeSet<&str> = BTreeSet::new();
-        for p in &plan.placements {
-            let set = if self.is_placeholder(&p.workload) {
-                &mut warm_nodes
-            } else {
-                &mut real_nodes
-            };
-            set.extend(p.pods.iter().map(|pod| pod.node.as_str()));
-        }
         for a in &plan.actions {
             if let Action::PowerOn {
                 node,
@@ -177,11 +171,21 @@ impl Warmth {
             } = a
             {
                 if for_all_placeholders(for_workloads, &self.placeholders) {
-                    warm_nodes.insert(node);
+                    warming.push(node);
                 } else {
                     real_nodes.insert(node);
                 }
             }
+        }
+        let mut warm_nodes: BTreeSet<&str> = warmed.keys().map(String::as_str).collect();
+        warm_nodes.extend(&warming);
+        for p in &plan.placements {
+            let set = if self.is_placeholder(&p.workload) {
+                &mut warm_nodes
+            } else {
+                &mut real_nodes
+            };
+            set.extend(p.pods.iter().map(|pod| pod.node.as_str()));
         }
         let held: u64 = fleet
             .nodes
@@ -195,17 +199,8 @@ impl Warmth {
             .sum();
         round.held_gpus = held;
         self.held = Some((held, now));
-        for a in &plan.actions {
-            if let Action::PowerOn {
-                node,
-                for_workloads,
-                ..
-            } = a
-            {
-                if for_all_placeholders(for_workloads, &self.placeholders) {
-                    self.warmed.insert(node.clone(), now);
-                }
-            }
+        for node in warming {
+            self.warmed.insert(node.to_owned(), now);
         }
         let placeholders = &self.placeholders;
         plan.placements
