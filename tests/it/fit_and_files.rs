@@ -832,9 +832,10 @@ fn reference_config_files_parse() {
             }
             // Policies for `accordctl simulate --policy`: a fleet file's
             // [policy] keys (merged onto the fleet's by accord-sim).
-            "policy-power-saver.toml" | "policy-warm-spares.toml" => {
+            "policy-power-saver.toml" | "policy-warm-spares.toml" | "policy-predictive.toml" => {
                 let policy: accord::fleet::Policy =
                     accord::config_file::parse(&text, &name).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(policy.validate(), Vec::<String>::new(), "{name}");
                 let table: toml::Table = toml::from_str(&text).unwrap();
                 assert!(
                     table.contains_key("idle_power_off_after_s"),
