@@ -101,15 +101,23 @@ impl Warmth {
         now: u64,
     ) -> (Vec<Workload>, WarmRound) {
         self.account(now);
-        self.observe(demand, now);
         self.placeholders.clear();
+        if policy.warm == Warm::Off {
+            // Nothing learned while off: no cost to fleets that keep none
+            // warm (a round of 20,000 pending pods would copy every key).
+            *self = Warmth {
+                spent: std::mem::take(&mut self.spent),
+                warmed: std::mem::take(&mut self.warmed),
+                ..Warmth::default()
+            };
+            return (Vec::new(), WarmRound::default());
+        }
+        self.observe(demand, now);
         let mut round = WarmRound {
             spent_gpu_hours: self.spent_last_day(now) / 3600.0,
             ..WarmRound::default()
         };
-        if policy.warm != Warm::Predictive
-            || round.spent_gpu_hours >= f64::from(policy.warm_budget_gpu_hours_per_day)
-        {
+        if round.spent_gpu_hours >= f64::from(policy.warm_budget_gpu_hours_per_day) {
             return (Vec::new(), round);
         }
         let lookahead = policy.warm_lookahead_s;
@@ -133,6 +141,7 @@ impl Warmth {
         round.placeholders = out.len() as u64;
         (out, round)
     }
+
     /// Whether `workload` (a key) is one of this round's placeholders.
     pub(crate) fn is_placeholder(&self, workload: &str) -> bool {
         self.placeholders.contains(workload)
