@@ -99,6 +99,8 @@ fn exported() -> (BTreeMap<String, String>, BTreeMap<String, String>) {
         drift: [(("n1".to_owned(), "declaration"), 1)].into(),
         bios_profiles: [("verified", 1)].into(),
         commands: vec![("mig_agent", "issued")],
+        time_to_capacity_seconds: 120.0,
+        boot_ready_seconds: [("h100".to_owned(), (300.0, 420.0))].into(),
         ..RoundMetrics::default()
     });
     let text = m.encode();
