@@ -34,6 +34,7 @@ use truth::drift_text;
 mod admin;
 mod bios;
 mod boot_times;
+pub mod buffers;
 mod commands;
 pub mod gpu_clients;
 mod lifecycles;
@@ -84,6 +85,8 @@ pub struct Snapshot {
     /// Pending pod → the scheduler's PodScheduled message.
     pub scheduler: BTreeMap<String, String>,
     pub provisioning: Vec<ProvisioningSeen>,
+    /// CapacityBuffers, resolved.
+    pub buffers: Vec<buffers::BufferSeen>,
     /// Agents heard from recently: node → Unix seconds of the last word
     /// (a report or a heartbeat).
     pub agents: BTreeMap<String, u64>,
@@ -148,6 +151,8 @@ pub struct Decision {
     pub power: Vec<Action>,
     pub events: Vec<Event>,
     pub conditions: Vec<ConditionWrite>,
+    /// CapacityBuffer statuses that changed.
+    pub buffer_status: Vec<buffers::BufferStatusWrite>,
     pub status: ControlStatus,
     pub metrics: RoundMetrics,
     /// Nodes on their way up or down: their BMCs are read often.
@@ -274,6 +279,8 @@ pub struct Decider {
     warmth: warm::Warmth,
     /// This round's warm capacity.
     warm_round: warm::WarmRound,
+    /// CapacityBuffers' placeholders and the nodes they hold.
+    buffers: buffers::Buffers,
     /// The boots seen per profile (time to capacity).
     boot_times: boot_times::BootTimes,
 }
@@ -320,6 +327,7 @@ impl Decider {
             stopwatch: None,
             warmth: warm::Warmth::default(),
             warm_round: warm::WarmRound::default(),
+            buffers: buffers::Buffers::default(),
             boot_times: boot_times::BootTimes::default(),
         }
     }
@@ -452,11 +460,12 @@ impl Decider {
         };
         // Observe mode is read-only: what it would write is said in the
         // status (and `explain`), not written.
-        let (events, conditions) = if act {
-            (r.events, conditions)
+        let buffer_status = self.buffers.statuses(&snap.buffers);
+        let (events, conditions, buffer_status) = if act {
+            (r.events, conditions, buffer_status)
         } else {
-            self.would_write(r.events, conditions);
-            (Vec::new(), Vec::new())
+            self.would_write(r.events, conditions, buffer_status);
+            (Vec::new(), Vec::new(), Vec::new())
         };
         r.metrics.time_to_capacity_seconds = workloads
             .iter()
@@ -475,6 +484,7 @@ impl Decider {
             power: if act { power } else { Vec::new() },
             events,
             conditions,
+            buffer_status,
             status,
             metrics: r.metrics,
             transitional,
@@ -523,7 +533,12 @@ impl Decider {
 
     /// Observe mode: keeps what would have been written (the last
     /// [`WOULD_WRITE_KEPT`]) for the status.
-    fn would_write(&mut self, events: Vec<Event>, conditions: Vec<ConditionWrite>) {
+    fn would_write(
+        &mut self,
+        events: Vec<Event>,
+        conditions: Vec<ConditionWrite>,
+        buffers: Vec<buffers::BufferStatusWrite>,
+    ) {
         for e in events {
             self.would_write.push(WouldWrite {
                 regarding: e.regarding,
@@ -544,6 +559,29 @@ impl Decider {
                     if c.condition.status { "True" } else { "False" },
                     c.condition.reason,
                     c.condition.message
+                ),
+            });
+        }
+        for b in buffers {
+            let conditions: Vec<String> = b
+                .status
+                .conditions
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={} {}",
+                        c.type_,
+                        if c.status { "True" } else { "False" },
+                        c.reason
+                    )
+                })
+                .collect();
+            self.would_write.push(WouldWrite {
+                regarding: b.buffer,
+                what: format!(
+                    "status replicas {:?}, {}",
+                    b.status.replicas,
+                    conditions.join(", ")
                 ),
             });
         }

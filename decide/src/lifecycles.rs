@@ -144,7 +144,10 @@ impl Decider {
             if failed {
                 n.failed = Some(life.reason.clone().unwrap_or_else(|| "failed".to_owned()));
             }
-            n.idle_since = (life.stage == Stage::Idle).then_some(life.since);
+            // Held for a CapacityBuffer is not idle: the idle time counts
+            // from the last round it was held.
+            n.idle_since = (life.stage == Stage::Idle)
+                .then(|| life.since.max(self.buffers.held_at(&n.name).unwrap_or(0)));
             n.expected_boot_s = self
                 .boot_times
                 .expected(n.profile.as_deref().unwrap_or(""), n.rack.as_deref());

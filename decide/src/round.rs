@@ -79,10 +79,13 @@ impl Decider {
         self.scheduler_drift_events(&scheduler_drift, &mut r.events);
         self.scheduler_drift = scheduler_drift;
         let (mut demand, check_capacity) = split_check_capacity(snap);
-        // Warm placeholders are planned after the real demand (lowest
-        // priority), then taken out of the plan but for their power-ons.
+        // Buffers' and warm placeholders are planned after the real
+        // demand (lowest priorities), then taken out of the plan but for
+        // the power-ons they are for.
+        let buffered = self.buffers.split(&snap.buffers, &mut demand);
         let (warm, mut warm_round) = self.warmth.placeholders(&seen.policy, &demand, snap.now);
         let real = demand.workloads.len();
+        demand.workloads.extend(buffered);
         demand.workloads.extend(warm);
         let started = self.stopwatch.map(|now| now());
         let mut plan = accord::plan::plan(&seen, &demand, &seen.policy, snap.now);
@@ -91,6 +94,9 @@ impl Decider {
             _ => 0.0,
         };
         demand.workloads.truncate(real);
+        let lives = &self.lives;
+        self.buffers
+            .settle(&mut plan, |n| lives.get(n).map(|l| l.stage), snap.now);
         self.warmth.settle(
             &mut plan,
             &seen,
@@ -216,6 +222,12 @@ impl Decider {
                             format!("powering on node {node}: asked by an admin (accordctl power)")
                         } else if for_workloads.is_empty() {
                             format!("powering on node {node} again (repair power cycle)")
+                        } else if for_workloads.iter().all(|w| self.buffers.is_placeholder(w)) {
+                            format!(
+                                "powering on node {node} for capacity kept spare \
+                                 (CapacityBuffer: {})",
+                                for_workloads.join(", ")
+                            )
                         } else if for_workloads.iter().all(|w| self.warmth.is_placeholder(w)) {
                             // (for_workloads is not empty here)
                             format!(

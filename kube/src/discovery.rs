@@ -161,6 +161,19 @@ pub const READS: &[ReadKind] = &[
          no ProvisioningRequests are answered",
     ),
     crd(
+        "CapacityBuffer",
+        "autoscaling.x-k8s.io",
+        "capacitybuffers",
+        // v1beta1 (Karpenter's CRD, cluster-autoscaler's newest); v1alpha1
+        // (cluster-autoscaler's first, the same shape).
+        &[
+            "autoscaling.x-k8s.io/v1beta1",
+            "autoscaling.x-k8s.io/v1alpha1",
+        ],
+        "the CapacityBuffer CRD (autoscaling.x-k8s.io/v1beta1 or v1alpha1) is not installed: \
+         no capacity is kept spare for buffers",
+    ),
+    crd(
         "JobSet",
         "jobset.x-k8s.io",
         "jobsets",

@@ -5,8 +5,9 @@
 //! turns them into the planner's demand the way kube-scheduler sees them,
 //! [`cluster`] reads Nodes and ResourceSlices, and [`write`](mod@write) publishes
 //! Accord's Node labels and taints, events and ProvisioningRequest
-//! conditions.
+//! conditions; [`buffer_status`] CapacityBuffers' status.
 
+pub mod buffer_status;
 pub mod cluster;
 pub mod discovery;
 pub mod manifests;

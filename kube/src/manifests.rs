@@ -166,6 +166,76 @@ pub struct NameRef {
     pub name: String,
 }
 
+/// CapacityBuffer (`autoscaling.x-k8s.io/v1beta1` or `v1alpha1`, the same
+/// shape: SIG Autoscaling's API as cluster-autoscaler's
+/// `apis/capacitybuffer` and Karpenter's `pkg/apis/autoscaling` define it).
+#[derive(Debug, Clone, Deserialize)]
+pub struct CapacityBuffer {
+    /// Written back at the version it was read at.
+    #[serde(default, rename = "apiVersion")]
+    pub api_version: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CapacityBufferSpec,
+    #[serde(default)]
+    pub status: CapacityBufferStatus,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityBufferSpec {
+    #[serde(default)]
+    pub provisioning_strategy: Option<String>,
+    #[serde(default)]
+    pub pod_template_ref: Option<NameRef>,
+    #[serde(default)]
+    pub scalable_ref: Option<ScalableRef>,
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    #[serde(default)]
+    pub percentage: Option<i64>,
+    /// Resource name → quantity (kept as written; parsed where used).
+    #[serde(default)]
+    pub limits: Option<std::collections::BTreeMap<String, Value>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalableRef {
+    #[serde(default)]
+    pub api_group: String,
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityBufferStatus {
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    #[serde(default)]
+    pub pod_template_ref: Option<NameRef>,
+    #[serde(default)]
+    pub pod_template_generation: Option<i64>,
+    #[serde(default)]
+    pub provisioning_strategy: Option<String>,
+    #[serde(default)]
+    pub conditions: Vec<ProvisioningRequestCondition>,
+}
+
+impl CapacityBuffer {
+    /// The `apiVersion` it was read at (`autoscaling.x-k8s.io/v1beta1`
+    /// when none was given).
+    pub fn api_version(&self) -> &str {
+        if self.api_version.is_empty() {
+            "autoscaling.x-k8s.io/v1beta1"
+        } else {
+            &self.api_version
+        }
+    }
+}
+
 /// One object Accord reads.
 #[derive(Debug, Clone)]
 pub enum Object {
@@ -181,6 +251,7 @@ pub enum Object {
     Workload(Box<Workload>),
     CoschedPodGroup(Box<CoschedPodGroup>),
     ProvisioningRequest(Box<ProvisioningRequest>),
+    CapacityBuffer(Box<CapacityBuffer>),
     Node(Box<Node>),
 }
 
@@ -315,6 +386,10 @@ impl Manifests {
                 decode(value).map(Object::ProvisioningRequest)
             }
             (
+                "autoscaling.x-k8s.io/v1beta1" | "autoscaling.x-k8s.io/v1alpha1",
+                "CapacityBuffer",
+            ) => decode(value).map(Object::CapacityBuffer),
+            (
                 _,
                 "Pod"
                 | "ResourceClaim"
@@ -323,6 +398,7 @@ impl Manifests {
                 | "PodGroup"
                 | "Workload"
                 | "ProvisioningRequest"
+                | "CapacityBuffer"
                 | "JobSet"
                 | "Job",
             ) => {

@@ -371,7 +371,7 @@ pub fn event_name(regarding: &str, unix_nanos: i128) -> String {
     }
 }
 
-fn jiff_now() -> k8s_openapi::jiff::Timestamp {
+pub(crate) fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
 }
 
@@ -408,7 +408,7 @@ const CONFLICT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(1
 
 /// One ProvisioningRequest condition, as Kueue reads them: `Accepted`,
 /// `Provisioned`, `Failed`, `BookingExpired`, `CapacityRevoked`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProvisioningCondition {
     pub type_: String,
     pub status: bool,
@@ -425,11 +425,13 @@ pub enum ConditionWriteError {
     NotAccords(String),
     /// The request as read carries no resourceVersion, so a write could
     /// not be conditional; none is made.
-    #[error("the ProvisioningRequest as read has no resourceVersion; an unconditional write is not made")]
+    #[error("the object as read has no resourceVersion; an unconditional write is not made")]
     NoResourceVersion,
     /// Every attempt found the request changed since its read (`409
     /// Conflict`); the next round decides again.
-    #[error("the ProvisioningRequest changed between read and write in each of {attempts} attempts (409 Conflict)")]
+    #[error(
+        "the object changed between read and write in each of {attempts} attempts (409 Conflict)"
+    )]
     Conflict { attempts: u32 },
     /// The read or the write failed.
     #[error(transparent)]
@@ -536,64 +538,7 @@ pub fn provisioning_condition_patch(
     condition: &ProvisioningCondition,
     now: Time,
 ) -> Option<Value> {
-    let generation = pr.metadata.generation;
-    let want_status = status_word(condition.status);
-    let current: &[Value] = pr.data["status"]["conditions"]
-        .as_array()
-        .map_or(&[], Vec::as_slice);
-    let is_ours = |c: &Value| c["type"].as_str() == Some(condition.type_.as_str());
-    let now = serde_json::to_value(now).unwrap_or(Value::Null);
-
-    let mut conditions = Vec::with_capacity(current.len() + 1);
-    let mut found = false;
-    let mut changed = false;
-    for c in current {
-        if !is_ours(c) {
-            conditions.push(c.clone());
-            continue;
-        }
-        if found {
-            // A second condition of the type (a list map has one per
-            // type; the API server would refuse the write with both).
-            changed = true;
-            continue;
-        }
-        found = true;
-        let mut c = c.clone();
-        let flips = c["status"].as_str() != Some(want_status);
-        let same = !flips
-            && c["reason"].as_str() == Some(condition.reason.as_str())
-            && c["message"].as_str() == Some(condition.message.as_str())
-            && generation.is_none_or(|g| c["observedGeneration"].as_i64() == Some(g))
-            && c["lastTransitionTime"].is_string();
-        if !same {
-            changed = true;
-            if flips || !c["lastTransitionTime"].is_string() {
-                c["lastTransitionTime"] = now.clone();
-            }
-            c["status"] = Value::from(want_status);
-            c["reason"] = Value::from(condition.reason.as_str());
-            c["message"] = Value::from(condition.message.as_str());
-            if let Some(g) = generation {
-                c["observedGeneration"] = Value::from(g);
-            }
-        }
-        conditions.push(c);
-    }
-    if !found {
-        changed = true;
-        let mut c = json!({
-            "type": condition.type_,
-            "status": want_status,
-            "reason": condition.reason,
-            "message": condition.message,
-            "lastTransitionTime": now,
-        });
-        if let Some(g) = generation {
-            c["observedGeneration"] = Value::from(g);
-        }
-        conditions.push(c);
-    }
+    let (conditions, changed) = merged_conditions(pr, std::slice::from_ref(condition), now);
     if !changed {
         return None;
     }
@@ -602,4 +547,75 @@ pub fn provisioning_condition_patch(
         metadata["resourceVersion"] = Value::from(rv.as_str());
     }
     Some(json!({"metadata": metadata, "status": {"conditions": conditions}}))
+}
+
+/// `obj`'s `status.conditions` made to show each of `want` as
+/// [`provisioning_condition_patch`] says, and whether that changed them.
+pub(crate) fn merged_conditions(
+    obj: &DynamicObject,
+    want: &[ProvisioningCondition],
+    now: Time,
+) -> (Vec<Value>, bool) {
+    let generation = obj.metadata.generation;
+    let now = serde_json::to_value(now).unwrap_or(Value::Null);
+    let mut conditions: Vec<Value> = obj.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut changed = false;
+    for condition in want {
+        let want_status = status_word(condition.status);
+        let is_ours = |c: &Value| c["type"].as_str() == Some(condition.type_.as_str());
+        let mut found = false;
+        let mut kept = Vec::with_capacity(conditions.len() + 1);
+        for c in conditions {
+            if !is_ours(&c) {
+                kept.push(c);
+                continue;
+            }
+            if found {
+                // A second condition of the type (a list map has one per
+                // type; the API server would refuse the write with both).
+                changed = true;
+                continue;
+            }
+            found = true;
+            let mut c = c;
+            let flips = c["status"].as_str() != Some(want_status);
+            let same = !flips
+                && c["reason"].as_str() == Some(condition.reason.as_str())
+                && c["message"].as_str() == Some(condition.message.as_str())
+                && generation.is_none_or(|g| c["observedGeneration"].as_i64() == Some(g))
+                && c["lastTransitionTime"].is_string();
+            if !same {
+                changed = true;
+                if flips || !c["lastTransitionTime"].is_string() {
+                    c["lastTransitionTime"] = now.clone();
+                }
+                c["status"] = Value::from(want_status);
+                c["reason"] = Value::from(condition.reason.as_str());
+                c["message"] = Value::from(condition.message.as_str());
+                if let Some(g) = generation {
+                    c["observedGeneration"] = Value::from(g);
+                }
+            }
+            kept.push(c);
+        }
+        if !found {
+            changed = true;
+            let mut c = json!({
+                "type": condition.type_,
+                "status": want_status,
+                "reason": condition.reason,
+                "message": condition.message,
+                "lastTransitionTime": now,
+            });
+            if let Some(g) = generation {
+                c["observedGeneration"] = Value::from(g);
+            }
+            kept.push(c);
+        }
+        conditions = kept;
+    }
+    (conditions, changed)
 }

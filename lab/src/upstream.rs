@@ -30,10 +30,14 @@ pub const SERVICE_ACCOUNT: &str = "accordd";
 /// What an admin applies to install Accord (`deploy/`), and the x-k8s.io
 /// CRDs (from upstream; tests/fixtures/kubernetes/SOURCES.md) that
 /// accordd's demand watch reads.
-const INSTALL: [(&str, &str); 4] = [
+const INSTALL: [(&str, &str); 5] = [
     (
         "crd-accordnode.yaml",
         include_str!("../../deploy/crd-accordnode.yaml"),
+    ),
+    (
+        "crd-capacitybuffer.yaml",
+        include_str!("../../deploy/crd-capacitybuffer.yaml"),
     ),
     ("rbac.yaml", include_str!("../../deploy/rbac.yaml")),
     (
@@ -47,8 +51,9 @@ const INSTALL: [(&str, &str); 4] = [
         include_str!("../../tests/fixtures/kubernetes/coscheduling/crd.yaml"),
     ),
 ];
-const CRDS: [&str; 3] = [
+const CRDS: [&str; 4] = [
     "accordnodes.accord.dev",
+    "capacitybuffers.autoscaling.x-k8s.io",
     "provisioningrequests.autoscaling.x-k8s.io",
     "podgroups.scheduling.x-k8s.io",
 ];

@@ -85,7 +85,9 @@ impl ResourceSpec {
             ("batch", "jobs") | ("resource.k8s.io", "resourceclaims") => &["status"],
             ("apps", "deployments") => &["status", "scale"],
             // Upstream's Workload (scheduling.k8s.io, 1.37) has no status.
-            (_, "podgroups" | "jobsets" | "provisioningrequests") => &["status"],
+            (_, "podgroups" | "jobsets" | "provisioningrequests" | "capacitybuffers") => {
+                &["status"]
+            }
             _ => &[],
         }
     }
@@ -287,6 +289,13 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
             "/apis/autoscaling.x-k8s.io/v1",
             "provisioningrequests",
             "ProvisioningRequest",
+            true,
+        ));
+        // Karpenter's CRD (deploy/crd-capacitybuffer.yaml): v1beta1.
+        out.push(r(
+            "/apis/autoscaling.x-k8s.io/v1beta1",
+            "capacitybuffers",
+            "CapacityBuffer",
             true,
         ));
         out.push(r(

@@ -12,16 +12,18 @@ use accord::demand::ObjectRef;
 use accord::hardware::NodeHardware;
 use accord::truth::SchedulerView;
 use accord_api::control::KindWatch;
-use accord_kube::manifests::{Object, ProvisioningRequest};
+use accord_kube::manifests::{CapacityBuffer, Object, ProvisioningRequest};
+use accord_kube::translate::buffer::{buffer_workload_name, resolve, BufferIndex};
 use accord_kube::translate::{Options, ACCORD_STRICT, BEST_EFFORT_ATOMIC, CHECK_CAPACITY};
 use accord_kube::watch::DemandWatch;
 use tracing::warn;
 
 use super::decide::{CannotPlanSeen, Snapshot};
-use super::provisioning::{ConditionSeen, ProvisioningClass, ProvisioningSeen};
+use super::provisioning::{Condition, ConditionSeen, ProvisioningClass, ProvisioningSeen};
 use crate::execute::Executed;
 use crate::journal::Intent;
 use crate::shared::Shared;
+use accord_decide::buffers::{self, BufferSeen, BufferStatus, Resolved, Unresolved};
 
 /// What observe reads from.
 pub struct Observer {
@@ -265,9 +267,15 @@ fn kube_snapshot(
     }
     let mut scheduler = BTreeMap::new();
     let mut provisioning = Vec::new();
+    let mut buffers = Vec::new();
+    let buffer_index = BufferIndex::of(&manifests);
     for o in &manifests.objects {
         if let Object::ProvisioningRequest(pr) = o {
             provisioning.push(provisioning_seen(pr));
+            continue;
+        }
+        if let Object::CapacityBuffer(cb) = o {
+            buffers.push(buffer_seen(cb, &buffer_index, &options));
             continue;
         }
         let Object::Pod(p) = o else {
@@ -307,6 +315,7 @@ fn kube_snapshot(
         pod_workload,
         scheduler,
         provisioning,
+        buffers,
         ..Snapshot::default()
     };
     (snapshot, translation.unsupported)
@@ -342,6 +351,52 @@ fn provisioning_seen(pr: &ProvisioningRequest) -> ProvisioningSeen {
                     .map(|t| t.as_second().max(0) as u64),
             })
             .collect(),
+    }
+}
+
+/// A CapacityBuffer as plain data for *decide*: what it resolves to and
+/// what its status shows.
+fn buffer_seen(cb: &CapacityBuffer, index: &BufferIndex, options: &Options) -> BufferSeen {
+    let ns = cb.metadata.namespace.as_deref().unwrap_or("default");
+    let name = cb.metadata.name.as_deref().unwrap_or("");
+    let resolved = match resolve(cb, index, options) {
+        Ok(r) => Ok(Resolved {
+            pod_template: r.pod_template,
+            replicas: r.replicas,
+        }),
+        Err(u) => Err(Unresolved {
+            reason: u.reason.to_owned(),
+            message: u.message,
+        }),
+    };
+    let st = &cb.status;
+    BufferSeen {
+        buffer: ObjectRef::new(cb.api_version(), "CapacityBuffer", ns, name),
+        strategy: cb
+            .spec
+            .provisioning_strategy
+            .clone()
+            .unwrap_or_else(|| buffers::ACTIVE.to_owned()),
+        resolved,
+        workload: format!("{ns}/{}", buffer_workload_name(name)),
+        shown: BufferStatus {
+            replicas: st.replicas.and_then(|r| u32::try_from(r).ok()),
+            pod_template: st.pod_template_ref.as_ref().map(|r| r.name.clone()),
+            pod_template_generation: st.pod_template_generation,
+            strategy: st.provisioning_strategy.clone(),
+            // Accord's two, in the order it writes them (another's are
+            // left as they are).
+            conditions: ["ReadyForProvisioning", "Provisioning"]
+                .iter()
+                .filter_map(|t| st.conditions.iter().find(|c| c.type_ == *t))
+                .map(|c| Condition {
+                    type_: c.type_.clone(),
+                    status: c.status == "True",
+                    reason: c.reason.clone().unwrap_or_default(),
+                    message: c.message.clone().unwrap_or_default(),
+                })
+                .collect(),
+        },
     }
 }
 

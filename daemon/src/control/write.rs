@@ -20,6 +20,8 @@ use super::decide::{ConditionWrite, Event};
 pub struct Writes {
     pub events: Vec<Event>,
     pub conditions: Vec<ConditionWrite>,
+    /// CapacityBuffer statuses.
+    pub buffers: Vec<accord_decide::buffers::BufferStatusWrite>,
     /// Accord's labels and taints, per Node.
     pub nodes: Vec<(String, Publication)>,
     /// Single labels set on request (node, key, value): the GPU
@@ -37,6 +39,7 @@ impl Writes {
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
             && self.conditions.is_empty()
+            && self.buffers.is_empty()
             && self.nodes.is_empty()
             && self.labels.is_empty()
             && self.mig_configs.is_none()
@@ -204,6 +207,43 @@ async fn write(
             warn_once(
                 format!("event {err}"),
                 format!("cannot record a Kubernetes event: {err}"),
+            );
+        }
+    }
+    for b in w.buffers {
+        if !may_write() {
+            return;
+        }
+        let s = &b.status;
+        let status = accord_kube::buffer_status::BufferStatus {
+            replicas: s.replicas,
+            pod_template: s.pod_template.clone(),
+            pod_template_generation: s.pod_template_generation,
+            strategy: s.strategy.clone(),
+            conditions: s
+                .conditions
+                .iter()
+                .map(|c| accord_kube::write::ProvisioningCondition {
+                    type_: c.type_.clone(),
+                    status: c.status,
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                })
+                .collect(),
+        };
+        if let Err(err) = accord_kube::buffer_status::set_buffer_status(
+            kube,
+            &b.buffer.api_version,
+            &b.buffer.namespace,
+            &b.buffer.name,
+            &status,
+        )
+        .await
+        {
+            let key = b.buffer.key();
+            warn_once(
+                format!("buffer {key} {err}"),
+                format!("CapacityBuffer {key}: cannot write its status: {err}"),
             );
         }
     }

@@ -8,6 +8,7 @@ mod support;
 
 mod lab;
 mod lab_bios;
+mod lab_buffers;
 mod lab_capacity;
 mod lab_chaos;
 mod lab_ha;

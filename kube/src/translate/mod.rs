@@ -5,10 +5,12 @@
 //! affinity, tolerations, priority, DRA claims (exactly / firstAvailable,
 //! count / All, CEL selectors, matchAttribute, capacity), and gangs from
 //! scheduling.k8s.io/v1beta1 PodGroups, the coscheduling plugin, Kueue pod groups,
-//! Kueue-managed Jobs and JobSets, and ProvisioningRequests. Pure: objects
+//! Kueue-managed Jobs and JobSets, and ProvisioningRequests; CapacityBuffers'
+//! placeholder pods. Pure: objects
 //! in, demand and reasons out. Anything that cannot be planned becomes a
 //! per-workload "cannot plan: reason"; it never stops the rest.
 
+pub mod buffer;
 mod claim;
 mod group;
 mod pod;
@@ -324,6 +326,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         out.unsupported.push(POD_GROUPS_NOT_SERVED.to_owned());
     }
     let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
+    let buffer_index = buffer::BufferIndex::of(m);
     for o in &m.objects {
         match o {
             Object::Pod(p) => pod_unit(p, options, &index, &mut groups, &mut out),
@@ -451,6 +454,9 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
             }
             Object::ProvisioningRequest(pr) => {
                 provisioning_request(pr, options, &index, &mut groups);
+            }
+            Object::CapacityBuffer(cb) => {
+                buffer::capacity_buffer(cb, options, &buffer_index, &mut groups);
             }
             _ => {}
         }

@@ -88,7 +88,12 @@ fn rbac_covers_every_watch_and_write_and_nothing_more() {
         "provisioningrequests/status".into()
     )]
         .contains("patch"));
-    // Nothing else writes: no verb beyond reading except those three.
+    assert!(g[&(
+        "autoscaling.x-k8s.io".into(),
+        "capacitybuffers/status".into()
+    )]
+        .contains("patch"));
+    // Nothing else writes: no verb beyond reading except those four.
     let writes: BTreeSet<(String, String)> = g
         .iter()
         .filter(|(_, verbs)| verbs.iter().any(|v| !read.contains(&v.as_str())))
@@ -98,6 +103,10 @@ fn rbac_covers_every_watch_and_write_and_nothing_more() {
         writes,
         [
             ("".to_owned(), "nodes".to_owned()),
+            (
+                "autoscaling.x-k8s.io".to_owned(),
+                "capacitybuffers/status".to_owned()
+            ),
             (
                 "autoscaling.x-k8s.io".to_owned(),
                 "provisioningrequests/status".to_owned()

@@ -882,3 +882,64 @@ fn a_1_35_workloads_pod_groups_are_gangs_per_replica() {
     assert_eq!(t.demand.workloads[0].sources[0].kind, "Workload");
     assert_eq!(t.demand.workloads[0].sources[0].name, "train");
 }
+
+/// CapacityBuffers resolve as the upstream buffer controller does: the
+/// larger of `replicas` and `percentage` of the scalable's, capped by
+/// `limits`; one that does not resolve is no demand, and says why.
+#[test]
+fn capacity_buffers_become_placeholders_of_their_template() {
+    use accord_kube::translate::buffer::{resolve, BufferIndex};
+    let text = r#"
+{apiVersion: v1, kind: PodTemplate, metadata: {namespace: ml, name: node, generation: 3}, template: {spec: {containers: [{name: c, image: c, resources: {limits: {nvidia.com/gpu: "8"}}}]}}}
+---
+{apiVersion: apps/v1, kind: Deployment, metadata: {namespace: ml, name: serve}, spec: {replicas: 3, selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: c, resources: {limits: {nvidia.com/gpu: "1"}}}]}}}}
+---
+{apiVersion: autoscaling.x-k8s.io/v1beta1, kind: CapacityBuffer, metadata: {namespace: ml, name: capped}, spec: {podTemplateRef: {name: node}, replicas: 5, limits: {nvidia.com/gpu: "20"}}}
+---
+{apiVersion: autoscaling.x-k8s.io/v1alpha1, kind: CapacityBuffer, metadata: {namespace: ml, name: share}, spec: {scalableRef: {apiGroup: apps, kind: Deployment, name: serve}, percentage: 50}}
+---
+{apiVersion: autoscaling.x-k8s.io/v1beta1, kind: CapacityBuffer, metadata: {namespace: ml, name: lost}, spec: {podTemplateRef: {name: gone}, replicas: 1}}
+---
+{apiVersion: autoscaling.x-k8s.io/v1beta1, kind: CapacityBuffer, metadata: {namespace: ml, name: huge}, spec: {podTemplateRef: {name: node}, replicas: 9000000000}}
+"#;
+    let m = Manifests::parse(text, "buffers.yaml").unwrap();
+    let options = Options::for_topology(&TopologyConfig::default());
+    let t = translate(&m, &options);
+    // 5 wanted, 20 GPUs hold 2 pods of 8.
+    let capped = workload(&t, "ml/CapacityBuffer.capped");
+    assert_eq!(capped.pod_count(), 2);
+    assert_eq!(capped.sources[0].kind, "CapacityBuffer");
+    // 50 % of 3 replicas, rounded up.
+    assert_eq!(workload(&t, "ml/CapacityBuffer.share").pod_count(), 2);
+    assert!(
+        !t.demand
+            .workloads
+            .iter()
+            .any(|w| w.name.ends_with(".lost") || w.name.ends_with(".huge")),
+        "{}",
+        t.render()
+    );
+    let index = BufferIndex::of(&m);
+    let status: Vec<(String, Result<(u32, Option<(String, Option<i64>)>), &str>)> = m
+        .objects
+        .iter()
+        .filter_map(|o| match o {
+            accord_kube::manifests::Object::CapacityBuffer(cb) => Some((
+                cb.metadata.name.clone().unwrap(),
+                resolve(cb, &index, &options)
+                    .map(|r| (r.replicas, r.pod_template))
+                    .map_err(|u| u.reason),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        status,
+        [
+            ("capped".into(), Ok((2, Some(("node".into(), Some(3)))))),
+            ("share".into(), Ok((2, None))),
+            ("lost".into(), Err("PodTemplateNotFound")),
+            ("huge".into(), Err("ResolutionFailed")),
+        ]
+    );
+}

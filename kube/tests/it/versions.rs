@@ -121,6 +121,7 @@ async fn discovery_finds_what_each_version_serves() {
             ("apps", "v1", "deployments"),
             ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
             ("autoscaling.x-k8s.io", "v1", "provisioningrequests"),
+            ("autoscaling.x-k8s.io", "v1beta1", "capacitybuffers"),
             ("scheduling.x-k8s.io", "v1alpha1", "podgroups"),
         ] {
             assert!(served.serves(g, ver, plural), "{v}: {g}/{ver} {plural}");
@@ -404,7 +405,7 @@ async fn without_the_crds_they_are_said_missing_and_the_rest_is_ready() {
         .iter()
         .filter(|k| k.api_version.is_none() && k.note.as_deref().is_some_and(|n| n.contains("CRD")))
         .collect();
-    assert_eq!(crds.len(), 3, "{watches:#?}");
+    assert_eq!(crds.len(), 4, "{watches:#?}");
     until(&w, "the pod planned without CRDs", |_, t| {
         t.demand.workloads.len() == 1
     })

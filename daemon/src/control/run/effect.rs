@@ -66,6 +66,7 @@ impl Controller {
             .send(Writes {
                 events: d.events,
                 conditions: d.conditions,
+                buffers: d.buffer_status,
                 nodes: d.publish,
                 labels,
                 mig_configs,
