@@ -8,8 +8,10 @@
 //!   first, and the placeholders then take (and power on) others: refilled.
 //!   A node held for a buffer counts its idle time from the last round it
 //!   was held, so a deleted buffer's nodes go dark after the idle time.
-//! - `accord.dev/standby-capacity`: the placeholders are planned the same
-//!   way but nothing is powered on for them.
+//! - `accord.dev/standby-capacity`: the placeholders are planned on nodes
+//!   kept off, each made ready first (powered on once to stage and verify
+//!   its BIOS profile and refresh its agent's report, then off again), so
+//!   its boot is the shortest the hardware allows.
 //! - Any other strategy is another provisioner's: left alone.
 //!
 //! Accord is both the buffer controller and the autoscaler here, so it
@@ -25,6 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use accord::demand::{Demand, ObjectRef, Workload};
+use accord::fleet::{Fleet, Node};
 use accord::lifecycle::Stage;
 use accord::plan::{Action, Plan};
 
@@ -114,12 +117,22 @@ pub(crate) struct Buffers {
     /// This round's placeholder workloads → (buffer key, standby).
     placeholders: BTreeMap<String, (String, bool)>,
     placed: BTreeMap<String, Placed>,
+    /// Node → the standby buffer it is being made ready for: powered on
+    /// to stage and verify its BIOS profile and refresh its agent's
+    /// report, then off; kept until it is Off again.
+    preparing: BTreeMap<String, String>,
 }
 
 impl Buffers {
     /// Takes the buffers' workloads out of `demand` and returns those of
-    /// the buffers Accord serves, as placeholders to plan after it.
-    pub(crate) fn split(&mut self, seen: &[BufferSeen], demand: &mut Demand) -> Vec<Workload> {
+    /// the buffers Accord serves, as placeholders: the active ones' to
+    /// plan after it, and the standby ones' (planned apart, on nodes kept
+    /// off: [`Buffers::plan_standby`]).
+    pub(crate) fn split(
+        &mut self,
+        seen: &[BufferSeen],
+        demand: &mut Demand,
+    ) -> (Vec<Workload>, Vec<Workload>) {
         self.placeholders.clear();
         self.placed.clear();
         let served: BTreeMap<&str, &BufferSeen> = seen
@@ -135,7 +148,7 @@ impl Buffers {
                     .is_some_and(|s| s.kind == "CapacityBuffer")
             });
         demand.workloads = rest;
-        let mut out = Vec::new();
+        let (mut active, mut standby) = (Vec::new(), Vec::new());
         for mut w in buffers {
             let key = w.key();
             let Some(b) = served.get(key.as_str()) else {
@@ -146,9 +159,18 @@ impl Buffers {
             w.min_count = Some(1);
             self.placeholders
                 .insert(key, (b.buffer.key(), b.strategy == STANDBY));
-            out.push(w);
+            if b.strategy == STANDBY {
+                standby.push(w);
+            } else {
+                active.push(w);
+            }
         }
-        out
+        (active, standby)
+    }
+
+    /// Whether `workload` is one of this round's standby placeholders.
+    pub(crate) fn is_standby(&self, workload: &str) -> bool {
+        self.placeholders.get(workload).is_some_and(|(_, s)| *s)
     }
 
     /// Whether `workload` is one of this round's placeholders.
@@ -156,9 +178,9 @@ impl Buffers {
         self.placeholders.contains_key(workload)
     }
 
-    /// Takes the placeholders out of `plan` but for active buffers'
-    /// power-ons, notes where they went and which nodes active buffers
-    /// hold. `stage` is a node's lifecycle stage.
+    /// Takes the active buffers' placeholders out of `plan` but for their
+    /// power-ons, notes where they went and which nodes they hold.
+    /// `stage` is a node's lifecycle stage.
     pub(crate) fn settle(
         &mut self,
         plan: &mut Plan,
@@ -177,15 +199,15 @@ impl Buffers {
             })
             .collect();
         for p in &plan.placements {
-            let Some((_, standby)) = self.placeholders.get(&p.workload) else {
+            if !self.placeholders.contains_key(&p.workload) {
                 continue;
-            };
+            }
             let placed = self.placed.entry(p.workload.clone()).or_default();
             for pod in &p.pods {
                 let stage = stage(&pod.node);
                 if matches!(stage, Some(Stage::Ready | Stage::InUse | Stage::Idle)) {
                     placed.on_up += 1;
-                } else if (powering.contains(&pod.node) && !standby)
+                } else if powering.contains(&pod.node)
                     || matches!(
                         stage,
                         Some(Stage::PoweringOn | Stage::Booting | Stage::AgentUp)
@@ -195,9 +217,7 @@ impl Buffers {
                 } else {
                     placed.on_off += 1;
                 }
-                if !standby {
-                    self.held.insert(pod.node.clone(), now);
-                }
+                self.held.insert(pod.node.clone(), now);
             }
         }
         for u in &plan.unsatisfied {
@@ -207,37 +227,149 @@ impl Buffers {
             }
         }
         let placeholders = &self.placeholders;
-        let standby = |w: &String| placeholders.get(w).is_some_and(|(_, s)| *s);
-        // A standby buffer's node stays off (unless real work wants it),
-        // and its BIOS profile is staged with a power-on: with none, none.
-        let kept_off: BTreeSet<String> = plan
-            .actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::PowerOn {
-                    node,
-                    for_workloads,
-                    ..
-                } if !for_workloads.is_empty() && for_workloads.iter().all(standby) => {
-                    Some(node.clone())
-                }
-                _ => None,
-            })
-            .collect();
         plan.actions.retain(|a| match a {
-            Action::PowerOn { node, .. } | Action::ApplyBiosProfile { node, .. } => {
-                !kept_off.contains(node)
-            }
             // A placeholder is not worth disturbing a GPU for.
             Action::ReconfigureMig { for_workloads, .. } => {
                 !for_workloads.iter().all(|w| placeholders.contains_key(w))
             }
-            Action::PowerOff { .. } => true,
+            _ => true,
         });
         plan.placements
             .retain(|p| !placeholders.contains_key(&p.workload));
         plan.unsatisfied
             .retain(|u| !placeholders.contains_key(&u.workload));
+    }
+
+    /// Standby buffers' placeholders: planned first on nodes kept off and
+    /// ready for them (BIOS profile verified, agent report within
+    /// `policy.standby_refresh_s`) or being made so; the rest on other
+    /// dark nodes, which are powered on to be made ready (their profile
+    /// staged with the power-on and verified after, their agent reporting)
+    /// and powered off again once they are. Nothing else is powered on
+    /// for them, and nodes the plan uses for real work are left to it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn plan_standby(
+        &mut self,
+        standby: Vec<Workload>,
+        base: &Demand,
+        seen: &Fleet,
+        plan: &mut Plan,
+        stage: impl Fn(&str) -> Option<Stage>,
+        reported: &BTreeMap<String, u64>,
+        now: u64,
+    ) {
+        self.preparing
+            .retain(|n, _| !matches!(stage(n), None | Some(Stage::Off | Stage::Failed)));
+        let refresh = seen.policy.standby_refresh_s;
+        let ready = |n: &Node| {
+            (n.bios_profile.is_none() || n.bios_profile_applied == n.bios_profile)
+                && reported
+                    .get(&n.name)
+                    .is_some_and(|&t| t.saturating_add(refresh) >= now)
+        };
+        let used: BTreeSet<String> = plan
+            .placements
+            .iter()
+            .flat_map(|p| p.pods.iter().map(|pod| pod.node.clone()))
+            .chain(plan.actions.iter().filter_map(|a| match a {
+                Action::PowerOn { node, .. } => Some(node.clone()),
+                _ => None,
+            }))
+            .collect();
+        let kept_off = |n: &Node| stage(&n.name) == Some(Stage::Off) && n.failed.is_none();
+        // First: nodes ready and off, or being made ready.
+        let preparing = &self.preparing;
+        let (first, _) = plan_on(seen, base, &standby, now, |n| {
+            !used.contains(&n.name)
+                && ((kept_off(n) && ready(n)) || preparing.contains_key(&n.name))
+        });
+        let mut chosen: BTreeSet<String> = BTreeSet::new();
+        let mut short = Vec::new();
+        for w in &standby {
+            let key = w.key();
+            let nodes = nodes_of(&first, &key);
+            let placed = self.placed.entry(key.clone()).or_default();
+            for n in &nodes {
+                if self.preparing.contains_key(n) {
+                    placed.on_booting += 1;
+                } else {
+                    placed.on_off += 1;
+                }
+            }
+            let missing = w.pod_count().saturating_sub(nodes.len() as u32);
+            chosen.extend(nodes);
+            if missing > 0 {
+                let mut rest = w.clone();
+                rest.pod_sets.truncate(1);
+                if let Some(set) = rest.pod_sets.first_mut() {
+                    set.count = missing;
+                }
+                short.push(rest);
+            }
+        }
+        // Then: other dark nodes, powered on to be made ready.
+        if !short.is_empty() {
+            let preparing = &self.preparing;
+            let (second, unplaced) = plan_on(seen, base, &short, now, |n| {
+                !used.contains(&n.name)
+                    && !chosen.contains(&n.name)
+                    && kept_off(n)
+                    && !ready(n)
+                    && !preparing.contains_key(&n.name)
+            });
+            for w in &short {
+                let key = w.key();
+                let placed = self.placed.entry(key.clone()).or_default();
+                placed.on_booting += nodes_of(&second, &key).len() as u32;
+                placed.unplaced = unplaced.get(&key).cloned();
+            }
+            for a in second.actions {
+                match &a {
+                    Action::PowerOn {
+                        node,
+                        for_workloads,
+                        ..
+                    } => {
+                        let buffer = for_workloads
+                            .first()
+                            .and_then(|w| self.placeholders.get(w))
+                            .map(|(b, _)| b.clone())
+                            .unwrap_or_default();
+                        self.preparing.insert(node.clone(), buffer);
+                        plan.actions.push(a);
+                    }
+                    Action::ApplyBiosProfile { .. } => plan.actions.push(a),
+                    _ => {}
+                }
+            }
+        }
+        // A node made ready is powered off (unless real work took it); one
+        // not ready yet is not powered off for being idle.
+        let mut offs = Vec::new();
+        for (node, buffer) in &self.preparing {
+            let Some(n) = seen.nodes.iter().find(|n| &n.name == node) else {
+                continue;
+            };
+            if !ready(n) {
+                plan.actions
+                    .retain(|a| !matches!(a, Action::PowerOff { node: m, .. } if m == node));
+                continue;
+            }
+            let planned_off = plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::PowerOff { node: m, .. } if m == node));
+            if stage(node) == Some(Stage::Idle) && !used.contains(node) && !planned_off {
+                offs.push(Action::PowerOff {
+                    node: node.clone(),
+                    reason: format!(
+                        "ready as standby capacity for CapacityBuffer {buffer} (BIOS profile \
+                         verified, agent report fresh): kept off until work needs it"
+                    ),
+                });
+            }
+        }
+        plan.actions.extend(offs);
     }
 
     /// When a node last held an active buffer's placeholders.
@@ -306,6 +438,45 @@ impl Buffers {
     }
 }
 
+/// A plan of `workloads` alone on the nodes of `seen` that `eligible`
+/// keeps (the others are left out), with `base`'s bound pods and device
+/// classes; and why each workload not wholly placed was not.
+fn plan_on(
+    seen: &Fleet,
+    base: &Demand,
+    workloads: &[Workload],
+    now: u64,
+    eligible: impl Fn(&Node) -> bool,
+) -> (Plan, BTreeMap<String, String>) {
+    let mut fleet = seen.clone();
+    for n in &mut fleet.nodes {
+        if !eligible(n) && n.failed.is_none() {
+            n.failed = Some("not standby capacity".to_owned());
+        }
+    }
+    fleet.policy.reconfigure_mig = false;
+    let demand = Demand {
+        workloads: workloads.to_vec(),
+        ..base.clone()
+    };
+    let plan = accord::plan::plan(&fleet, &demand, &fleet.policy, now);
+    let unplaced = plan
+        .unsatisfied
+        .iter()
+        .map(|u| (u.workload.clone(), u.reason.clone()))
+        .collect();
+    (plan, unplaced)
+}
+
+/// The nodes `plan` puts `workload`'s pods on.
+fn nodes_of(plan: &Plan, workload: &str) -> Vec<String> {
+    plan.placements
+        .iter()
+        .filter(|p| p.workload == workload)
+        .flat_map(|p| p.pods.iter().map(|pod| pod.node.clone()))
+        .collect()
+}
+
 /// The `Provisioning` condition of a buffer of `n` placeholders placed so.
 fn provisioning(n: u32, p: &Placed, standby: bool) -> Condition {
     let placed = p.on_up + p.on_booting + p.on_off;
@@ -316,15 +487,14 @@ fn provisioning(n: u32, p: &Placed, standby: bool) -> Condition {
         _ => String::new(),
     };
     if standby {
-        if short == 0 {
+        if p.on_off == n {
             return cond(
                 "Provisioning",
                 true,
                 "FitsStandbyCapacity",
                 format!(
-                    "All {n} placeholder pods fit on standby capacity ({} on nodes kept off, {} on nodes up)",
-                    p.on_off + p.on_booting,
-                    p.on_up
+                    "All {n} placeholder pods fit on nodes kept off, their BIOS profile \
+                     verified and their agent's report fresh"
                 ),
             );
         }
@@ -332,7 +502,12 @@ fn provisioning(n: u32, p: &Placed, standby: bool) -> Condition {
             "Provisioning",
             false,
             "RequiresNewCapacity",
-            format!("{placed}/{n} placeholder pods fit on standby capacity{why}"),
+            format!(
+                "{}/{n} placeholder pods fit on nodes kept off and ready, {} on nodes being made \
+                 ready (powered on to stage and verify their BIOS profile and refresh their \
+                 agent's report, then off){why}",
+                p.on_off, p.on_booting
+            ),
         );
     }
     if p.on_up == n {

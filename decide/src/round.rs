@@ -82,7 +82,7 @@ impl Decider {
         // Buffers' and warm placeholders are planned after the real
         // demand (lowest priorities), then taken out of the plan but for
         // the power-ons they are for.
-        let buffered = self.buffers.split(&snap.buffers, &mut demand);
+        let (buffered, standby) = self.buffers.split(&snap.buffers, &mut demand);
         let (warm, mut warm_round) = self.warmth.placeholders(&seen.policy, &demand, snap.now);
         let real = demand.workloads.len();
         demand.workloads.extend(buffered);
@@ -95,8 +95,17 @@ impl Decider {
         };
         demand.workloads.truncate(real);
         let lives = &self.lives;
-        self.buffers
-            .settle(&mut plan, |n| lives.get(n).map(|l| l.stage), snap.now);
+        let stage = |n: &str| lives.get(n).map(|l| l.stage);
+        self.buffers.settle(&mut plan, stage, snap.now);
+        self.buffers.plan_standby(
+            standby,
+            &demand,
+            &seen,
+            &mut plan,
+            stage,
+            &snap.agent_reports,
+            snap.now,
+        );
         self.warmth.settle(
             &mut plan,
             &seen,
@@ -222,6 +231,13 @@ impl Decider {
                             format!("powering on node {node}: asked by an admin (accordctl power)")
                         } else if for_workloads.is_empty() {
                             format!("powering on node {node} again (repair power cycle)")
+                        } else if for_workloads.iter().all(|w| self.buffers.is_standby(w)) {
+                            format!(
+                                "powering on node {node} to make it ready as standby capacity \
+                                 (BIOS profile staged and verified, agent report refreshed; \
+                                 then off): {}",
+                                for_workloads.join(", ")
+                            )
                         } else if for_workloads.iter().all(|w| self.buffers.is_placeholder(w)) {
                             format!(
                                 "powering on node {node} for capacity kept spare \

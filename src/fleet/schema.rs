@@ -94,6 +94,15 @@ pub struct Policy {
     /// fastest wins (default: the first in the fleet file's order).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prefer_fast_boot: bool,
+    /// A node kept off for a standby CapacityBuffer
+    /// (`accord.dev/standby-capacity`) is ready for it while its BIOS
+    /// profile is verified and its agent reported within this long; else
+    /// it is powered on to stage and verify them, then off again.
+    #[serde(
+        default = "default_standby_refresh",
+        skip_serializing_if = "is_default_standby_refresh"
+    )]
+    pub standby_refresh_s: u64,
 }
 
 /// Capacity kept warm ahead of demand.
@@ -114,6 +123,14 @@ impl Warm {
     fn is_off(&self) -> bool {
         *self == Warm::Off
     }
+}
+
+pub(super) fn default_standby_refresh() -> u64 {
+    7 * 24 * 3600
+}
+
+fn is_default_standby_refresh(s: &u64) -> bool {
+    *s == default_standby_refresh()
 }
 
 pub(super) fn default_warm_lookahead() -> u64 {
@@ -199,6 +216,7 @@ impl Default for Policy {
             warm_coverage_percent: default_warm_coverage(),
             warm_budget_gpu_hours_per_day: 0,
             prefer_fast_boot: false,
+            standby_refresh_s: default_standby_refresh(),
         }
     }
 }
@@ -331,6 +349,8 @@ pub mod max {
     pub const WARM_SPARES: u32 = 10_000;
     /// `warm_lookahead_s`: a day.
     pub const WARM_LOOKAHEAD_S: u64 = 24 * 3600;
+    /// `standby_refresh_s`: a year.
+    pub const STANDBY_REFRESH_S: u64 = 365 * 24 * 3600;
     /// `warm_budget_gpu_hours_per_day`: a million GPUs all day.
     pub const WARM_BUDGET_GPU_HOURS_PER_DAY: u32 = 24_000_000;
 }

@@ -409,6 +409,15 @@ impl Policy {
             u64::from(self.warm_budget_gpu_hours_per_day),
             u64::from(max::WARM_BUDGET_GPU_HOURS_PER_DAY),
         );
+        at_most(
+            &mut problems,
+            "policy.standby_refresh_s",
+            self.standby_refresh_s,
+            max::STANDBY_REFRESH_S,
+        );
+        if self.standby_refresh_s == 0 {
+            problems.push("policy.standby_refresh_s must be above 0".into());
+        }
         if !(1..=99).contains(&self.warm_coverage_percent) {
             problems.push(format!(
                 "policy.warm_coverage_percent: {} is not a percentile from 1 to 99",

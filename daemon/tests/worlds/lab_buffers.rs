@@ -1,8 +1,9 @@
 //! CapacityBuffers on the upstream control plane (v1.37, the CRD from
 //! `deploy/`): an active buffer keeps its nodes powered on and Ready, work
 //! that comes takes them at once and the buffer is refilled, a deleted
-//! buffer's nodes go dark after the idle time; a standby buffer powers
-//! nothing on. Every wait has a deadline and says what it waited for.
+//! buffer's nodes go dark after the idle time; a standby buffer's node is
+//! made ready (BIOS profile staged and verified, agent report fresh) and
+//! kept off. Every wait has a deadline and says what it waited for.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -23,6 +24,9 @@ boot_delay_ms = 500
 kubelet_delay_ms = 500
 heartbeat_ms = 1000
 max_s = 400
+[lab.bios_profiles.gpu-perf]
+description = "steady clocks: turbo off, performance profile"
+attributes = { ProcTurboMode = "Disabled", SysProfile = "PerfOptimized" }
 [control]
 tick_ms = 1000
 transition_poll_ms = 1000
@@ -56,6 +60,7 @@ profile = "h100"
 name = "r1-n5"
 rack = "r1"
 profile = "h100"
+bios_profile = "gpu-perf"
 [[submit]]
 name = "buffer"
 run_ms = 600000
@@ -190,20 +195,40 @@ async fn a_capacity_buffer_keeps_nodes_ready_is_refilled_and_lets_them_go() {
     let refill: BTreeSet<String> = on.difference(&held).cloned().collect();
     assert_eq!(refill.len(), 2, "{on:?}");
 
-    // A standby buffer powers nothing on.
+    // A standby buffer of one: the dark node r1-n5 is made ready (powered
+    // on with its BIOS profile staged, verified once up, its agent
+    // reporting) and powered off again; then kept off.
+    assert!(!lab.nodes_powered_on().contains("r1-n5"));
     lab.release("standby").unwrap();
     let (standby, _) = wait_buffer(
         &lab,
         "standby",
-        "ml/standby Provisioning=True FitsStandbyCapacity",
-        Duration::from_secs(60),
-        |b, _| condition(b, "Provisioning") == Some(("True".into(), "FitsStandbyCapacity".into())),
+        "ml/standby Provisioning=True FitsStandbyCapacity (r1-n5 ready and off)",
+        Duration::from_secs(180),
+        |b, on| {
+            condition(b, "Provisioning") == Some(("True".into(), "FitsStandbyCapacity".into()))
+                && !on.contains("r1-n5")
+        },
     )
     .await;
     assert_eq!(standby["status"]["replicas"], 1);
+    assert!(lab.nodes_powered_on().contains("r1-n5"), "made ready once");
     let st = support::lab::current_status(&lab).await;
-    support::lab::rounds_after(&lab, &st, 5).await;
-    assert_eq!(lab.nodes_on(), on, "the standby buffer powered nothing on");
+    let n5 = st.nodes.iter().find(|n| n.name == "r1-n5").unwrap();
+    let bios = n5.bios.as_ref().expect("r1-n5's BIOS state");
+    assert!(bios.verified_at.is_some(), "{bios:?}");
+    let st = support::lab::rounds_after(&lab, &st, 5).await;
+    assert_eq!(
+        lab.nodes_on(),
+        on,
+        "kept off while ready (round {})",
+        st.round
+    );
+    assert_eq!(
+        lab.emulator_resets("r1-n5"),
+        2,
+        "one power-on, one power-off"
+    );
 
     // Deleted: the refill nodes go dark after the idle time; the job's
     // nodes stay on.

@@ -920,7 +920,8 @@ fn capacity_buffers_become_placeholders_of_their_template() {
         t.render()
     );
     let index = BufferIndex::of(&m);
-    let status: Vec<(String, Result<(u32, Option<(String, Option<i64>)>), &str>)> = m
+    type Resolved = Result<(u32, Option<(String, Option<i64>)>), &'static str>;
+    let status: Vec<(String, Resolved)> = m
         .objects
         .iter()
         .filter_map(|o| match o {
