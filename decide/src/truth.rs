@@ -5,9 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use accord::demand::{Taint, TaintEffect};
 use accord::fleet::OnDrift;
 use accord::hardware::NodeHardware;
-use accord::truth::{Drift, DriftKind, Publication, SchedulerView};
+use accord::truth::{Drift, DriftKind, Publication, SchedulerView, STARTING_TAINT_KEY};
 use accord_api::control::ModelSource;
 use tracing::{info, warn};
 
@@ -121,6 +122,7 @@ impl Decider {
     /// shows other values, each sent once per (publication, view).
     pub(super) fn publications(&mut self, snap: &Snapshot) -> Vec<(String, Publication)> {
         let topology = &self.fleet.topology;
+        let held = self.held_for_gangs(snap);
         let mut out = Vec::new();
         for (node, view) in &snap.views {
             let Some(mut want) = self.fleet.publication(node, snap.now) else {
@@ -128,6 +130,13 @@ impl Decider {
             };
             want.taints.extend(self.bios_taint(node));
             want.taints.extend(self.powering_off_taint_of(node, view));
+            if held.contains(node) {
+                want.taints.push(Taint {
+                    key: STARTING_TAINT_KEY.to_owned(),
+                    value: None,
+                    effect: TaintEffect::NoSchedule,
+                });
+            }
             let labels_ok = want
                 .labels
                 .iter()
@@ -160,6 +169,25 @@ impl Decider {
             out.push((node.clone(), want));
         }
         out
+    }
+
+    /// Nodes powered on for a gang (a workload of minimum two or more)
+    /// whose other nodes are not all up yet: kept behind the starting
+    /// taint, so that the scheduler gives none of them to other work
+    /// before the gang can start; lifted from all at once.
+    fn held_for_gangs(&self, snap: &Snapshot) -> BTreeSet<String> {
+        let gangs: BTreeSet<String> = snap
+            .demand
+            .workloads
+            .iter()
+            .filter(|w| w.min() > 1)
+            .map(|w| w.key())
+            .collect();
+        self.waiting_ready
+            .iter()
+            .filter(|(w, nodes)| nodes.len() > 1 && gangs.contains(*w))
+            .flat_map(|(_, nodes)| nodes.iter().cloned())
+            .collect()
     }
 
     pub(super) fn model_source(&self, node: &str) -> ModelSource {

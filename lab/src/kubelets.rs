@@ -115,6 +115,22 @@ fn owned_by_daemon_set(pod: &Value) -> bool {
         .is_some_and(|o| o.iter().any(|r| r["kind"] == "DaemonSet"))
 }
 
+/// Whether `node`'s Node carries every topology label Accord publishes
+/// for it (`<label_prefix><level>` for each level the fleet gives it).
+fn has_accords_labels(ctx: &Ctx, node: &str) -> bool {
+    let Some(want) = ctx.fleet.publication(node, 0) else {
+        return true;
+    };
+    let prefix = &ctx.fleet.topology.label_prefix;
+    let Some(n) = ctx.api.get("v1", "Node", "", node) else {
+        return false;
+    };
+    want.labels
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix.as_str()))
+        .all(|(k, v)| n["metadata"]["labels"][k].as_str() == Some(v.as_str()))
+}
+
 /// Follows the pods: notes the scheduler's bindings, runs what is bound
 /// to an up machine, confirms the deletion of its terminating pods.
 pub(crate) async fn pods(ctx: Ctx) {
@@ -146,6 +162,10 @@ pub(crate) async fn pods(ctx: Ctx) {
             } else if !seen.contains_key(&key) {
                 let mut r = ctx.record.lock().expect("lock");
                 if r.subs.iter().any(|s| s.pods.contains(&key)) {
+                    if !has_accords_labels(&ctx, node) {
+                        r.bound_before_labels
+                            .push(format!("{}/{}→{node}", key.0, key.1));
+                    }
                     note_bound(&mut r, key.clone(), node, pod_gpus(pod));
                     seen.insert(key.clone(), node.to_owned());
                     bound_now.push(format!("{}/{}→{node}", key.0, key.1));

@@ -196,6 +196,10 @@ struct Record {
     /// Every pod the binder bound, from when until deleted or evicted:
     /// what the busy-node count is judged against.
     bindings: Vec<chaos::safety::BindingSpan>,
+    /// Upstream: the scenario's pods the kubelet stand-in found bound to
+    /// a Node that did not carry Accord's topology labels yet
+    /// (`ns/name → node`).
+    bound_before_labels: Vec<String>,
     /// When the scenario's timed submissions start counting (`at_ms`):
     /// once accordd runs and every machine on at the start has reported
     /// to it (the datacenter was running before the scenario began), so a

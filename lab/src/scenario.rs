@@ -104,6 +104,11 @@ pub struct LabSettings {
     /// proxy plays a SessionService, as iDRAC and iLO do): accordd gets a
     /// credentials file in its inventory. Off: the BMCs ask for none.
     pub bmc_sessions: bool,
+    /// Each machine's kubelet registers its Node with Accord's starting
+    /// taint (`--register-with-taints=accord.dev/starting=:NoSchedule`,
+    /// as docs/operations.md advises): no pod binds before accordd has
+    /// published its labels and lifted it.
+    pub kubelet_starting_taint: bool,
     /// A chaos run: faults injected on a seeded schedule
     /// ([`crate::chaos`]); `--chaos SEED` sets or overrides it.
     pub chaos: Option<crate::chaos::ChaosOptions>,
@@ -235,6 +240,7 @@ impl Default for LabSettings {
             bios: None,
             evict_after_ms: None,
             bmc_sessions: false,
+            kubelet_starting_taint: false,
             chaos: None,
             ha: crate::ha::HaSettings::default(),
         }
@@ -585,6 +591,13 @@ impl Scenario {
             }
         }
         problems.extend(crate::bios::problems(self));
+        if self.lab.kubelet_starting_taint && self.lab.mode == accord_api::control::Mode::Observe {
+            problems.push(
+                "lab.kubelet_starting_taint: in observe mode accordd writes nothing, so no \
+                 Node's starting taint would ever be lifted"
+                    .to_owned(),
+            );
+        }
         for profile in self.lab.recordings.keys() {
             if !self.fleet.profiles.contains_key(profile) {
                 problems.push(format!(

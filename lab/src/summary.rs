@@ -81,6 +81,10 @@ pub struct Summary {
     /// did not do what the summary expects (nodes it left on, and why).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<String>,
+    /// Upstream: the scenario's pods found bound to a Node before it
+    /// carried Accord's topology labels (`ns/name→node`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pods_bound_before_labels: Vec<String>,
     /// Submissions not made: the emulated version does not serve what
     /// they are made of.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -375,6 +379,7 @@ impl Lab {
             control_plane: self.control_plane.clone(),
             nodes_left_on: nodes.iter().filter(|n| n.on_now).count(),
             findings: self.findings(&r),
+            pods_bound_before_labels: r.bound_before_labels.clone(),
             skipped: self.skipped.clone(),
             elapsed_s: now.duration_since(self.started).as_secs_f64(),
             nodes_powered_on: nodes.iter().filter(|n| n.power_cycles > 0).count(),

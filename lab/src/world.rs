@@ -257,6 +257,13 @@ async fn register_node(ctx: &Ctx, name: &str) {
     let mut node = crate::kubelet::node_object(name, &machine);
     let first = ctx.api.get("v1", "Node", "", name).is_none();
     crate::bios::registration_taint(&ctx.fleet, name, first, &mut node);
+    if first && ctx.scenario.lab.kubelet_starting_taint {
+        let taint = json!({"key": accord::truth::STARTING_TAINT_KEY, "effect": "NoSchedule"});
+        match node["spec"]["taints"].as_array_mut() {
+            Some(t) => t.push(taint),
+            None => node["spec"]["taints"] = json!([taint]),
+        }
+    }
     // Registering again: the Node object stayed while the machine was off
     // (with others' labels and taints on it, Accord's among them); the
     // kubelet updates it, and the node lifecycle controller lifts its

@@ -138,6 +138,14 @@ pub const BIOS_TAINT_KEY: &str = "accord.dev/bios";
 /// is sent, so that kube-scheduler binds nothing there in between; lifted
 /// when the power-off is cancelled and on the next power-on.
 pub const POWERING_OFF_TAINT_KEY: &str = "accord.dev/powering-off";
+/// The taint key (effect NoSchedule, no value) of a node on its way up:
+/// a kubelet registers with it (`--register-with-taints`), so that no pod
+/// binds before Accord's labels are on the Node (Accord lifts it in the
+/// patch that sets them), and Accord keeps it on the nodes it powered on
+/// for a gang until all of them are up, so that the scheduler gives none
+/// of them to other work in between. The planner counts such a node as
+/// free (it is Accord's to lift).
+pub const STARTING_TAINT_KEY: &str = "accord.dev/starting";
 
 /// What Accord publishes on one Node: the keys it owns, with the values
 /// they should have. Keys Accord owns that are absent here are removed.

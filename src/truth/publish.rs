@@ -69,14 +69,20 @@ pub const READINESS_TAINTS: [&str; 2] = [
 /// powering the node off or repairing it.
 pub const DO_NOT_DISRUPT: &str = "accord.dev/do-not-disrupt";
 
+/// A readiness taint, or Accord's [`STARTING_TAINT_KEY`] (lifted by
+/// Accord as the node comes up): neither keeps work off a node for good.
 pub fn is_readiness_taint(key: &str) -> bool {
-    READINESS_TAINTS.contains(&key)
+    READINESS_TAINTS.contains(&key) || key == STARTING_TAINT_KEY
 }
 
 /// Whether Accord owns Node taints with `key`: [`RESERVATION_KEY`],
-/// [`BIOS_TAINT_KEY`] and [`POWERING_OFF_TAINT_KEY`].
+/// [`BIOS_TAINT_KEY`], [`POWERING_OFF_TAINT_KEY`] and
+/// [`STARTING_TAINT_KEY`].
 pub fn owns_taint(key: &str) -> bool {
-    key == RESERVATION_KEY || key == BIOS_TAINT_KEY || key == POWERING_OFF_TAINT_KEY
+    key == RESERVATION_KEY
+        || key == BIOS_TAINT_KEY
+        || key == POWERING_OFF_TAINT_KEY
+        || key == STARTING_TAINT_KEY
 }
 
 /// `s` as a valid label value: spaces become `-`, other characters than

@@ -775,3 +775,51 @@ async fn observe_mode_writes_nothing_and_says_what_it_would_have_written() {
         }
     }
 }
+
+/// Nodes powered on for a gang stay behind Accord's starting taint while
+/// any of them is still on its way up (so the scheduler gives none of
+/// them to other work), and it is lifted from all in one round; a node
+/// registered with the taint (its kubelet's `--register-with-taints`)
+/// gets its labels and loses the taint in the same publication.
+#[tokio::test]
+async fn a_gangs_nodes_are_held_behind_the_starting_taint_until_all_are_up() {
+    use accord::truth::STARTING_TAINT_KEY;
+    let starting =
+        |p: &accord::truth::Publication| p.taints.iter().any(|t| t.key == STARTING_TAINT_KEY);
+    let mut t = Twin::new(Mode::Act);
+    t.world.demand = gang("ml", "train", podgroup("train"));
+    let ons = power_ons(&t.round(0).await);
+    assert_eq!(ons.len(), 2);
+    t.round(5).await;
+    // The first registers (with the taint) and comes up; the second boots.
+    let mut registered = view(&ons[0], 8);
+    registered.taints.push(accord::demand::Taint {
+        key: STARTING_TAINT_KEY.into(),
+        value: None,
+        effect: accord::demand::TaintEffect::NoSchedule,
+    });
+    t.world.views.insert(ons[0].clone(), registered.clone());
+    t.comes_up(&ons[0]);
+    let d = t.round(1).await;
+    let (node, p) = d.publish.iter().find(|(n, _)| n == &ons[0]).unwrap();
+    assert!(starting(p), "{node}: held while {} boots: {p:?}", ons[1]);
+    assert!(p.labels.contains_key("topology.accord.dev/rack"));
+    // The second comes up: the taint is lifted from both at once.
+    t.world.views.insert(ons[1].clone(), registered.clone());
+    t.comes_up(&ons[1]);
+    let d = t.round(1).await;
+    for n in &ons {
+        let (_, p) = d
+            .publish
+            .iter()
+            .find(|(m, _)| m == n)
+            .unwrap_or_else(|| panic!("{n} not published: {:?}", d.publish));
+        assert!(!starting(p), "{n}: {p:?}");
+    }
+    // A lone pod's node is never held: registered with the taint, it is
+    // lifted with the first publication.
+    let mut t = Twin::new(Mode::Act);
+    t.world.views.insert("r1-n1".into(), registered);
+    let d = t.round(0).await;
+    assert!(!starting(&d.publish[0].1), "{:?}", d.publish);
+}

@@ -130,10 +130,28 @@ async fn the_default_scenario_runs_on_upstream_1_37() {
     for n in &batch.nodes {
         assert!(pr.ready_nodes_then.contains(n), "{n}: {pr:?}");
     }
-    // The real scheduler kept the gang in one rack (the topology gate on).
+    // The real scheduler kept the gang in one rack (the topology gate on),
+    // and no pod was bound to a Node before Accord's rack label was on it
+    // (the kubelets register with Accord's starting taint, lifted in the
+    // patch that sets the labels).
     let train = s.workloads.iter().find(|w| w.name == "train-a").unwrap();
     let racks: BTreeSet<&str> = train.nodes.iter().map(|n| &n[..2]).collect();
     assert_eq!(racks.len(), 1, "{}", s.render());
+    assert!(
+        s.pods_bound_before_labels.is_empty(),
+        "{:?}",
+        s.pods_bound_before_labels
+    );
+    // A gang no rack holds: Accord's explanation beside the real
+    // scheduler's word on the same pods.
+    let st = lab.status().await.expect("accordd's status");
+    let explained = accord_api::text::render_explain(&st, "ml/huge").unwrap();
+    println!("lab figures: accordctl explain ml/huge on upstream 1.37:\n{explained}");
+    assert!(
+        explained.contains("none of 3 racks holds it"),
+        "{explained}"
+    );
+    assert!(explained.contains("scheduler (ml/huge-"), "{explained}");
     assert_eq!(s.nodes_powered_on_never_used, 0, "{}", s.render());
     // The real DaemonSet controller made a pod of each of the four
     // DaemonSets on every node that came up.
