@@ -347,7 +347,7 @@ impl Buffers {
         // not ready yet is not powered off for being idle.
         let mut offs = Vec::new();
         for (node, buffer) in &self.preparing {
-            let Some(n) = seen.nodes.iter().find(|n| &n.name == node) else {
+            let Some(n) = seen.node(node) else {
                 continue;
             };
             if !ready(n) {

@@ -177,7 +177,7 @@ impl Decider {
                     | (Stage::AgentUp, Stage::Ready)
             );
             if let (true, Some(&at)) = (booting, self.booted_at.get(node)) {
-                let n = self.fleet.nodes.iter().find(|n| n.name == node);
+                let n = self.fleet.node(node);
                 let profile = n.and_then(|n| n.profile.as_deref()).unwrap_or("");
                 let rack = n.and_then(|n| n.rack.as_deref());
                 self.boot_times.reached(profile, rack, t.to, at, self.clock);

@@ -77,9 +77,7 @@ impl Decider {
             };
             let profile = self
                 .fleet
-                .nodes
-                .iter()
-                .find(|x| &x.name == n)
+                .node(n)
                 .and_then(|x| x.profile.as_deref())
                 .unwrap_or("");
             worst = worst.max(self.boot_times.remaining(profile, elapsed)?);

@@ -703,6 +703,16 @@ impl Lab {
         out.into_iter().map(|(_, n, s)| (n, s)).collect()
     }
 
+    /// Upstream: the scenario's pods found bound to a Node that did not
+    /// carry Accord's topology labels yet (`ns/name→node`).
+    pub fn pods_bound_before_labels(&self) -> Vec<String> {
+        self.record
+            .lock()
+            .expect("lock")
+            .bound_before_labels
+            .clone()
+    }
+
     /// Nodes on now, as the lab's machines see their BMCs.
     pub fn nodes_on(&self) -> BTreeSet<String> {
         self.record

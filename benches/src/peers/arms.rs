@@ -124,7 +124,7 @@ fn accord_scenario(s: &Settings) -> String {
     format!(
         "[lab]\nmode = \"act\"\nkubernetes = \"upstream\"\nkube_version = \"1.{minor}\"\n\
          boot_delay_ms = {boot}\nkubelet_delay_ms = 0\nheartbeat_ms = 2000\n\
-         power_on_timeout_s = 120\nmax_s = {max}\n\
+         power_on_timeout_s = 120\nmax_s = {max}\nkubelet_starting_taint = true\n\
          runtime_config = [{rc}]\nfeature_gates = [{fg}]\n\n\
          [control]\nbmc_poll_ms = 5000\ntransition_poll_ms = 1000\n\n{fleet}",
         minor = s.kube_minor,

@@ -700,3 +700,103 @@ async fn without_the_gang_api_1_36_pods_are_planned_one_by_one() {
         "each pod its own workload"
     );
 }
+
+/// Two racks, r1 of two nodes and r2 of three; a rack-constrained gang of
+/// three 8-GPU pods (KEP-5732's `schedulingConstraints.topology`) fits
+/// only in r2. The kubelets register with Accord's starting taint.
+const RACK_GANG_ON_1_37: &str = r#"
+[lab]
+kube_version = "1.37"
+runtime_config = ["scheduling.k8s.io/v1beta1=true"]
+feature_gates = ["GenericWorkload=true", "TopologyAwareWorkloadScheduling=true"]
+kubelet_starting_taint = true
+boot_delay_ms = 500
+kubelet_delay_ms = 500
+heartbeat_ms = 1000
+max_s = 300
+[control]
+tick_ms = 1000
+transition_poll_ms = 1000
+[fleet.profiles.h100]
+gpus = 8
+gpu_model = "NVIDIA H100 80GB HBM3"
+cpu = "4"
+memory = "1500Gi"
+[[fleet.racks]]
+name = "r1"
+[[fleet.racks]]
+name = "r2"
+[[fleet.nodes]]
+name = "r1-n1"
+rack = "r1"
+profile = "h100"
+[[fleet.nodes]]
+name = "r1-n2"
+rack = "r1"
+profile = "h100"
+[[fleet.nodes]]
+name = "r2-n1"
+rack = "r2"
+profile = "h100"
+[[fleet.nodes]]
+name = "r2-n2"
+rack = "r2"
+profile = "h100"
+[[fleet.nodes]]
+name = "r2-n3"
+rack = "r2"
+profile = "h100"
+[[submit]]
+name = "train"
+run_ms = 600000
+manifests = """
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {namespace: ml, name: train}
+spec:
+  schedulingPolicy: {gang: {minCount: 3}}
+  schedulingConstraints:
+    topology: [{key: topology.accord.dev/rack}]
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: train-0}, spec: {schedulingGroup: {podGroupName: train}, containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: "8"}}}]}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: train-1}, spec: {schedulingGroup: {podGroupName: train}, containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: "8"}}}]}}
+---
+{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: train-2}, spec: {schedulingGroup: {podGroupName: train}, containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: "8"}}}]}}
+"""
+"#;
+
+/// The real 1.37 control plane: Accord powers on exactly the one rack that
+/// holds the gang, its labels are on the Nodes before any pod binds (each
+/// Node registered with Accord's starting taint, lifted in the patch that
+/// labels it), and the real scheduler binds the gang in that rack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rack_gang_on_upstream_1_37_powers_on_one_rack_labelled_before_it_binds() {
+    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let s = Scenario::parse(RACK_GANG_ON_1_37, Path::new("rack-gang-1.37.toml")).unwrap();
+    let lab = support::lab::start("upstream-1.37-rack-gang", s).await;
+    lab.release("train").unwrap();
+    support::lab::bound(&lab, "train", Duration::from_secs(180)).await;
+    let nodes = support::lab::nodes_of(&lab, "ml/train-");
+    let r2: BTreeSet<String> = ["r2-n1", "r2-n2", "r2-n3"].map(String::from).into();
+    assert_eq!(nodes, r2, "bound by kube-scheduler in r2");
+    assert_eq!(lab.nodes_powered_on(), r2, "powered on: exactly r2");
+    assert!(
+        lab.pods_bound_before_labels().is_empty(),
+        "{:?}",
+        lab.pods_bound_before_labels()
+    );
+    for n in &r2 {
+        let node = lab.api.get("v1", "Node", "", n).unwrap();
+        assert_eq!(
+            node["metadata"]["labels"]["topology.accord.dev/rack"], "r2",
+            "{node}"
+        );
+        let starting = node["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["key"] == accord::truth::STARTING_TAINT_KEY);
+        assert!(!starting, "{n}: the starting taint was lifted: {node}");
+    }
+}
