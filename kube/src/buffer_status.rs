@@ -4,12 +4,12 @@
 //! conditions): one conditional merge patch of the status subresource.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{json, Value};
 
 use crate::write::{
-    jiff_now, merged_conditions, ConditionWriteError, ProvisioningCondition, PublishOutcome,
-    CONDITION_WRITE_ATTEMPTS, MANAGER,
+    jiff_now, merged_conditions, patch_status_read_first, ConditionWriteError,
+    ProvisioningCondition, PublishOutcome,
 };
 
 /// A buffer's status as Accord writes it.
@@ -68,7 +68,7 @@ pub fn buffer_status_patch(
 
 /// Writes `want` to the status of CapacityBuffer `namespace/name` (read at
 /// `api_version`), conditional on the resourceVersion read; a conflict is
-/// read and worked out again, up to [`CONDITION_WRITE_ATTEMPTS`] times.
+/// read and worked out again, up to [`crate::write::CONDITION_WRITE_ATTEMPTS`] times.
 pub async fn set_buffer_status(
     client: &kube::Client,
     api_version: &str,
@@ -84,42 +84,10 @@ pub async fn set_buffer_status(
         "capacitybuffers",
     );
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
-    let params = PatchParams {
-        field_manager: Some(MANAGER.to_owned()),
-        ..Default::default()
-    };
-    for attempt in 1..=CONDITION_WRITE_ATTEMPTS {
-        if attempt > 1 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        let current = match api.get_status(name).await {
-            Ok(c) => c,
-            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(PublishOutcome::NotFound),
-            Err(e) => return Err(e.into()),
-        };
-        if current.metadata.resource_version.is_none() {
-            return Err(ConditionWriteError::NoResourceVersion);
-        }
-        let Some(patch) = buffer_status_patch(&current, want, Time(jiff_now())) else {
-            return Ok(PublishOutcome::Unchanged);
-        };
-        match api.patch_status(name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok(PublishOutcome::Written),
-            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(PublishOutcome::NotFound),
-            Err(kube::Error::Api(s)) if s.is_conflict() => {
-                tracing::debug!(
-                    namespace,
-                    name,
-                    attempt,
-                    "CapacityBuffer changed since read"
-                );
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(ConditionWriteError::Conflict {
-        attempts: CONDITION_WRITE_ATTEMPTS,
+    patch_status_read_first(&api, name, |current| {
+        buffer_status_patch(current, want, Time(jiff_now()))
     })
+    .await
 }
 
 #[cfg(test)]

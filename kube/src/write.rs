@@ -474,6 +474,22 @@ pub async fn set_provisioning_condition(
         }
     }
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+    patch_status_read_first(&api, name, |current| {
+        provisioning_condition_patch(current, condition, Time(jiff_now()))
+    })
+    .await
+}
+
+/// Reads `name`'s status and writes `patch_for`'s merge patch of it (field
+/// manager `accordd`, carrying the read's resourceVersion); on `409
+/// Conflict` reads and works it out again, up to
+/// [`CONDITION_WRITE_ATTEMPTS`] times. `patch_for` answering `None`: the
+/// object already shows it ([`PublishOutcome::Unchanged`]).
+pub(crate) async fn patch_status_read_first(
+    api: &Api<DynamicObject>,
+    name: &str,
+    patch_for: impl Fn(&DynamicObject) -> Option<Value>,
+) -> Result<PublishOutcome, ConditionWriteError> {
     let params = PatchParams {
         field_manager: Some(MANAGER.to_owned()),
         ..Default::default()
@@ -490,20 +506,14 @@ pub async fn set_provisioning_condition(
         if current.metadata.resource_version.is_none() {
             return Err(ConditionWriteError::NoResourceVersion);
         }
-        let Some(patch) = provisioning_condition_patch(&current, condition, Time(jiff_now()))
-        else {
+        let Some(patch) = patch_for(&current) else {
             return Ok(PublishOutcome::Unchanged);
         };
         match api.patch_status(name, &params, &Patch::Merge(&patch)).await {
             Ok(_) => return Ok(PublishOutcome::Written),
             Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(PublishOutcome::NotFound),
             Err(kube::Error::Api(s)) if s.is_conflict() => {
-                tracing::debug!(
-                    namespace,
-                    name,
-                    attempt,
-                    "ProvisioningRequest changed since read; reading it again"
-                );
+                tracing::debug!(name, attempt, "changed since read; reading it again");
             }
             Err(e) => return Err(e.into()),
         }
