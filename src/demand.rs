@@ -5,6 +5,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod relations;
+pub use relations::{
+    HostPort, InclusionPolicy, LabelOperator, LabelRequirement, LabelSelector, PodAffinityTerm,
+    PodRelations, SpreadConstraint,
+};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum TaintEffect {
     NoSchedule,
@@ -146,6 +152,13 @@ pub struct PodSpec {
     pub tolerations: Vec<Toleration>,
     #[serde(default)]
     pub claims: Vec<Claim>,
+    /// The pod's labels that some pod's selector reads (others' affinity,
+    /// anti-affinity and spread count the pod by them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Inter-pod affinity, anti-affinity, spread, host ports.
+    #[serde(default, skip_serializing_if = "PodRelations::is_empty")]
+    pub relations: PodRelations,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -369,6 +382,10 @@ pub struct BoundPod {
     /// GPUs are then taken as the first free ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_ids: Vec<String>,
+    /// Its required anti-affinity and host ports: what keeps other pods
+    /// off its node or topology domain.
+    #[serde(default, skip_serializing_if = "PodRelations::is_empty")]
+    pub relations: PodRelations,
 }
 
 impl BoundPod {
@@ -398,6 +415,11 @@ pub struct Demand {
     pub workloads: Vec<Workload>,
     #[serde(default)]
     pub bound: Vec<BoundPod>,
+    /// Namespaces' labels, for the namespace selectors of pod affinity
+    /// terms. A namespace not listed has the one label the API server
+    /// gives every namespace, `kubernetes.io/metadata.name`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// Workloads (or a trace's jobs) in one file at most: counted while the

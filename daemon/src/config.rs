@@ -250,6 +250,43 @@ pub struct KubernetesConfig {
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig's context (default: its `current-context`).
     pub context: Option<String>,
+    /// The schedulers (`spec.schedulerName`) whose pending pods accordd
+    /// plans; empty or unset: `default-scheduler`. Accord plans as
+    /// kube-scheduler's default profile filters: list a second profile of
+    /// kube-scheduler here only if it filters the same way.
+    #[serde(default)]
+    pub schedulers: Vec<String>,
+}
+
+/// At most this many `kubernetes.schedulers`.
+pub const MAX_SCHEDULERS: usize = 16;
+
+impl KubernetesConfig {
+    /// The schedulers planned for (`default-scheduler` where none is listed).
+    pub fn schedulers(&self) -> std::collections::BTreeSet<String> {
+        if self.schedulers.is_empty() {
+            [accord_kube::translate::DEFAULT_SCHEDULER.to_owned()].into()
+        } else {
+            self.schedulers.iter().cloned().collect()
+        }
+    }
+
+    fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.schedulers.len() > MAX_SCHEDULERS {
+            problems.push(format!(
+                "kubernetes.schedulers: {} names (at most {MAX_SCHEDULERS})",
+                self.schedulers.len()
+            ));
+            return problems;
+        }
+        for s in &self.schedulers {
+            if let Err(e) = accord_api::validate_node_name(s) {
+                problems.push(format!("kubernetes.schedulers: {e}"));
+            }
+        }
+        problems
+    }
 }
 
 fn default_batch_idle_ms() -> u64 {
@@ -400,7 +437,7 @@ impl DaemonConfig {
 
     /// Every problem, each naming its key.
     pub fn validate(&self) -> Vec<String> {
-        let mut problems = Vec::new();
+        let mut problems = self.kubernetes.validate();
         if self.server.listen.parse::<SocketAddr>().is_err() {
             problems.push(format!(
                 "server.listen: {:?} is not an address like 127.0.0.1:7480",

@@ -68,6 +68,9 @@ pub struct Snapshot {
     pub demand: Demand,
     /// Objects that cannot be planned at all.
     pub cannot_plan: Vec<CannotPlanSeen>,
+    /// Pending pods left to another scheduler, or to kube-scheduler's
+    /// preemption (nominated): never planned, said once each.
+    pub not_planned: Vec<CannotPlanSeen>,
     /// Kubernetes Node → Ready and schedulable.
     pub kube_ready: BTreeMap<String, bool>,
     /// Pods bound per node, all of them (`demand.bound` says which are
@@ -451,6 +454,7 @@ impl Decider {
             self.say_what_would_be_done(&plan);
         }
         self.cannot_place_events(&workloads, &mut r.events);
+        self.say_not_planned(snap);
         let transitional = self.count_round(&plan, &mut r.metrics);
         self.bios_checks(now, &mut r.metrics, &mut r.bios);
         let publish = if act {
@@ -684,6 +688,75 @@ profile = "h100"
         assert_eq!(
             round(&mut d, &world, 1520).metrics.oldest_pending_seconds,
             0.0
+        );
+    }
+
+    #[test]
+    fn pods_left_to_another_scheduler_or_to_preemption_are_not_planned_and_said_once() {
+        let fleet = Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+        let mut d = Decider::new(
+            fleet,
+            Settings {
+                mode: Mode::Act,
+                deadlines: Deadlines::default(),
+                booking_s: 600,
+                command_deadline_s: 600,
+            },
+            100_000,
+        );
+        let seen = |pod: &str, reason: &str| CannotPlanSeen {
+            workload: format!("ml/{pod}"),
+            sources: vec![ObjectRef::new("v1", "Pod", "ml", pod)],
+            reason: reason.to_owned(),
+        };
+        let mut world = Snapshot {
+            not_planned: vec![
+                seen(
+                    "volcano-pod",
+                    "spec.schedulerName \"volcano\" is not a scheduler Accord plans for",
+                ),
+                seen("preemptor", "kube-scheduler nominated node n9 for it"),
+            ],
+            ..Snapshot::default()
+        };
+        let first = round(&mut d, &world, 0);
+        let said: Vec<&str> = first
+            .said
+            .added
+            .iter()
+            .filter(|k| k.kind == said::NOT_PLANNED)
+            .map(|k| k.object.as_str())
+            .collect();
+        assert_eq!(said, ["ml/preemptor", "ml/volcano-pod"]);
+        assert!(
+            first.status.actions.is_empty(),
+            "{:?}",
+            first.status.actions
+        );
+        assert!(first.status.placements.is_empty());
+        let listed: Vec<&str> = first
+            .status
+            .cannot_plan
+            .iter()
+            .map(|c| c.workload.as_str())
+            .collect();
+        assert_eq!(listed, ["ml/volcano-pod", "ml/preemptor"]);
+        assert_eq!(first.status.pods["ml/preemptor"], "ml/preemptor");
+        // Said once: the next round says nothing new while it holds.
+        let second = round(&mut d, &world, 10);
+        assert!(second.said.added.is_empty(), "{:?}", second.said.added);
+        assert!(second.said.removed.is_empty());
+        // Gone (bound by its scheduler): forgotten, so said again if it returns.
+        world.not_planned.clear();
+        let third = round(&mut d, &world, 20);
+        assert_eq!(
+            third
+                .said
+                .removed
+                .iter()
+                .filter(|k| k.kind == said::NOT_PLANNED)
+                .count(),
+            2
         );
     }
 }

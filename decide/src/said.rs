@@ -42,6 +42,7 @@ pub(super) const REPAIR_SKIPPED: &str = "repair_skipped";
 pub(super) const POWER_OFF_KEPT: &str = "power_off_kept";
 pub(super) const UNKNOWN_NODE: &str = "unknown_node";
 pub(super) const SCHEDULER_DRIFT: &str = "scheduler_drift";
+pub(super) const NOT_PLANNED: &str = "not_planned";
 
 /// What was said that still holds.
 #[derive(Debug, Default)]

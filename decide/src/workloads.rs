@@ -271,6 +271,17 @@ impl Decider {
         }
     }
 
+    /// Pending pods left to another scheduler or to preemption: said once
+    /// each, while it holds.
+    pub(super) fn say_not_planned(&mut self, snap: &Snapshot) {
+        for c in &snap.not_planned {
+            self.say_once(
+                SaidKey::new(said::NOT_PLANNED, &c.workload, c.reason.clone()),
+                format!("pod {}: not planned: {}", c.workload, c.reason),
+            );
+        }
+    }
+
     pub(super) fn status(
         &self,
         snap: &Snapshot,
@@ -315,6 +326,7 @@ impl Decider {
             cannot_plan: snap
                 .cannot_plan
                 .iter()
+                .chain(&snap.not_planned)
                 .map(|c| CannotPlan {
                     workload: c.workload.clone(),
                     reason: c.reason.clone(),
@@ -323,7 +335,16 @@ impl Decider {
             actions: plan.actions.clone(),
             placements: plan.placements.clone(),
             unsatisfied: plan.unsatisfied.clone(),
-            pods: snap.pod_workload.clone(),
+            pods: snap
+                .pod_workload
+                .clone()
+                .into_iter()
+                .chain(
+                    snap.not_planned
+                        .iter()
+                        .map(|c| (c.workload.clone(), c.workload.clone())),
+                )
+                .collect(),
             scheduler: snap.scheduler.clone(),
             open_intents: snap.open_intents.clone(),
             recent: self.recent.clone(),

@@ -451,6 +451,7 @@ fn bind(p: &WorkloadPlacement, w: &Workload, bound: &mut Vec<BoundPod>) {
             node_agent: false,
             do_not_disrupt: false,
             device_ids: Vec::new(),
+            relations: Default::default(),
         };
         let at = bound
             .binary_search_by(|x| {

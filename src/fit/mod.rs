@@ -9,6 +9,7 @@ mod cel_parse;
 mod cel_regex;
 mod cel_url;
 mod devices;
+pub mod relations;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -187,6 +188,12 @@ fn requirement_holds(r: &NodeSelectorRequirement, labels: &BTreeMap<String, Stri
 /// Taints, node selector, required node affinity: what does not depend on
 /// what else runs on the node.
 pub fn static_fit(spec: &PodSpec, node: &Node) -> Result<(), Failure> {
+    taints_fit(spec, node)?;
+    node_affinity_fit(spec, node)
+}
+
+/// TaintToleration: every NoSchedule and NoExecute taint tolerated.
+pub fn taints_fit(spec: &PodSpec, node: &Node) -> Result<(), Failure> {
     for t in &node.taints {
         if t.effect == TaintEffect::PreferNoSchedule {
             continue;
@@ -199,6 +206,12 @@ pub fn static_fit(spec: &PodSpec, node: &Node) -> Result<(), Failure> {
             return Err(Failure::new(format!("untolerated taint {shown}"), ""));
         }
     }
+    Ok(())
+}
+
+/// NodeAffinity: the node selector and required node affinity
+/// (`nodeaffinity.GetRequiredNodeAffinity`).
+pub fn node_affinity_fit(spec: &PodSpec, node: &Node) -> Result<(), Failure> {
     for (k, v) in &spec.node_selector {
         if node.labels.get(k) != Some(v) {
             return Err(Failure::new(

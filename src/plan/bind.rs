@@ -126,6 +126,9 @@ impl Planner<'_> {
                     ));
                 }
             }
+            if let Some(rel) = &mut self.relations {
+                rel.add(i, Rc::new(relations::bound_facts(pod)));
+            }
             if let Some(ri) = self.reserved_by[i] {
                 if self.reservations[ri].owns(&pod.namespace, &pod.labels) {
                     owner_busy.insert(ri);

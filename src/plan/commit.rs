@@ -122,6 +122,11 @@ impl Planner<'_> {
             self.refresh_free(i);
             self.touched.push(i);
         }
+        if let Some(rel) = &mut self.relations {
+            for (i, f) in &trial.placed {
+                rel.add(*i, f.clone());
+            }
+        }
         WorkloadPlacement {
             workload: key,
             domain,

@@ -29,8 +29,15 @@ impl Planner<'_> {
                 .filter_map(|r| r.exactly.as_ref())
                 .filter(|e| e.device_class == "gpu.nvidia.com" && e.capacity.is_empty())
                 .fold(0u32, |n, e| n.saturating_add(e.count));
+            let facts = self.relations.as_ref().map(|_| {
+                Rc::new(crate::fit::relations::PodFacts::pending(
+                    &w.namespace,
+                    &set.pod,
+                ))
+            });
             for i in 0..set.count {
                 pods.push(PodItem {
+                    facts: facts.clone(),
                     name: format!("{}-{i}", set.name),
                     spec: &set.pod,
                     req: req.clone(),

@@ -271,6 +271,9 @@ impl Planner<'_> {
         mut up_index: Option<&mut UpIndex>,
     ) -> Trial {
         let mut t = Trial::default();
+        if let Some(rel) = &mut self.relations {
+            rel.new_trial();
+        }
         let mut rack_kw: BTreeMap<usize, f64> = BTreeMap::new();
         let mut hopeless: Vec<*const PodSpec> = Vec::new();
         // First fit: a node an identical earlier replica skipped cannot fit
@@ -295,6 +298,12 @@ impl Planner<'_> {
             let mut placed = None;
             if self.policy.placement == Placement::LeastFragmentation && overrides.is_empty() {
                 placed = self.least_fragmentation(pod, order, &t, &rack_kw);
+            }
+            // Affinity and spread can admit a node that an earlier replica
+            // could not use: scan such pods from the start each time.
+            let relations = &pod.spec.relations;
+            if !relations.affinity.is_empty() || !relations.spread.is_empty() {
+                cursors[ci].1 = [0; 3];
             }
             let resumed = cursors[ci].1 != [0; 3];
             // A second scan from the start only explains a failure fully.
@@ -378,6 +387,9 @@ impl Planner<'_> {
                     }
                     t.uses.insert(i, use_);
                     t.pods.push((pod.name.clone(), i, allocs));
+                    if let Some(f) = &pod.facts {
+                        t.placed.push((i, f.clone()));
+                    }
                 }
                 None => {
                     if gpu_short > 0 {
@@ -474,6 +486,7 @@ impl Planner<'_> {
             .or_else(|| overrides.get(&i).map(|o| &o.uses))
             .unwrap_or(&*self.uses[i]);
         resource_fit(&pod.req, node, used)?;
+        self.relations_fit(pod, node, i, t)?;
         if !self.up[i] && !t.power_ons.contains(&i) {
             self.power_budget_ok(i, rack_kw)?;
         }

@@ -19,6 +19,7 @@ mod evaluate;
 mod fragmentation;
 mod index;
 pub mod mig;
+mod relations;
 mod render;
 
 use index::{level_index, DomainStats, LevelIndex, PodsPer, Slots, StatsCache, TooSmall, UpIndex};
@@ -157,6 +158,9 @@ struct PodItem<'d> {
     devices: std::rc::Rc<PodDevices>,
     /// Lower bound of whole GPUs it needs, for quick rejection.
     whole_gpus: usize,
+    /// Its namespace, labels, anti-affinity and ports, shared by the
+    /// replicas of a pod set; only when the round filters pod relations.
+    facts: Option<Rc<crate::fit::relations::PodFacts>>,
 }
 
 /// Failure category → (nodes, one example detail).
@@ -170,6 +174,8 @@ struct Trial {
     pods: Vec<(String, usize, Vec<DeviceAllocation>)>,
     /// Pods that could not be placed, with per-node failures of the first.
     first_failure: Option<(String, FailureCounts)>,
+    /// The placed pods' facts, where the round filters pod relations.
+    placed: Vec<(usize, Rc<crate::fit::relations::PodFacts>)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -267,6 +273,9 @@ struct Planner<'f> {
     actions: Vec<Action>,
     power_offs: Vec<Action>,
     notes: Vec<String>,
+    /// Pods by node for inter-pod affinity, spread and ports; `None` in a
+    /// round where no pod has such relations.
+    relations: Option<relations::Relations>,
 }
 
 /// The shapes of all pending pods, weighted by count.
@@ -464,7 +473,9 @@ impl<'f> Planner<'f> {
             actions: Vec::new(),
             power_offs: Vec::new(),
             notes: Vec::new(),
+            relations: None,
         };
+        planner.relations = relations::Relations::for_round(&planner.nodes, demand);
         planner.bind(demand);
         planner.free_gpus = (0..planner.nodes.len())
             .map(|i| count_free_gpus(&planner.nodes[i], &planner.uses[i]))

@@ -12,5 +12,6 @@ mod hardware_truth;
 mod hostile_claims;
 mod hostile_config;
 mod planner_properties;
+mod planner_relations;
 mod planner_rules;
 mod planner_scenarios;

@@ -217,6 +217,7 @@ fn build(
             node_agent: false,
             do_not_disrupt: false,
             device_ids: Vec::new(),
+            relations: Default::default(),
         });
     }
     // Two bound pods may claim the same GPU; keep the first.

@@ -298,6 +298,15 @@ fn kube_snapshot(
         }
     }
     let snapshot = Snapshot {
+        not_planned: translation
+            .not_planned
+            .into_iter()
+            .map(|c| CannotPlanSeen {
+                workload: c.workload,
+                sources: c.sources,
+                reason: c.reason,
+            })
+            .collect(),
         cannot_plan: translation
             .cannot_plan
             .into_iter()
@@ -417,6 +426,7 @@ mod tests {
             node_agent: false,
             do_not_disrupt: false,
             device_ids: Vec::new(),
+            relations: Default::default(),
         }
     }
 

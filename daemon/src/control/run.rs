@@ -259,6 +259,7 @@ impl Controller {
         };
         let mut options = Options::for_topology(&fleet.topology);
         options.limits = config.limits;
+        options.schedulers = config.kubernetes.schedulers();
         let topology = fleet.topology.clone();
         let decider = seeded_decider(fleet.clone(), &control, &shared);
         let mig_parted_configmap =

@@ -514,6 +514,7 @@ fn the_gpus_the_kubelet_assigned_a_running_pod_are_never_repartitioned() {
         node_agent: false,
         do_not_disrupt: false,
         device_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+        relations: Default::default(),
     };
     let mut t = Twin::new();
     t.world.demand = mig_pods(3);
@@ -603,6 +604,7 @@ fn the_gpu_operators_operands_are_paused_around_an_agent_repartition() {
         node_agent: true,
         do_not_disrupt: false,
         device_ids: Vec::new(),
+        relations: Default::default(),
     };
     let labels_of = |d: &Decision| -> Vec<(String, String)> {
         d.commands

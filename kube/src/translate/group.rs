@@ -223,7 +223,7 @@ pub(super) fn workload(
     let mut created_at = u64::MAX;
     for u in &group.units {
         created_at = created_at.min(u.created);
-        let pod = pod_spec(&u.namespace, u.spec, index)
+        let pod = pod_spec(&u.namespace, u.meta, u.spec, index)
             .map_err(|e| fail(format!("{}: {e}", u.source)))?;
         let pieces = share_group_claims(pod, u, group_claims, &mut carried);
         priority = Some(

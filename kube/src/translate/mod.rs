@@ -15,6 +15,7 @@ mod claim;
 mod group;
 mod pod;
 mod provisioning;
+mod relations;
 mod render;
 
 use std::collections::BTreeMap;
@@ -78,7 +79,16 @@ pub struct Options {
     /// does not, a pod's `spec.schedulingGroup` names nothing the scheduler
     /// can read, and the pod is planned on its own (said once).
     pub pod_groups_served: bool,
+    /// The schedulers whose pods Accord plans (`spec.schedulerName`):
+    /// it models kube-scheduler's default profile, so by default
+    /// `default-scheduler` only. Another scheduler's pending pods are
+    /// left to it (said once each).
+    pub schedulers: std::collections::BTreeSet<String>,
 }
+
+/// kube-scheduler's default profile name (and a pod's default
+/// `spec.schedulerName`).
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
 impl Options {
     /// The keys Accord labels nodes with: `<prefix><level>` and the
@@ -100,6 +110,7 @@ impl Options {
             pending_without_status: true,
             limits: Limits::default(),
             pod_groups_served: true,
+            schedulers: [DEFAULT_SCHEDULER.to_owned()].into(),
         }
     }
 }
@@ -126,6 +137,9 @@ pub struct Translation {
     /// Pending pods that consume a ProvisioningRequest's capacity (Kueue
     /// stamps them once it is Provisioned): the request is their demand.
     pub consuming_pods: usize,
+    /// Pending pods Accord leaves alone, and why: another scheduler's, or
+    /// nominated to a node where kube-scheduler preempts for them.
+    pub not_planned: Vec<CannotPlan>,
 }
 
 /// What a workload was built from.
@@ -192,6 +206,11 @@ struct Index<'a> {
     extended: BTreeMap<String, String>,
     /// [`Options::pod_groups_served`].
     pod_groups_served: bool,
+    /// Label keys some pod's affinity, anti-affinity or spread selector
+    /// reads: a pending pod keeps only these labels (others cannot change
+    /// where any pod goes, and pods whose other labels differ stay one
+    /// pod set).
+    selector_keys: std::collections::BTreeSet<String>,
 }
 
 fn ns_of(meta: &ObjectMeta) -> String {
@@ -251,8 +270,33 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         provisioning: Default::default(),
         extended: BTreeMap::new(),
         pod_groups_served: options.pod_groups_served,
+        selector_keys: Default::default(),
     };
     for o in &m.objects {
+        fn template(t: &core::PodTemplateSpec) -> Option<&core::PodSpec> {
+            t.spec.as_ref()
+        }
+        let specs: Vec<&core::PodSpec> = match o {
+            Object::Pod(p) => p.spec.iter().collect(),
+            Object::PodTemplate(t) => t.template.as_ref().and_then(template).into_iter().collect(),
+            Object::Job(j) => j
+                .spec
+                .as_ref()
+                .and_then(|s| template(&s.template))
+                .into_iter()
+                .collect(),
+            Object::Deployment(d) => template(&d.spec.template).into_iter().collect(),
+            Object::JobSet(js) => js
+                .spec
+                .replicated_jobs
+                .iter()
+                .filter_map(|rj| rj.template.spec.template.spec.as_ref())
+                .collect(),
+            _ => Vec::new(),
+        };
+        for spec in specs {
+            relations::selector_keys(spec, &mut index.selector_keys);
+        }
         match o {
             Object::ResourceClaim(c) => {
                 index

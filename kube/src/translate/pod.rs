@@ -111,6 +111,20 @@ pub(super) fn pod_unit<'a>(
                 do_not_disrupt: asks_not_to_be_disrupted(&p.metadata),
                 // The node's agent says (accordd fills them in observe).
                 device_ids: Vec::new(),
+                relations: match super::relations::bound_relations(
+                    spec,
+                    p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+                ) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        out.invalid.push(format!(
+                            "bound pod {}/{}: {e}; its anti-affinity and host ports are not counted",
+                            ns_of(&p.metadata),
+                            name_of(&p.metadata)
+                        ));
+                        Default::default()
+                    }
+                },
             }),
             Err(reason) => out.invalid.push(format!("bound pod {ns}/{name}: {reason}")),
         }
@@ -118,6 +132,14 @@ pub(super) fn pod_unit<'a>(
     }
     if !is_pending(p, options) {
         out.skipped_pods += 1;
+        return;
+    }
+    if let Some(reason) = not_for_accord(p, spec, options) {
+        out.not_planned.push(CannotPlan {
+            workload: format!("{ns}/{name}"),
+            sources: vec![ObjectRef::new("v1", "Pod", &ns, &name)],
+            reason,
+        });
         return;
     }
     // A pod Kueue admitted through a ProvisioningRequest runs on the
@@ -150,6 +172,35 @@ pub(super) fn pod_unit<'a>(
         created: created(&p.metadata),
         source: ObjectRef::new("v1", "Pod", &ns, &name),
     });
+}
+
+/// Why a pending pod is not Accord's to plan: it is another scheduler's
+/// (Accord plans as kube-scheduler's default profile does), or
+/// kube-scheduler nominated a node for it (`status.nominatedNodeName`): it
+/// preempted lower-priority pods there and binds the pod once they are
+/// gone (pkg/scheduler/framework/preemption), so powering a machine on for
+/// it would leave the machine unused.
+fn not_for_accord(p: &core::Pod, spec: &core::PodSpec, options: &Options) -> Option<String> {
+    let scheduler = spec
+        .scheduler_name
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(super::DEFAULT_SCHEDULER);
+    if !options.schedulers.contains(scheduler) {
+        return Some(format!(
+            "spec.schedulerName {scheduler:?} is not a scheduler Accord plans for \
+             (kubernetes.schedulers); left to that scheduler"
+        ));
+    }
+    let nominated = p
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .filter(|n| !n.is_empty())?;
+    Some(format!(
+        "kube-scheduler nominated node {nominated} for it (status.nominatedNodeName): \
+         it preempts there, nothing is powered on for it"
+    ))
 }
 
 /// Pending: the scheduler said Unschedulable (PodScheduled=False), or —
@@ -253,10 +304,23 @@ pub(super) fn container_requests(c: &core::Container) -> Result<BTreeMap<String,
         .collect()
 }
 
-pub(super) fn pod_spec(ns: &str, spec: &core::PodSpec, index: &Index) -> Result<PodSpec, String> {
+pub(super) fn pod_spec(
+    ns: &str,
+    meta: Option<&ObjectMeta>,
+    spec: &core::PodSpec,
+    index: &Index,
+) -> Result<PodSpec, String> {
+    let no_labels = BTreeMap::new();
+    let labels = meta.and_then(|m| m.labels.as_ref()).unwrap_or(&no_labels);
     let mut pod = PodSpec {
         requests: effective_requests(spec)?,
         node_selector: spec.node_selector.clone().unwrap_or_default(),
+        labels: labels
+            .iter()
+            .filter(|(k, _)| index.selector_keys.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        relations: super::relations::relations(spec, labels)?,
         ..Default::default()
     };
     if let Some(terms) = spec

@@ -9,6 +9,7 @@ mod plan;
 mod publish;
 mod rbac;
 mod real_cluster;
+mod relations;
 mod translate;
 mod versions;
 mod watch;
