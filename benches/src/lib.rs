@@ -1,5 +1,6 @@
 //! Workload generators shared by the benches and figure binaries.
 
+pub mod fitdiff;
 pub mod peers;
 pub mod soak;
 

@@ -223,11 +223,16 @@ pub fn node_affinity_fit(spec: &PodSpec, node: &Node) -> Result<(), Failure> {
             ));
         }
     }
+    // A term without expressions selects no node (component-helpers
+    // nodeaffinity `nodeSelectorTerm.match`: "nil or empty term selects no
+    // objects").
     if !spec.affinity.is_empty()
         && !spec.affinity.iter().any(|term| {
-            term.match_expressions
-                .iter()
-                .all(|r| requirement_holds(r, &node.labels))
+            !term.match_expressions.is_empty()
+                && term
+                    .match_expressions
+                    .iter()
+                    .all(|r| requirement_holds(r, &node.labels))
         })
     {
         return Err(Failure::new("required node affinity", ""));

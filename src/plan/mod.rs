@@ -16,12 +16,14 @@ mod bind;
 mod commit;
 mod domains;
 mod evaluate;
+mod filter;
 mod fragmentation;
 mod index;
 pub mod mig;
 mod relations;
 mod render;
 
+pub use filter::filter_nodes;
 use index::{level_index, DomainStats, LevelIndex, PodsPer, Slots, StatsCache, TooSmall, UpIndex};
 pub use render::render;
 

@@ -2,9 +2,9 @@
 //! bound, those this plan placed, and those of the gang being tried, as
 //! kube-scheduler's cache holds assumed pods), and the InterPodAffinity,
 //! PodTopologySpread and NodePorts judgements over them (the rules are in
-//! `crate::fit::relations`). Every node of the fleet is a Node to the
-//! scheduler, dark ones too (they stay NotReady Nodes), so every node
-//! counts for domains and matching pods.
+//! `crate::fit::relations`). Spread domains are the nodes that will be
+//! Nodes when the pod binds: registered ones (a dark machine stays a
+//! NotReady Node), and those up or powered on by the plan.
 //!
 //! Off unless some pod of the round has relations: a round without them
 //! pays nothing.
@@ -35,6 +35,12 @@ pub(super) struct Relations {
     /// Per topology key some term or constraint names: value → nodes.
     domains: BTreeMap<String, BTreeMap<String, Vec<usize>>>,
     namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// Per node: Kubernetes has a Node for it (its scheduler view was
+    /// seen). A machine never registered is no topology domain to the
+    /// scheduler until it is powered on; one that went dark stays a
+    /// NotReady Node, and counts. A plan from files alone (no node ever
+    /// seen) takes every node for a registered one.
+    registered: Vec<bool>,
     /// Bumped on every commit and every new trial: spread counts cached
     /// under it (with the trial's pod count) are current.
     epoch: u64,
@@ -74,7 +80,9 @@ impl Relations {
                 }
             }
         }
+        let seen = nodes.iter().any(|n| n.viewed);
         Some(Relations {
+            registered: nodes.iter().map(|n| n.viewed || !seen).collect(),
             on_node: vec![Vec::new(); nodes.len()],
             with_anti: BTreeSet::new(),
             domains,
@@ -290,6 +298,11 @@ impl Planner<'_> {
         let spread = &pod.spec.relations.spread;
         let mut out: SpreadCounts = vec![BTreeMap::new(); spread.len()];
         for (m, node) in self.nodes.iter().enumerate() {
+            // A Node when the pod binds: registered, up, or powered on by
+            // this plan or trial.
+            if !(rel.registered[m] || self.up[m] || t.power_ons.contains(&m)) {
+                continue;
+            }
             if !spread
                 .iter()
                 .all(|c| node.labels.contains_key(&c.topology_key))

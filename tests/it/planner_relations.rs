@@ -276,3 +276,33 @@ fn plans_with_relations_are_deterministic() {
         assert_eq!(serde_json::to_string(&run(&f, d.clone())).unwrap(), first);
     }
 }
+
+#[test]
+fn machines_never_registered_are_no_spread_domains_until_powered_on() {
+    // Only r1's Nodes were ever seen (r2 and r3 never registered): to the
+    // scheduler r1 is the only domain, so it binds all six there, and
+    // powering r2 or r3 on for them would leave those machines unused.
+    let mut f = fleet(&["r1-a", "r1-b"]);
+    for n in f.nodes.iter_mut().filter(|n| n.name.starts_with("r1")) {
+        let view = accord::truth::SchedulerView {
+            labels: n.labels.clone(),
+            taints: Vec::new(),
+            allocatable: BTreeMap::new(),
+            devices: None,
+            counters: BTreeMap::new(),
+        };
+        n.apply_scheduler_view(&view);
+    }
+    let pod = serde_json::json!({ "labels": { "app": "web" },
+        "relations": { "spread": [ { "max_skew": 1, "topology_key": RACK,
+            "selector": { "match_labels": { "app": "web" } } } ] } });
+    let p = run(
+        &f,
+        serde_json::json!({ "workloads": [ workload("web", 6, 1, pod) ] }),
+    );
+    assert!(
+        nodes_of(&p, "ml/web").iter().all(|n| n.starts_with("r1")),
+        "{p:?}"
+    );
+    assert!(powered(&p).is_empty());
+}

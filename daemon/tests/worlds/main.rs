@@ -14,6 +14,7 @@ mod lab_chaos;
 mod lab_ha;
 mod lab_health;
 mod lab_mig;
+mod lab_relations;
 mod lab_truth;
 mod lab_upstream;
 mod real_control_plane;
