@@ -192,3 +192,38 @@ async fn a_kubeconfig_and_its_context_name_the_cluster() {
         "{e}"
     );
 }
+
+/// `[kubernetes] schedulers`: the schedulers whose pods accordd plans;
+/// `default-scheduler` unless listed; names checked.
+#[test]
+fn the_schedulers_accordd_plans_for_are_listed_and_checked() {
+    let file = Path::new("accordd.toml");
+    let base = "[server]\nlisten = \"127.0.0.1:7480\"\n[store]\ndir = \"/tmp/x\"\n\
+                [agents]\ntoken_file = \"/nonexistent/t\"\n[admin]\ntoken_file = \"/nonexistent/t\"\n";
+    let config = DaemonConfig::parse(base, file).unwrap();
+    assert_eq!(
+        config.kubernetes.schedulers(),
+        ["default-scheduler".to_owned()].into()
+    );
+    let config = DaemonConfig::parse(
+        &format!("{base}[kubernetes]\nschedulers = [\"default-scheduler\", \"gpu-profile\"]\n"),
+        file,
+    )
+    .unwrap();
+    assert_eq!(config.kubernetes.schedulers().len(), 2);
+    assert!(!config
+        .validate()
+        .iter()
+        .any(|p| p.starts_with("kubernetes.schedulers")));
+    let config = DaemonConfig::parse(
+        &format!("{base}[kubernetes]\nschedulers = [\"\", \"Bad Name\"]\n"),
+        file,
+    )
+    .unwrap();
+    let problems: Vec<String> = config
+        .validate()
+        .into_iter()
+        .filter(|p| p.starts_with("kubernetes.schedulers"))
+        .collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+}
