@@ -382,6 +382,10 @@ pub struct BoundPod {
     /// GPUs are then taken as the first free ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_ids: Vec<String>,
+    /// The DaemonSet (`namespace/name`) whose pod it is, where its
+    /// controller is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_set: Option<String>,
     /// Its required anti-affinity and host ports: what keeps other pods
     /// off its node or topology domain.
     #[serde(default, skip_serializing_if = "PodRelations::is_empty")]
@@ -415,11 +419,34 @@ pub struct Demand {
     pub workloads: Vec<Workload>,
     #[serde(default)]
     pub bound: Vec<BoundPod>,
+    /// DaemonSets: each runs a pod on every node its template admits, a
+    /// freshly booted node too, before any workload: planned nodes count
+    /// the pods they will run but do not run yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub daemon_sets: Vec<DaemonSetPods>,
     /// Namespaces' labels, for the namespace selectors of pod affinity
     /// terms. A namespace not listed has the one label the API server
     /// gives every namespace, `kubernetes.io/metadata.name`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// A DaemonSet's pod template, with the tolerations its controller adds
+/// to every daemon pod (pkg/controller/daemon/util/daemonset_util.go,
+/// `AddOrUpdateDaemonPodTolerations`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonSetPods {
+    pub namespace: String,
+    pub name: String,
+    pub pod: PodSpec,
+}
+
+impl DaemonSetPods {
+    /// `namespace/name`, as bound pods name their DaemonSet.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
 }
 
 /// Workloads (or a trace's jobs) in one file at most: counted while the

@@ -58,6 +58,7 @@ pub const READS: &[ReadKind] = &[
     core("Node", "", "nodes", &["v1"], false),
     core("Job", "batch", "jobs", &["batch/v1"], true),
     core("Deployment", "apps", "deployments", &["apps/v1"], true),
+    core("DaemonSet", "apps", "daemonsets", &["apps/v1"], true),
     ReadKind {
         kind: "ResourceClaim",
         group: "resource.k8s.io",

@@ -8,7 +8,7 @@
 //! version and kind), objects that do not decode as "invalid" with the
 //! reason; neither stops the rest.
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate, PodTemplateSpec};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
@@ -243,6 +243,7 @@ pub enum Object {
     PodTemplate(Box<PodTemplate>),
     Job(Box<Job>),
     Deployment(Box<Deployment>),
+    DaemonSet(Box<DaemonSet>),
     JobSet(Box<JobSet>),
     ResourceClaim(Box<ResourceClaim>),
     ResourceClaimTemplate(Box<ResourceClaimTemplate>),
@@ -358,6 +359,7 @@ impl Manifests {
             ("v1", "Node") => decode(value).map(Object::Node),
             ("batch/v1", "Job") => decode(value).map(Object::Job),
             ("apps/v1", "Deployment") => decode(value).map(Object::Deployment),
+            ("apps/v1", "DaemonSet") => decode(value).map(Object::DaemonSet),
             ("jobset.x-k8s.io/v1alpha2", "JobSet") => decode(value).map(Object::JobSet),
             // Converted to v1 above.
             (DRA_V1 | DRA_V1BETA2 | DRA_V1BETA1, "ResourceClaim") => {

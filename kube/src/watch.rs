@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
 use k8s_openapi::api::resource::v1::{
@@ -53,6 +53,7 @@ struct Stores {
     pod_templates: Store<PodTemplate>,
     jobs: Store<Job>,
     deployments: Store<Deployment>,
+    daemon_sets: Store<DaemonSet>,
     nodes: Store<Node>,
     /// DRA at `resource.k8s.io/v1` (typed); at a beta version these are
     /// `None` and the kinds are in `dynamic`.
@@ -266,6 +267,7 @@ impl DemandWatch {
             pod_templates: s.typed("PodTemplate", "v1", true),
             jobs: s.typed("Job", "batch/v1", true),
             deployments: s.typed("Deployment", "apps/v1", true),
+            daemon_sets: s.typed("DaemonSet", "apps/v1", true),
             nodes: s.typed("Node", "v1", true),
             claims: None,
             claim_templates: None,
@@ -296,7 +298,8 @@ impl DemandWatch {
             let mut note = None;
             match (r.group, r.kind) {
                 // Started above.
-                (_, "Pod" | "PodTemplate" | "Job" | "Deployment" | "Node") if r.always => {}
+                (_, "Pod" | "PodTemplate" | "Job" | "Deployment" | "DaemonSet" | "Node")
+                    if r.always => {}
                 // Read as JSON at whichever version is served (the
                 // shapes Accord reads are the same): see `devices`.
                 ("resource.k8s.io", "DeviceTaintRule") => {
@@ -442,6 +445,7 @@ impl DemandWatch {
         copy(Some(&s.pod_templates), Object::PodTemplate, &mut m.objects);
         copy(Some(&s.jobs), Object::Job, &mut m.objects);
         copy(Some(&s.deployments), Object::Deployment, &mut m.objects);
+        copy(Some(&s.daemon_sets), Object::DaemonSet, &mut m.objects);
         copy(s.claims.as_ref(), Object::ResourceClaim, &mut m.objects);
         copy(
             s.claim_templates.as_ref(),

@@ -431,6 +431,7 @@ fn bind(p: &WorkloadPlacement, w: &Workload, bound: &mut Vec<BoundPod>) {
             .rsplit_once('-')
             .and_then(|(set, _)| w.pod_sets.iter().find(|s| s.name == set));
         let b = BoundPod {
+            daemon_set: Default::default(),
             node: pod.node.clone(),
             namespace: w.namespace.clone(),
             name: format!("{}/{}", w.name, pod.pod),

@@ -189,6 +189,7 @@ impl Trace {
         // Every number and key, as a demand file is checked: what the
         // planner gets is what a translation would let through.
         let demand = Demand {
+            daemon_sets: Default::default(),
             namespace_labels: Default::default(),
             device_classes: std::mem::take(&mut self.device_classes),
             workloads: std::mem::take(&mut self.jobs)

@@ -10,6 +10,8 @@ impl Planner<'_> {
             (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name))
         });
         let mut owner_busy = BTreeSet::new();
+        // (node, DaemonSet) with its pod bound there.
+        let mut bound_daemons: BTreeSet<(usize, &str)> = BTreeSet::new();
         for pod in bound {
             let Some(i) = self.node_index(&pod.node) else {
                 self.notes.push(format!(
@@ -129,12 +131,16 @@ impl Planner<'_> {
             if let Some(rel) = &mut self.relations {
                 rel.add(i, Rc::new(relations::bound_facts(pod)));
             }
+            if let Some(ds) = &pod.daemon_set {
+                bound_daemons.insert((i, ds.as_str()));
+            }
             if let Some(ri) = self.reserved_by[i] {
                 if self.reservations[ri].owns(&pod.namespace, &pod.labels) {
                     owner_busy.insert(ri);
                 }
             }
         }
+        self.daemon_pods(demand, &bound_daemons);
         for w in &demand.workloads {
             for (ri, r) in self.reservations.iter().enumerate() {
                 if r.active(self.now) && r.owns(&w.namespace, &w.labels) {
@@ -145,6 +151,41 @@ impl Planner<'_> {
         for (ri, r) in self.reservations.iter().enumerate() {
             if r.lendable && r.active(self.now) && !owner_busy.contains(&ri) {
                 self.idle_reservations.insert(ri);
+            }
+        }
+    }
+
+    /// The DaemonSet pods each node will run and does not yet (a node off,
+    /// booting, or just up): their requests are taken before any workload's,
+    /// as NodeResourcesFit will find them there. A node runs a DaemonSet's
+    /// pod where the template's node selector and affinity admit it and its
+    /// NoSchedule and NoExecute taints are tolerated (the DaemonSet
+    /// controller's `predicates`, pkg/controller/daemon/daemon_controller.go).
+    fn daemon_pods(&mut self, demand: &Demand, bound: &BTreeSet<(usize, &str)>) {
+        let mut sets: Vec<&crate::demand::DaemonSetPods> = demand.daemon_sets.iter().collect();
+        sets.sort_by_key(|d| d.key());
+        for ds in sets {
+            let key = ds.key();
+            let mut req = match PodRequest::parse(&ds.pod) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.notes.push(format!("DaemonSet {key}: {e}"));
+                    continue;
+                }
+            };
+            // Devices are not taken for them: a node agent asking for a
+            // GPU is left to its node.
+            req.gpus = 0;
+            req.mig.clear();
+            for i in 0..self.nodes.len() {
+                if bound.contains(&(i, key.as_str()))
+                    || static_fit(&ds.pod, &self.nodes[i]).is_err()
+                {
+                    continue;
+                }
+                let use_ = Rc::make_mut(&mut self.uses[i]);
+                use_.add(&req);
+                use_.node_agents = use_.node_agents.saturating_add(1);
             }
         }
     }

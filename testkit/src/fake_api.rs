@@ -83,6 +83,7 @@ impl ResourceSpec {
             ("", "pods") => &["status", "binding", "eviction", "log"],
             ("", "nodes" | "namespaces") => &["status"],
             ("batch", "jobs") | ("resource.k8s.io", "resourceclaims") => &["status"],
+            ("apps", "daemonsets") => &["status"],
             ("apps", "deployments") => &["status", "scale"],
             // Upstream's Workload (scheduling.k8s.io, 1.37) has no status.
             (_, "podgroups" | "jobsets" | "provisioningrequests" | "capacitybuffers") => {
@@ -238,6 +239,7 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
         r("/apis/events.k8s.io/v1", "events", "Event", true),
         r("/apis/batch/v1", "jobs", "Job", true),
         r("/apis/apps/v1", "deployments", "Deployment", true),
+        r("/apis/apps/v1", "daemonsets", "DaemonSet", true),
         r(
             "/apis/scheduling.k8s.io/v1",
             "priorityclasses",

@@ -315,3 +315,75 @@ profile = "h100"
         Some("rack=r1")
     );
 }
+
+/// Nodes that do not run a DaemonSet's pod yet (dark, booting) will run it
+/// before any workload: its requests are taken first, as NodeResourcesFit
+/// will find them there; a node already running it is not charged twice,
+/// and a node its template does not admit not at all.
+#[test]
+fn daemonset_pods_a_fresh_node_will_run_are_counted_before_the_workload() {
+    let fleet_text = r#"
+[profiles.cpu8]
+gpus = 0
+cpu = "8"
+memory = "64Gi"
+[[nodes]]
+name = "a"
+profile = "cpu8"
+[[nodes]]
+name = "b"
+profile = "cpu8"
+[[nodes]]
+name = "c"
+profile = "cpu8"
+labels = { pool = "other" }
+"#;
+    let fleet = Fleet::from_toml(fleet_text, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+    let plan_with = |daemon_sets: serde_json::Value, bound: serde_json::Value| {
+        let d = serde_json::json!({
+            "workloads": [{ "name": "job", "namespace": "ml", "pod_sets": [
+                { "name": "w", "count": 2, "pod": { "requests": { "cpu": "3" },
+                  "node_selector": {} } } ] }],
+            "daemon_sets": daemon_sets,
+            "bound": bound,
+        });
+        let demand = Demand::from_json(&d.to_string(), "demand.json").unwrap();
+        plan(&fleet, &demand, &fleet.policy, 0)
+    };
+    let powered = |p: &Plan| {
+        p.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::PowerOn { node, .. } => Some(node.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    // Without the agent: both 3-CPU pods fit one 8-CPU node.
+    let p = plan_with(serde_json::json!([]), serde_json::json!([]));
+    assert_eq!(powered(&p), ["a"], "{p:?}");
+    // An agent of 3 CPUs on every node of pool != other: 3 + 3 + 3 > 8.
+    let agent = serde_json::json!([{ "namespace": "kube-system", "name": "agent",
+        "pod": { "requests": { "cpu": "3" },
+          "affinity": [ { "match_expressions": [ { "key": "pool", "operator": "DoesNotExist" } ] } ] } }]);
+    let p = plan_with(agent.clone(), serde_json::json!([]));
+    assert_eq!(powered(&p), ["a", "b"], "{p:?}");
+    // On c (not admitted) nothing is charged: with a and b taken, it holds both.
+    let busy = |n: &str| {
+        serde_json::json!({ "node": n, "namespace": "x", "name": format!("big-{n}"),
+        "requests": { "cpu": "7" } })
+    };
+    let p = plan_with(agent.clone(), serde_json::json!([busy("a"), busy("b")]));
+    assert_eq!(powered(&p), ["c"], "{p:?}");
+    // Its pod already bound on a: not charged twice (3 + 3 fits beside it
+    // only if a is charged once: 3 agent + 3 + ... one pod there).
+    let running = serde_json::json!([{ "node": "a", "namespace": "kube-system", "name": "agent-a",
+        "requests": { "cpu": "3" }, "node_agent": true, "daemon_set": "kube-system/agent" }]);
+    let p = plan_with(agent, running);
+    let on_a = p.placements[0]
+        .pods
+        .iter()
+        .filter(|x| x.node == "a")
+        .count();
+    assert_eq!(on_a, 1, "a: 3 agent + 3, the second pod elsewhere: {p:?}");
+}

@@ -417,6 +417,7 @@ mod tests {
 
     fn bound(node: &str, name: &str) -> BoundPod {
         BoundPod {
+            daemon_set: Default::default(),
             node: node.into(),
             namespace: "ml".into(),
             name: name.into(),

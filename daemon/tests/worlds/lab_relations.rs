@@ -2,7 +2,9 @@
 //! each require their own machine (required pod anti-affinity on
 //! `kubernetes.io/hostname`) and pods spread over racks (`maxSkew: 1`,
 //! DoNotSchedule) are powered on exactly where kube-scheduler then binds
-//! them: every pod bound, no machine powered on and left unused.
+//! them: every pod bound, no machine powered on and left unused. And a
+//! DaemonSet whose pods take half a machine's CPU: the nodes powered on
+//! for two pods that fit one machine only without it are two, at once.
 //!
 //! Plain pods, not a PodGroup: on v1.37.2 a scheduling.k8s.io/v1beta1 gang
 //! without topology constraints that does not fit yet gets
@@ -28,13 +30,16 @@ boot_delay_ms = 500
 kubelet_delay_ms = 500
 heartbeat_ms = 1000
 max_s = 400
+cluster_manifests = """
+{apiVersion: apps/v1, kind: DaemonSet, metadata: {namespace: kube-system, name: rack3-agent}, spec: {selector: {matchLabels: {app: rack3-agent}}, template: {metadata: {labels: {app: rack3-agent}}, spec: {nodeSelector: {topology.accord.dev/rack: r3}, tolerations: [{operator: Exists}], containers: [{name: a, image: a, resources: {requests: {cpu: "2"}}}]}}}}
+"""
 [control]
 tick_ms = 1000
 transition_poll_ms = 1000
 [fleet.profiles.h100]
 gpus = 8
 gpu_model = "NVIDIA H100 80GB HBM3"
-cpu = "16"
+cpu = "4"
 memory = "1500Gi"
 "#;
 
@@ -69,7 +74,10 @@ fn scenario() -> Scenario {
                  [{labelSelector: {matchLabels: {app: train}}, topologyKey: kubernetes.io/hostname}]}}";
     let spread = "topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.accord.dev/rack, \
                   whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}]";
+    let r3 = "nodeSelector: {topology.accord.dev/rack: r3}";
+    let cpu = |m: String| m.replace("nvidia.com/gpu: \"0\"", "cpu: 1500m");
     for (name, manifests) in [
+        ("batch", cpu(pods("batch", 2, 0, r3))),
         ("train", pods("train", 4, 2, apart)),
         ("web", pods("web", 6, 4, spread)),
     ] {
@@ -85,7 +93,7 @@ fn rack(node: &str) -> &str {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anti_affinity_and_spread_gangs_power_on_exactly_the_nodes_kube_scheduler_binds() {
+async fn anti_affinity_spread_and_daemonset_pods_power_on_exactly_what_kube_scheduler_uses() {
     let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
     let lab = support::lab::start("upstream-1.37-relations", scenario()).await;
 
@@ -133,4 +141,31 @@ async fn anti_affinity_and_spread_gangs_power_on_exactly_the_nodes_kube_schedule
         powered, used,
         "every node Accord powered on is used, and nothing runs elsewhere"
     );
+
+    // Two 1.5-CPU pods for r3, whose 4-CPU machines each run the
+    // DaemonSet's 2-CPU pod once up: one pod per machine, so two machines
+    // powered on in one round (not counting the agent, one machine would
+    // be planned for both, and the second found short only after the first
+    // came up).
+    lab.release("batch").unwrap();
+    let first = lab
+        .wait_status("a power-on in r3", Duration::from_secs(90), |s| {
+            s.actions.iter().any(|a| {
+                matches!(a, accord::plan::Action::PowerOn { node, .. } if node.starts_with("r3-"))
+            })
+        })
+        .await
+        .unwrap();
+    let r3_on: BTreeSet<&str> = first
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            accord::plan::Action::PowerOn { node, .. } if node.starts_with("r3-") => {
+                Some(node.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(r3_on.len(), 2, "both in the first plan for r3: {r3_on:?}");
+    support::lab::bound(&lab, "batch", Duration::from_secs(180)).await;
 }

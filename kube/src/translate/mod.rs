@@ -502,6 +502,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
             Object::CapacityBuffer(cb) => {
                 buffer::capacity_buffer(cb, options, &buffer_index, &mut groups);
             }
+            Object::DaemonSet(ds) => pod::daemon_set(ds, &index, &mut out),
             _ => {}
         }
     }
@@ -516,6 +517,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
     out.demand
         .device_classes
         .sort_by(|a, b| a.name.cmp(&b.name));
+    out.demand.daemon_sets.sort_by_key(|d| d.key());
     out.demand
         .bound
         .sort_by(|a, b| (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name)));

@@ -24,6 +24,72 @@ pub(super) fn is_node_agent(meta: &ObjectMeta) -> bool {
         || annotation(MIRROR_POD).is_some()
 }
 
+/// The name of the object of `kind` that controls it.
+fn controller<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true) && o.kind == kind)
+        .map(|o| o.name.as_str())
+}
+
+/// The tolerations the DaemonSet controller gives every daemon pod
+/// (pkg/controller/daemon/util/daemonset_util.go,
+/// `AddOrUpdateDaemonPodTolerations`): not-ready and unreachable
+/// (NoExecute), disk, memory and PID pressure and unschedulable
+/// (NoSchedule), network-unavailable for host-network pods.
+fn daemon_tolerations(host_network: bool) -> Vec<Toleration> {
+    let exists = |key: &str, effect| Toleration {
+        key: Some(key.to_owned()),
+        operator: TolerationOperator::Exists,
+        value: None,
+        effect: Some(effect),
+    };
+    let mut t = vec![
+        exists("node.kubernetes.io/not-ready", TaintEffect::NoExecute),
+        exists("node.kubernetes.io/unreachable", TaintEffect::NoExecute),
+        exists("node.kubernetes.io/disk-pressure", TaintEffect::NoSchedule),
+        exists(
+            "node.kubernetes.io/memory-pressure",
+            TaintEffect::NoSchedule,
+        ),
+        exists("node.kubernetes.io/pid-pressure", TaintEffect::NoSchedule),
+        exists("node.kubernetes.io/unschedulable", TaintEffect::NoSchedule),
+    ];
+    if host_network {
+        t.push(exists(
+            "node.kubernetes.io/network-unavailable",
+            TaintEffect::NoSchedule,
+        ));
+    }
+    t
+}
+
+/// A DaemonSet: the pods it will run on nodes that do not run them yet.
+pub(super) fn daemon_set(
+    ds: &k8s_openapi::api::apps::v1::DaemonSet,
+    index: &Index,
+    out: &mut Translation,
+) {
+    let (ns, name) = (ns_of(&ds.metadata), name_of(&ds.metadata));
+    let template = &ds.spec.template;
+    let Some(spec) = &template.spec else { return };
+    match pod_spec(&ns, template.metadata.as_ref(), spec, index) {
+        Ok(mut pod) => {
+            pod.tolerations
+                .extend(daemon_tolerations(spec.host_network == Some(true)));
+            out.demand.daemon_sets.push(accord::demand::DaemonSetPods {
+                namespace: ns,
+                name,
+                pod,
+            });
+        }
+        Err(e) => out.invalid.push(format!(
+            "DaemonSet {ns}/{name}: {e}; its pods are not counted on nodes that do not run them yet"
+        )),
+    }
+}
+
 /// The opt-outs Karpenter and cluster-autoscaler honour on a pod: its
 /// node is not to be disrupted while it runs.
 pub(super) fn asks_not_to_be_disrupted(meta: &ObjectMeta) -> bool {
@@ -108,6 +174,8 @@ pub(super) fn pod_unit<'a>(
                 labels: p.metadata.labels.clone().unwrap_or_default(),
                 requests,
                 node_agent: is_node_agent(&p.metadata),
+                daemon_set: controller(&p.metadata, "DaemonSet")
+                    .map(|ds| format!("{}/{ds}", ns_of(&p.metadata))),
                 do_not_disrupt: asks_not_to_be_disrupted(&p.metadata),
                 // The node's agent says (accordd fills them in observe).
                 device_ids: Vec::new(),

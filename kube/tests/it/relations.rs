@@ -207,3 +207,47 @@ spec:
         t.cannot_plan
     );
 }
+
+#[test]
+fn daemonsets_are_read_with_the_tolerations_their_controller_adds() {
+    let yaml = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: { name: agent, namespace: kube-system }
+spec:
+  selector: { matchLabels: { app: agent } }
+  template:
+    metadata: { labels: { app: agent } }
+    spec:
+      hostNetwork: true
+      nodeSelector: { kubernetes.io/os: linux }
+      containers: [ { name: a, resources: { requests: { cpu: 500m, memory: 1Gi } } } ]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: agent-x
+  namespace: kube-system
+  ownerReferences: [ { apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: u, controller: true } ]
+spec:
+  nodeName: n1
+  containers: [ { name: a, resources: { requests: { cpu: 500m } } } ]
+"#;
+    let t = run(yaml, &options());
+    assert!(t.invalid.is_empty(), "{:?}", t.invalid);
+    let ds = &t.demand.daemon_sets[0];
+    assert_eq!(ds.key(), "kube-system/agent");
+    assert_eq!(ds.pod.requests["cpu"], "500m");
+    assert_eq!(ds.pod.node_selector["kubernetes.io/os"], "linux");
+    let tolerated: Vec<&str> = ds
+        .pod
+        .tolerations
+        .iter()
+        .filter_map(|t| t.key.as_deref())
+        .collect();
+    assert!(tolerated.contains(&"node.kubernetes.io/unschedulable"));
+    assert!(tolerated.contains(&"node.kubernetes.io/network-unavailable"));
+    let b = &t.demand.bound[0];
+    assert!(b.node_agent);
+    assert_eq!(b.daemon_set.as_deref(), Some("kube-system/agent"));
+}

@@ -119,6 +119,7 @@ async fn discovery_finds_what_each_version_serves() {
             ("", "v1", "nodes"),
             ("batch", "v1", "jobs"),
             ("apps", "v1", "deployments"),
+            ("apps", "v1", "daemonsets"),
             ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
             ("autoscaling.x-k8s.io", "v1", "provisioningrequests"),
             ("autoscaling.x-k8s.io", "v1beta1", "capacitybuffers"),
