@@ -18,23 +18,16 @@ use accord_kube::cluster::{cluster_node, scheduler_view};
 use accord_kube::{translate, Manifests, Options};
 use serde_json::{json, Value};
 
-/// SplitMix64: seeded, the same cases on every machine.
+/// The simulator's SplitMix64: seeded, the same cases on every machine.
 #[derive(Debug)]
-pub struct Rng(u64);
+pub struct Rng(accord_sim::rng::SplitMix);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        Rng(accord_sim::rng::SplitMix::new(seed))
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.below(n)
     }
     fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent

@@ -10,7 +10,7 @@ pub mod engine;
 pub mod figures;
 pub mod openb;
 pub mod report;
-mod rng;
+pub mod rng;
 pub mod trace;
 
 use accord::config_file::ConfigFileError;

@@ -214,6 +214,16 @@ fn fill_device_ids(
     }
 }
 
+/// What the translation could not plan, or left alone, as the decider
+/// reads it.
+fn seen(c: accord_kube::CannotPlan) -> CannotPlanSeen {
+    CannotPlanSeen {
+        workload: c.workload,
+        sources: c.sources,
+        reason: c.reason,
+    }
+}
+
 /// The Kubernetes part of a snapshot, and what the translation could
 /// not read.
 fn kube_snapshot(
@@ -298,24 +308,8 @@ fn kube_snapshot(
         }
     }
     let snapshot = Snapshot {
-        not_planned: translation
-            .not_planned
-            .into_iter()
-            .map(|c| CannotPlanSeen {
-                workload: c.workload,
-                sources: c.sources,
-                reason: c.reason,
-            })
-            .collect(),
-        cannot_plan: translation
-            .cannot_plan
-            .into_iter()
-            .map(|c| CannotPlanSeen {
-                workload: c.workload,
-                sources: c.sources,
-                reason: c.reason,
-            })
-            .collect(),
+        not_planned: translation.not_planned.into_iter().map(seen).collect(),
+        cannot_plan: translation.cannot_plan.into_iter().map(seen).collect(),
         demand: translation.demand,
         kube_ready,
         cordoned,
