@@ -10,6 +10,12 @@ pub use relations::{
     HostPort, InclusionPolicy, LabelOperator, LabelRequirement, LabelSelector, PodAffinityTerm,
     PodRelations, SpreadConstraint,
 };
+mod daemon_sets;
+pub use daemon_sets::DaemonSetPods;
+mod volumes;
+pub use volumes::{
+    BoundVolume, CsiVolume, PodVolumes, StaticVolume, VolumeBlock, WaitingClaim, ZoneLabel,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum TaintEffect {
@@ -159,6 +165,9 @@ pub struct PodSpec {
     /// Inter-pod affinity, anti-affinity, spread, host ports.
     #[serde(default, skip_serializing_if = "PodRelations::is_empty")]
     pub relations: PodRelations,
+    /// What its volumes ask of a node.
+    #[serde(default, skip_serializing_if = "PodVolumes::is_empty")]
+    pub volumes: PodVolumes,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -390,6 +399,9 @@ pub struct BoundPod {
     /// off its node or topology domain.
     #[serde(default, skip_serializing_if = "PodRelations::is_empty")]
     pub relations: PodRelations,
+    /// Its CSI volumes, which its node's attach limit counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub csi_volumes: Vec<CsiVolume>,
 }
 
 impl BoundPod {
@@ -429,24 +441,10 @@ pub struct Demand {
     /// gives every namespace, `kubernetes.io/metadata.name`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
-}
-
-/// A DaemonSet's pod template, with the tolerations its controller adds
-/// to every daemon pod (pkg/controller/daemon/util/daemonset_util.go,
-/// `AddOrUpdateDaemonPodTolerations`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DaemonSetPods {
-    pub namespace: String,
-    pub name: String,
-    pub pod: PodSpec,
-}
-
-impl DaemonSetPods {
-    /// `namespace/name`, as bound pods name their DaemonSet.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
+    /// CSINodes' attach limits: node → CSI driver → volumes at most
+    /// (`spec.drivers[].allocatable.count`; NodeVolumeLimits).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub csi_limits: BTreeMap<String, BTreeMap<String, u32>>,
 }
 
 /// Workloads (or a trace's jobs) in one file at most: counted while the

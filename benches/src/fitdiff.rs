@@ -50,6 +50,26 @@ pub struct Case {
     pub nodes: Vec<Value>,
     pub pods: Vec<Value>,
     pub pending: Vec<Value>,
+    pub storage: Storage,
+}
+
+/// The storage objects of a case.
+#[derive(Debug, Clone, Default)]
+pub struct Storage {
+    pub pvcs: Vec<Value>,
+    pub pvs: Vec<Value>,
+    pub classes: Vec<Value>,
+    pub csi_nodes: Vec<Value>,
+}
+
+impl Storage {
+    fn all(&self) -> impl Iterator<Item = &Value> {
+        self.pvcs
+            .iter()
+            .chain(&self.pvs)
+            .chain(&self.classes)
+            .chain(&self.csi_nodes)
+    }
 }
 
 fn namespaces() -> Vec<Value> {
@@ -131,7 +151,7 @@ fn container(r: &mut Rng, cpu_m: u64, mem_mi: u64, ports: bool) -> Value {
     c
 }
 
-fn pod(r: &mut Rng, name: &str, node: Option<&str>, pending: bool) -> Value {
+fn pod(r: &mut Rng, name: &str, node: Option<&str>, pending: bool, st: &Storage) -> Value {
     let ns = r.pick(&NAMESPACES).0;
     // Mostly small: a node full of CPU hides what the other filters say
     // (the first failing plugin answers), so one pod in eight is large.
@@ -232,6 +252,13 @@ fn pod(r: &mut Rng, name: &str, node: Option<&str>, pending: bool) -> Value {
     if affinity != json!({}) {
         spec["affinity"] = affinity;
     }
+    if r.chance(if pending { 35 } else { 30 }) {
+        let mine = st.pvcs.iter().any(|c| c["metadata"]["namespace"] == ns);
+        // Where the namespace has no claim, a missing one now and then.
+        if mine || r.chance(15) {
+            spec["volumes"] = pod_volumes(r, ns, st);
+        }
+    }
     let mut p = json!({ "apiVersion": "v1", "kind": "Pod",
         "metadata": { "name": name, "namespace": ns, "labels": labels(r) }, "spec": spec });
     as_the_api_server_stores_it(&mut p);
@@ -280,6 +307,171 @@ fn as_the_api_server_stores_it(pod: &mut Value) {
     }
 }
 
+const DRIVER: &str = "disk.csi.accord.dev";
+
+/// Volumes naming claims of the pod's namespace (or, rarely, one that
+/// does not exist).
+fn pod_volumes(r: &mut Rng, ns: &str, st: &Storage) -> Value {
+    let mine: Vec<&str> = st
+        .pvcs
+        .iter()
+        .filter(|c| c["metadata"]["namespace"] == ns)
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    let n = 1 + r.below(2);
+    let mut names: Vec<String> = (0..n)
+        .map(|_| {
+            if mine.is_empty() || r.chance(3) {
+                "missing".to_owned()
+            } else {
+                (*r.pick(&mine)).to_owned()
+            }
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    json!(names
+        .iter()
+        .enumerate()
+        .map(
+            |(i, c)| json!({ "name": format!("v{i}"), "persistentVolumeClaim": { "claimName": c } })
+        )
+        .collect::<Vec<_>>())
+}
+
+fn node_term(r: &mut Rng, nodes: u64) -> Value {
+    match r.below(4) {
+        0 => json!({ "matchExpressions": [ { "key": ZONE, "operator": "In",
+            "values": [ format!("z{}", r.below(3)) ] } ] }),
+        1 => json!({ "matchExpressions": [ { "key": RACK, "operator": "NotIn",
+            "values": [ format!("r{}", r.below(3)) ] } ] }),
+        _ => json!({ "matchExpressions": [ { "key": HOST, "operator": "In",
+            "values": [ format!("n{}", r.below(nodes)) ] } ] }),
+    }
+}
+
+/// StorageClasses (one waits for its consumer and provisions in some
+/// zones, one anywhere, one cannot provision, one binds at once), PVs
+/// (bound to claims, or available local ones), claims (bound, waiting,
+/// immediate; some ReadWriteOncePod; some with a selected node) and
+/// CSINodes with attach limits.
+fn storage(r: &mut Rng, nodes: u64) -> Storage {
+    let wffc = |name: &str, provisioner: &str| {
+        json!({ "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": { "name": name }, "provisioner": provisioner,
+            "volumeBindingMode": "WaitForFirstConsumer" })
+    };
+    let mut zoned = wffc("zoned", DRIVER);
+    let zones: Vec<String> = (0..1 + r.below(2))
+        .map(|i| format!("z{}", (i + r.below(3)) % 3))
+        .collect();
+    zoned["allowedTopologies"] =
+        json!([ { "matchLabelExpressions": [ { "key": ZONE, "values": zones } ] } ]);
+    let mut immediate = wffc("immediate", DRIVER);
+    immediate["volumeBindingMode"] = json!("Immediate");
+    let classes = vec![
+        zoned,
+        wffc("anywhere", DRIVER),
+        wffc("local", "kubernetes.io/no-provisioner"),
+        immediate,
+    ];
+    let mut st = Storage {
+        classes,
+        ..Default::default()
+    };
+    for i in 0..3 + r.below(8) {
+        let ns = r.pick(&NAMESPACES).0;
+        let name = format!("c{i}");
+        let size = *r.pick(&[5u64, 20, 100]);
+        let mut modes = json!(["ReadWriteOnce"]);
+        if r.chance(20) {
+            modes = json!(["ReadWriteOncePod"]);
+        }
+        let mut pvc = json!({ "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": { "name": name, "namespace": ns },
+            "spec": { "accessModes": modes, "resources": { "requests": { "storage": format!("{size}Gi") } } },
+            "status": { "phase": "Pending" } });
+        match r.below(5) {
+            // Bound to its own PV.
+            0 | 1 => {
+                let pv_name = format!("pv-{ns}-{name}");
+                let class = *r.pick(&["local", "anywhere", "zoned"]);
+                let mut pv = json!({ "apiVersion": "v1", "kind": "PersistentVolume",
+                    "metadata": { "name": pv_name },
+                    "spec": { "capacity": { "storage": format!("{size}Gi") }, "accessModes": modes,
+                        "storageClassName": class,
+                        "claimRef": { "namespace": ns, "name": name } },
+                    "status": { "phase": "Bound" } });
+                if class == "local" || r.chance(40) {
+                    pv["spec"]["nodeAffinity"] = json!({ "required": { "nodeSelectorTerms":
+                        (0..1 + r.below(2)).map(|_| node_term(r, nodes)).collect::<Vec<_>>() } });
+                }
+                if class == "local" {
+                    pv["spec"]["local"] = json!({ "path": "/mnt/disk" });
+                } else {
+                    pv["spec"]["csi"] =
+                        json!({ "driver": DRIVER, "volumeHandle": format!("h-{pv_name}") });
+                }
+                if r.chance(35) {
+                    let v = if r.chance(30) {
+                        format!("z{}__z{}", r.below(3), r.below(3))
+                    } else {
+                        format!("z{}", r.below(3))
+                    };
+                    pv["metadata"]["labels"] = json!({ ZONE: v });
+                }
+                pvc["spec"]["storageClassName"] = json!(class);
+                pvc["spec"]["volumeName"] = json!(pv_name);
+                pvc["status"]["phase"] = json!("Bound");
+                // The PV controller marks a binding it finished; one
+                // without the mark is still binding.
+                if !r.chance(8) {
+                    pvc["metadata"]["annotations"] =
+                        json!({ "pv.kubernetes.io/bind-completed": "yes" });
+                }
+                if !r.chance(6) {
+                    st.pvs.push(pv);
+                }
+            }
+            // Waiting for its first consumer.
+            2 | 3 => {
+                pvc["spec"]["storageClassName"] =
+                    json!(r.pick(&["local", "anywhere", "zoned", "zoned"]));
+                if r.chance(10) {
+                    pvc["metadata"]["annotations"] = json!({ "volume.kubernetes.io/selected-node": format!("n{}", r.below(nodes)) });
+                }
+            }
+            _ => {
+                pvc["spec"]["storageClassName"] = json!(r.pick(&["immediate", "missing-class"]));
+            }
+        }
+        st.pvcs.push(pvc);
+    }
+    // Available local PVs.
+    for i in 0..r.below(5) {
+        let size = *r.pick(&[10u64, 50, 200]);
+        st.pvs
+            .push(json!({ "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": { "name": format!("local-{i}") },
+            "spec": { "capacity": { "storage": format!("{size}Gi") },
+                "accessModes": [ *r.pick(&["ReadWriteOnce", "ReadWriteOncePod"]) ],
+                "storageClassName": "local", "local": { "path": "/mnt/disk" },
+                "nodeAffinity": { "required": { "nodeSelectorTerms": [ node_term(r, nodes) ] } } },
+            "status": { "phase": *r.pick(&["Available", "Available", "Released"]) } }));
+    }
+    for i in 0..nodes {
+        if r.chance(40) {
+            st.csi_nodes.push(
+                json!({ "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                "metadata": { "name": format!("n{i}") },
+                "spec": { "drivers": [ { "name": DRIVER, "nodeID": format!("n{i}"),
+                    "allocatable": { "count": r.below(3) } } ] } }),
+            );
+        }
+    }
+    st
+}
+
 /// Case `seed`: 3 to 8 nodes in zones and racks, some tainted, some
 /// without a zone; up to 14 bound pods; 1 to 3 pending pods.
 pub fn case(seed: u64) -> Case {
@@ -308,21 +500,23 @@ pub fn case(seed: u64) -> Case {
                     "conditions": [ { "type": "Ready", "status": "True" } ] } })
         })
         .collect();
+    let st = storage(&mut r, n);
     let bound = r.below(15);
     let pods = (0..bound)
         .map(|i| {
             let node = format!("n{}", r.below(n));
-            pod(&mut r, &format!("b{i}"), Some(&node), false)
+            pod(&mut r, &format!("b{i}"), Some(&node), false, &st)
         })
         .collect();
     let pending = (0..1 + r.below(3))
-        .map(|i| pod(&mut r, &format!("p{i}"), None, true))
+        .map(|i| pod(&mut r, &format!("p{i}"), None, true, &st))
         .collect();
     Case {
         namespaces: namespaces(),
         nodes,
         pods,
         pending,
+        storage: st,
     }
 }
 
@@ -357,7 +551,8 @@ impl Harness {
     /// kube-scheduler's answer for `c`.
     pub fn ask(&mut self, c: &Case) -> Result<Answers, String> {
         let line = json!({ "namespaces": c.namespaces, "nodes": c.nodes, "pods": c.pods,
-            "pending": c.pending });
+            "pending": c.pending, "pvcs": c.storage.pvcs, "pvs": c.storage.pvs,
+            "storageClasses": c.storage.classes, "csiNodes": c.storage.csi_nodes });
         writeln!(self.stdin, "{line}").map_err(|e| format!("fit-harness stdin: {e}"))?;
         self.stdin
             .flush()
@@ -427,6 +622,7 @@ pub fn accord(c: &Case) -> Result<Answers, String> {
         .pods
         .iter()
         .chain(&c.pending)
+        .chain(c.storage.all())
         .map(|p| p.to_string())
         .collect();
     let manifests =
@@ -474,23 +670,60 @@ pub struct Disagreement {
     pub accord: BTreeMap<String, String>,
 }
 
+/// What the comparison counted, in node verdicts.
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    /// Each rejecting plugin of the scheduler's answers, and each reason
+    /// ("Plugin: reason", quoted names elided).
+    pub rejections: BTreeMap<String, u64>,
+    /// Nodes both reject: Accord names the plugin the scheduler names.
+    pub same_plugin: u64,
+    /// Nodes both reject, for a plugin of another name (both are right
+    /// to reject; the first failing filter differs), and one example.
+    pub other_plugin: u64,
+    pub other_example: Option<(String, String)>,
+}
+
 /// Every pod of case `seed` on which the two differ in which nodes admit
-/// it; and each rejecting plugin of the scheduler's answers, counted.
+/// it; the rejections counted into `tally`.
 pub fn compare(
     harness: &mut Harness,
     seed: u64,
-    plugins: &mut BTreeMap<String, u64>,
+    tally: &mut Tally,
 ) -> Result<Vec<Disagreement>, String> {
     let c = case(seed);
     let theirs = harness.ask(&c)?;
     let ours = accord(&c).map_err(|e| format!("seed {seed}: {e}"))?;
     let mut out = Vec::new();
     for (pod, nodes) in &theirs {
-        for why in nodes.values().filter(|w| !w.is_empty()) {
-            let plugin = why.split(':').next().unwrap_or_default().to_owned();
-            *plugins.entry(plugin).or_default() += 1;
-        }
         let mine = ours.get(pod).cloned().unwrap_or_default();
+        for (node, why) in nodes.iter().filter(|(_, w)| !w.is_empty()) {
+            let plugin = why.split(':').next().unwrap_or_default();
+            *tally.rejections.entry(plugin.to_owned()).or_default() += 1;
+            // Each reason too, its quoted names elided ("Plugin: reason").
+            for reason in why.split_once(": ").map_or("", |(_, r)| r).split("; ") {
+                let mut parts = reason.split('"');
+                let mut elided = parts.next().unwrap_or_default().to_owned();
+                for (i, part) in parts.enumerate() {
+                    elided.push_str(if i % 2 == 0 { "\"…\"" } else { part });
+                }
+                *tally
+                    .rejections
+                    .entry(format!("{plugin}: {elided}"))
+                    .or_default() += 1;
+            }
+            let ours = mine.get(node).map_or("", String::as_str);
+            if !ours.is_empty() {
+                if ours.split(':').next() == Some(plugin) {
+                    tally.same_plugin += 1;
+                } else {
+                    tally.other_plugin += 1;
+                    tally
+                        .other_example
+                        .get_or_insert_with(|| (why.clone(), ours.to_owned()));
+                }
+            }
+        }
         let admitted = |m: &BTreeMap<String, String>| {
             m.iter()
                 .filter(|(_, w)| w.is_empty())

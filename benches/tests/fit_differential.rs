@@ -1,12 +1,13 @@
 //! Accord's fit agrees with kube-scheduler v1.37.2's own filter plugins
 //! (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts,
-//! NodeResourcesFit, PodTopologySpread, InterPodAffinity) on which nodes
+//! NodeResourcesFit, VolumeRestrictions, NodeVolumeLimits, VolumeBinding,
+//! VolumeZone, PodTopologySpread, InterPodAffinity) on which nodes
 //! admit each pending pod, over seeded random clusters
 //! (benches/src/fitdiff.rs; `fit-figures` runs 20,000 of them).
 
 use std::collections::BTreeMap;
 
-use accord_benches::fitdiff::{compare, Harness};
+use accord_benches::fitdiff::{compare, Harness, Tally};
 use accord_testkit::control_plane::Binaries;
 
 #[test]
@@ -15,10 +16,10 @@ fn accords_fit_admits_exactly_the_nodes_kube_schedulers_filters_admit() {
         .and_then(|b| b.path("fit-harness"))
         .unwrap_or_else(|e| panic!("{e}"));
     let mut harness = Harness::start(&binary).unwrap();
-    let mut plugins = BTreeMap::new();
+    let mut tally = Tally::default();
     let mut disagreements = Vec::new();
     for seed in 1..=300 {
-        disagreements.extend(compare(&mut harness, seed, &mut plugins).unwrap());
+        disagreements.extend(compare(&mut harness, seed, &mut tally).unwrap());
     }
     assert!(
         disagreements.is_empty(),
@@ -34,10 +35,19 @@ fn accords_fit_admits_exactly_the_nodes_kube_schedulers_filters_admit() {
         "NodeResourcesFit",
         "PodTopologySpread",
         "InterPodAffinity",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
+        "VolumeZone",
+        // Each way VolumeBinding rejects that the cases build.
+        "VolumeBinding: node(s) didn't match PersistentVolume's node affinity",
+        "VolumeBinding: node(s) didn't find available persistent volumes to bind",
+        "VolumeBinding: pod has unbound immediate PersistentVolumeClaims",
+        "VolumeRestrictions: node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod",
     ] {
         assert!(
-            plugins.get(plugin).copied().unwrap_or(0) > 0,
-            "{plugin} rejected no node in 300 cases: {plugins:?}"
+            tally.rejections.get(plugin).copied().unwrap_or(0) > 0,
+            "{plugin} rejected no node in 300 cases: {:?}",
+            tally.rejections
         );
     }
 }

@@ -59,6 +59,28 @@ pub const READS: &[ReadKind] = &[
     core("Job", "batch", "jobs", &["batch/v1"], true),
     core("Deployment", "apps", "deployments", &["apps/v1"], true),
     core("DaemonSet", "apps", "daemonsets", &["apps/v1"], true),
+    core(
+        "PersistentVolumeClaim",
+        "",
+        "persistentvolumeclaims",
+        &["v1"],
+        true,
+    ),
+    core("PersistentVolume", "", "persistentvolumes", &["v1"], false),
+    core(
+        "StorageClass",
+        "storage.k8s.io",
+        "storageclasses",
+        &["storage.k8s.io/v1"],
+        false,
+    ),
+    core(
+        "CSINode",
+        "storage.k8s.io",
+        "csinodes",
+        &["storage.k8s.io/v1"],
+        false,
+    ),
     ReadKind {
         kind: "ResourceClaim",
         group: "resource.k8s.io",

@@ -254,6 +254,10 @@ pub enum Object {
     ProvisioningRequest(Box<ProvisioningRequest>),
     CapacityBuffer(Box<CapacityBuffer>),
     Node(Box<Node>),
+    PersistentVolumeClaim(Box<k8s_openapi::api::core::v1::PersistentVolumeClaim>),
+    PersistentVolume(Box<k8s_openapi::api::core::v1::PersistentVolume>),
+    StorageClass(Box<k8s_openapi::api::storage::v1::StorageClass>),
+    CSINode(Box<k8s_openapi::api::storage::v1::CSINode>),
 }
 
 /// What a set of manifests holds.
@@ -357,6 +361,10 @@ impl Manifests {
             }
             ("v1", "PodTemplate") => decode(value).map(Object::PodTemplate),
             ("v1", "Node") => decode(value).map(Object::Node),
+            ("v1", "PersistentVolumeClaim") => decode(value).map(Object::PersistentVolumeClaim),
+            ("v1", "PersistentVolume") => decode(value).map(Object::PersistentVolume),
+            ("storage.k8s.io/v1", "StorageClass") => decode(value).map(Object::StorageClass),
+            ("storage.k8s.io/v1", "CSINode") => decode(value).map(Object::CSINode),
             ("batch/v1", "Job") => decode(value).map(Object::Job),
             ("apps/v1", "Deployment") => decode(value).map(Object::Deployment),
             ("apps/v1", "DaemonSet") => decode(value).map(Object::DaemonSet),

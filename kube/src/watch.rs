@@ -18,11 +18,12 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -54,6 +55,10 @@ struct Stores {
     jobs: Store<Job>,
     deployments: Store<Deployment>,
     daemon_sets: Store<DaemonSet>,
+    claims_pv: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    storage_classes: Store<StorageClass>,
+    csi_nodes: Store<CSINode>,
     nodes: Store<Node>,
     /// DRA at `resource.k8s.io/v1` (typed); at a beta version these are
     /// `None` and the kinds are in `dynamic`.
@@ -268,6 +273,10 @@ impl DemandWatch {
             jobs: s.typed("Job", "batch/v1", true),
             deployments: s.typed("Deployment", "apps/v1", true),
             daemon_sets: s.typed("DaemonSet", "apps/v1", true),
+            claims_pv: s.typed("PersistentVolumeClaim", "v1", true),
+            volumes: s.typed("PersistentVolume", "v1", true),
+            storage_classes: s.typed("StorageClass", "storage.k8s.io/v1", true),
+            csi_nodes: s.typed("CSINode", "storage.k8s.io/v1", true),
             nodes: s.typed("Node", "v1", true),
             claims: None,
             claim_templates: None,
@@ -298,8 +307,19 @@ impl DemandWatch {
             let mut note = None;
             match (r.group, r.kind) {
                 // Started above.
-                (_, "Pod" | "PodTemplate" | "Job" | "Deployment" | "DaemonSet" | "Node")
-                    if r.always => {}
+                (
+                    _,
+                    "Pod"
+                    | "PodTemplate"
+                    | "Job"
+                    | "Deployment"
+                    | "DaemonSet"
+                    | "Node"
+                    | "PersistentVolumeClaim"
+                    | "PersistentVolume"
+                    | "StorageClass"
+                    | "CSINode",
+                ) if r.always => {}
                 // Read as JSON at whichever version is served (the
                 // shapes Accord reads are the same): see `devices`.
                 ("resource.k8s.io", "DeviceTaintRule") => {
@@ -446,6 +466,18 @@ impl DemandWatch {
         copy(Some(&s.jobs), Object::Job, &mut m.objects);
         copy(Some(&s.deployments), Object::Deployment, &mut m.objects);
         copy(Some(&s.daemon_sets), Object::DaemonSet, &mut m.objects);
+        copy(
+            Some(&s.claims_pv),
+            Object::PersistentVolumeClaim,
+            &mut m.objects,
+        );
+        copy(Some(&s.volumes), Object::PersistentVolume, &mut m.objects);
+        copy(
+            Some(&s.storage_classes),
+            Object::StorageClass,
+            &mut m.objects,
+        );
+        copy(Some(&s.csi_nodes), Object::CSINode, &mut m.objects);
         copy(s.claims.as_ref(), Object::ResourceClaim, &mut m.objects);
         copy(
             s.claim_templates.as_ref(),

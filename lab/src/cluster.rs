@@ -427,6 +427,9 @@ async fn send(http: &reqwest::Client, base: &str, call: &Call) -> Result<(u16, V
 /// Kinds without a namespace (those the lab and its scenarios write).
 const CLUSTER_SCOPED: &[&str] = &[
     "Node",
+    "PersistentVolume",
+    "StorageClass",
+    "CSINode",
     "Namespace",
     "ResourceSlice",
     "DeviceClass",

@@ -191,6 +191,7 @@ impl Trace {
         let demand = Demand {
             daemon_sets: Default::default(),
             namespace_labels: Default::default(),
+            csi_limits: Default::default(),
             device_classes: std::mem::take(&mut self.device_classes),
             workloads: std::mem::take(&mut self.jobs)
                 .into_iter()

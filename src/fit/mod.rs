@@ -10,6 +10,7 @@ mod cel_regex;
 mod cel_url;
 mod devices;
 pub mod relations;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,7 +18,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::demand::{
-    NodeSelectorRequirement, PodSpec, SelectorOperator, TaintEffect, Toleration, TolerationOperator,
+    NodeSelectorRequirement, NodeSelectorTerm, PodSpec, SelectorOperator, TaintEffect, Toleration,
+    TolerationOperator,
 };
 use crate::fleet::Node;
 use crate::quantity::{self, Milli};
@@ -114,6 +116,8 @@ pub struct NodeUse {
     pub node_agents: i64,
     pub extended: BTreeMap<String, Milli>,
     pub devices: Vec<DeviceUse>,
+    /// CSI volumes attached (NodeVolumeLimits counts them per driver).
+    pub csi: std::collections::BTreeSet<crate::demand::CsiVolume>,
 }
 
 impl NodeUse {
@@ -127,6 +131,11 @@ impl NodeUse {
     /// No pod but node agents: nothing keeps the node busy.
     pub fn runs_no_work(&self) -> bool {
         self.pods <= self.node_agents
+    }
+
+    /// A pod's CSI volumes, attached once however many pods use them.
+    pub fn attach(&mut self, volumes: &[crate::demand::CsiVolume]) {
+        self.csi.extend(volumes.iter().cloned());
     }
 
     /// Saturating: requests come from outside, and a full node is the
@@ -185,6 +194,11 @@ fn requirement_holds(r: &NodeSelectorRequirement, labels: &BTreeMap<String, Stri
     }
 }
 
+/// taint_toleration.go `ErrReasonNotMatch`, as the plugin words it.
+pub const UNTOLERATED_TAINT: &str = "TaintToleration: node(s) had untolerated taint(s)";
+/// node_affinity.go `ErrReasonPod`.
+pub const NODE_AFFINITY: &str = "NodeAffinity: node(s) didn't match Pod's node affinity/selector";
+
 /// Taints, node selector, required node affinity: what does not depend on
 /// what else runs on the node.
 pub fn static_fit(spec: &PodSpec, node: &Node) -> Result<(), Failure> {
@@ -203,7 +217,7 @@ pub fn taints_fit(spec: &PodSpec, node: &Node) -> Result<(), Failure> {
                 Some(v) => format!("{}={v}:{:?}", t.key, t.effect),
                 None => format!("{}:{:?}", t.key, t.effect),
             };
-            return Err(Failure::new(format!("untolerated taint {shown}"), ""));
+            return Err(Failure::new(UNTOLERATED_TAINT, shown));
         }
     }
     Ok(())
@@ -215,29 +229,31 @@ pub fn node_affinity_fit(spec: &PodSpec, node: &Node) -> Result<(), Failure> {
     for (k, v) in &spec.node_selector {
         if node.labels.get(k) != Some(v) {
             return Err(Failure::new(
-                format!("node selector {k}={v}"),
+                NODE_AFFINITY,
                 format!(
-                    "node has {k}={}",
+                    "nodeSelector {k}={v}, node has {k}={}",
                     node.labels.get(k).map_or("<unset>", String::as_str)
                 ),
             ));
         }
     }
-    // A term without expressions selects no node (component-helpers
-    // nodeaffinity `nodeSelectorTerm.match`: "nil or empty term selects no
-    // objects").
-    if !spec.affinity.is_empty()
-        && !spec.affinity.iter().any(|term| {
-            !term.match_expressions.is_empty()
-                && term
-                    .match_expressions
-                    .iter()
-                    .all(|r| requirement_holds(r, &node.labels))
-        })
-    {
-        return Err(Failure::new("required node affinity", ""));
+    if !spec.affinity.is_empty() && !terms_match(&spec.affinity, &node.labels) {
+        return Err(Failure::new(NODE_AFFINITY, "required node affinity"));
     }
     Ok(())
+}
+
+/// Whether any term holds for `labels` (component-helpers
+/// `MatchNodeSelectorTerms`). A term without expressions selects no node
+/// (`nodeSelectorTerm.match`: "nil or empty term selects no objects").
+pub fn terms_match(terms: &[NodeSelectorTerm], labels: &BTreeMap<String, String>) -> bool {
+    terms.iter().any(|term| {
+        !term.match_expressions.is_empty()
+            && term
+                .match_expressions
+                .iter()
+                .all(|r| requirement_holds(r, labels))
+    })
 }
 
 /// CPU, memory, pod count and extended resources (GPUs and MIG devices are
@@ -247,7 +263,7 @@ pub fn resource_fit(req: &PodRequest, node: &Node, used: &NodeUse) -> Result<(),
     let check = |name: &str, want: Milli, used: Milli, have: Milli| {
         if want > 0 && used.saturating_add(want) > have {
             Err(Failure::new(
-                format!("insufficient {name}"),
+                format!("NodeResourcesFit: Insufficient {name}"),
                 format!(
                     "{} requested, {} free",
                     quantity::Display(want),
@@ -260,7 +276,7 @@ pub fn resource_fit(req: &PodRequest, node: &Node, used: &NodeUse) -> Result<(),
     };
     if used.pods.saturating_add(1) > a.pods {
         return Err(Failure::new(
-            "too many pods",
+            "NodeResourcesFit: Too many pods",
             format!("{} pods allowed", a.pods),
         ));
     }

@@ -35,6 +35,7 @@ impl Planner<'_> {
                     req.mig.clear();
                     let use_ = Rc::make_mut(&mut self.uses[i]);
                     use_.add(&req);
+                    use_.attach(&pod.csi_volumes);
                     if !pod.keeps_node_busy() {
                         use_.node_agents = use_.node_agents.saturating_add(1);
                     }

@@ -122,6 +122,7 @@ impl Planner<'_> {
             self.refresh_free(i);
             self.touched.push(i);
         }
+        self.claims.extend(trial.claims);
         if let Some(rel) = &mut self.relations {
             for (i, f) in &trial.placed {
                 rel.add(*i, f.clone());
@@ -159,15 +160,22 @@ impl Planner<'_> {
     }
 
     pub(super) fn summarize(failures: &FailureCounts) -> String {
-        let mut v: Vec<(&String, &(usize, String))> = failures.iter().collect();
-        v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+        let mut v: Vec<(&String, &FailureGroup)> = failures.iter().collect();
+        v.sort_by(|a, b| b.1.nodes.cmp(&a.1.nodes).then(a.0.cmp(b.0)));
         v.iter()
-            .map(|(cat, (n, detail))| {
-                if detail.is_empty() {
-                    format!("{n} nodes: {cat}")
-                } else {
-                    format!("{n} nodes: {cat} ({detail})")
+            .map(|(cat, g)| {
+                let mut s = format!("{} nodes: {cat}", g.nodes);
+                if !g.detail.is_empty() {
+                    s.push_str(&format!(" ({})", g.detail));
                 }
+                if !g.names.is_empty() {
+                    let more = g.nodes.saturating_sub(g.names.len());
+                    s.push_str(&format!(" on {}", g.names.join(" ")));
+                    if more > 0 {
+                        s.push_str(&format!(" and {more} more"));
+                    }
+                }
+                s
             })
             .collect::<Vec<_>>()
             .join(", ")

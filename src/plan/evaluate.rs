@@ -165,7 +165,12 @@ impl Planner<'_> {
                         format!("{fit} pods of {g} GPUs fit on nodes' free GPUs, gang needs {min}")
                     }
                 };
-                let why = BTreeMap::from([("insufficient GPUs".to_owned(), (count, detail))]);
+                let group = FailureGroup {
+                    nodes: count,
+                    detail,
+                    names: Vec::new(),
+                };
+                let why = BTreeMap::from([("insufficient GPUs".to_owned(), group)]);
                 partial.push((
                     0,
                     names[d].clone(),
@@ -368,8 +373,14 @@ impl Planner<'_> {
                             }
                             Ok(_) => {}
                             Err(f) => {
-                                let e = failures.entry(f.category).or_insert((0, f.detail));
-                                e.0 += 1;
+                                let e = failures.entry(f.category).or_insert(FailureGroup {
+                                    detail: f.detail,
+                                    ..FailureGroup::default()
+                                });
+                                e.nodes += 1;
+                                if self.explain && e.names.len() < NAMED_NODES {
+                                    e.names.push(self.nodes[i].name.clone());
+                                }
                             }
                         }
                     }
@@ -385,6 +396,14 @@ impl Planner<'_> {
                             *rack_kw.entry(r).or_insert(0.0) += self.nodes[i].power_kw;
                         }
                     }
+                    if !pod.spec.volumes.waiting.is_empty() {
+                        let node = overrides.get(&i).map_or(&*self.nodes[i], |o| &o.node);
+                        let used = t.uses.get(&i).unwrap_or(&*self.uses[i]);
+                        let cx = self.volume_context(i, &t, used);
+                        if let Ok(chosen) = claim_choices(&pod.spec.volumes, node, cx) {
+                            t.claims.extend(chosen);
+                        }
+                    }
                     t.uses.insert(i, use_);
                     t.pods.push((pod.name.clone(), i, allocs));
                     if let Some(f) = &pod.facts {
@@ -393,10 +412,13 @@ impl Planner<'_> {
                 }
                 None => {
                     if gpu_short > 0 {
-                        let e = failures
-                            .entry("insufficient GPUs".to_owned())
-                            .or_insert((0, format!("{} requested", pod.whole_gpus)));
-                        e.0 += gpu_short;
+                        let e = failures.entry("insufficient GPUs".to_owned()).or_insert(
+                            FailureGroup {
+                                detail: format!("{} requested", pod.whole_gpus),
+                                ..FailureGroup::default()
+                            },
+                        );
+                        e.nodes += gpu_short;
                     }
                     hopeless.push(pod.spec);
                     if t.first_failure.is_none() {
@@ -455,6 +477,21 @@ impl Planner<'_> {
         best.map(|(_, _, i, found)| (i, found))
     }
 
+    /// What pods placed so far hold that a pod's volumes on node `i`
+    /// contend for.
+    fn volume_context<'a>(
+        &'a self,
+        i: usize,
+        t: &'a Trial,
+        used: &'a NodeUse,
+    ) -> VolumeContext<'a> {
+        VolumeContext {
+            planned: [&self.claims, &t.claims],
+            attached: &used.csi,
+            limits: self.csi_limits.get(&i),
+        }
+    }
+
     pub(super) fn fit_one(
         &mut self,
         pod: &PodItem<'_>,
@@ -467,6 +504,11 @@ impl Planner<'_> {
             Some(o) => (&o.node, o.prints.as_slice()),
             None => (&*self.nodes[i], &*self.prints[i]),
         };
+        // PreFilter's verdict comes before any node's filters, as the
+        // scheduler's does.
+        if let Some(b) = pod.spec.volumes.blocked.as_ref().filter(|b| !b.at_filter) {
+            return Err(Failure::new(format!("{}: {}", b.plugin, b.reason), ""));
+        }
         if pod.whole_gpus > 0 && pod.req.mig.is_empty() && !overrides.contains_key(&i) {
             let free = match t.uses.get(&i) {
                 Some(u) => count_free_gpus(node, u),
@@ -485,8 +527,13 @@ impl Planner<'_> {
             .get(&i)
             .or_else(|| overrides.get(&i).map(|o| &o.uses))
             .unwrap_or(&*self.uses[i]);
+        self.host_ports_fit(pod, i, t)?;
         resource_fit(&pod.req, node, used)?;
-        self.relations_fit(pod, node, i, t)?;
+        let volumes = &pod.spec.volumes;
+        if !volumes.is_empty() {
+            volumes_fit(volumes, node, self.volume_context(i, t, used))?;
+        }
+        self.relations_fit(pod, node, t)?;
         if !self.up[i] && !t.power_ons.contains(&i) {
             self.power_budget_ok(i, rack_kw)?;
         }
@@ -504,8 +551,10 @@ impl Planner<'_> {
             node_agents: used.node_agents,
             extended: used.extended.clone(),
             devices,
+            csi: used.csi.clone(),
         };
         next.add(&pod.req);
+        next.attach(&volumes.csi);
         Ok((allocs, next))
     }
 }

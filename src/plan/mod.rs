@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::demand::{builtin_classes, Demand, PodSpec, TopologyMode, Workload};
 use crate::device::DeviceKind;
+use crate::fit::volumes::{self, claim_choices, volumes_fit, VolumeContext};
 use crate::fit::FnvMap;
 use crate::fit::{
     allocate_compiled, compile_devices, fingerprint, resource_fit, static_fit, CelEngine,
@@ -165,8 +166,21 @@ struct PodItem<'d> {
     facts: Option<Rc<crate::fit::relations::PodFacts>>,
 }
 
-/// Failure category → (nodes, one example detail).
-type FailureCounts = BTreeMap<String, (usize, String)>;
+/// Nodes that rejected a pod for one reason.
+#[derive(Debug, Clone, Default)]
+struct FailureGroup {
+    nodes: usize,
+    /// One example's detail.
+    detail: String,
+    /// The first [`NAMED_NODES`] of them (named when explaining).
+    names: Vec<String>,
+}
+
+/// Nodes named per failure in an explanation; the rest are counted.
+const NAMED_NODES: usize = 6;
+
+/// Failure category (the plugin and its words) → the nodes it rejected.
+type FailureCounts = BTreeMap<String, FailureGroup>;
 
 /// A tentative placement of a gang.
 #[derive(Default)]
@@ -178,6 +192,8 @@ struct Trial {
     first_failure: Option<(String, FailureCounts)>,
     /// The placed pods' facts, where the round filters pod relations.
     placed: Vec<(usize, Rc<crate::fit::relations::PodFacts>)>,
+    /// Waiting claims the placed pods bind or provision.
+    claims: volumes::PlannedClaims,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -278,6 +294,10 @@ struct Planner<'f> {
     /// Pods by node for inter-pod affinity, spread and ports; `None` in a
     /// round where no pod has such relations.
     relations: Option<relations::Relations>,
+    /// CSINode attach limits by node index (NodeVolumeLimits).
+    csi_limits: BTreeMap<usize, BTreeMap<String, u32>>,
+    /// Waiting claims the plan has bound or provisioned so far.
+    claims: volumes::PlannedClaims,
 }
 
 /// The shapes of all pending pods, weighted by count.
@@ -476,7 +496,15 @@ impl<'f> Planner<'f> {
             power_offs: Vec::new(),
             notes: Vec::new(),
             relations: None,
+            csi_limits: BTreeMap::new(),
+            claims: volumes::PlannedClaims::new(),
         };
+        planner.csi_limits = planner
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| Some((i, demand.csi_limits.get(&n.name)?.clone())))
+            .collect();
         planner.relations = relations::Relations::for_round(&planner.nodes, demand);
         planner.bind(demand);
         planner.free_gpus = (0..planner.nodes.len())

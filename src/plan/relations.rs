@@ -143,11 +143,23 @@ impl Planner<'_> {
 
     /// InterPodAffinity, PodTopologySpread and NodePorts for `pod` on node
     /// `i`, with the trial's pods placed.
+    /// NodePorts (before NodeResourcesFit in the default profile).
+    pub(super) fn host_ports_fit(
+        &self,
+        pod: &PodItem<'_>,
+        i: usize,
+        t: &Trial,
+    ) -> Result<(), Failure> {
+        let (Some(rel), Some(_)) = (&self.relations, &pod.facts) else {
+            return Ok(());
+        };
+        ports_fit(&pod.spec.relations.host_ports, Self::pods_on(rel, t, i))
+    }
+
     pub(super) fn relations_fit(
         &self,
         pod: &PodItem<'_>,
         node: &Node,
-        i: usize,
         t: &Trial,
     ) -> Result<(), Failure> {
         let (Some(rel), Some(me)) = (&self.relations, &pod.facts) else {
@@ -155,7 +167,27 @@ impl Planner<'_> {
         };
         let r = &pod.spec.relations;
         let ns_labels = |ns: &str| namespace_labels(&rel.namespace_labels, ns);
-        ports_fit(&r.host_ports, Self::pods_on(rel, t, i))?;
+        // PodTopologySpread runs before InterPodAffinity in the default
+        // profile: its verdict is the one the scheduler gives.
+        if !r.spread.is_empty() {
+            let counts = self.spread_counts(rel, t, pod, me);
+            for (c, counts) in r.spread.iter().zip(counts.iter()) {
+                let Some(v) = node.labels.get(&c.topology_key) else {
+                    return Err(Failure::new(
+                        SPREAD_LABEL_MISSING,
+                        format!("no {}", c.topology_key),
+                    ));
+                };
+                let counts: BTreeMap<&str, u64> =
+                    counts.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+                spread_allows(
+                    c,
+                    &counts,
+                    v,
+                    maybe_matches(c.selector.as_ref(), &me.labels),
+                )?;
+            }
+        }
         if !r.affinity.is_empty() {
             self.affinity_fit(rel, t, me, r, node)?;
         }
@@ -203,25 +235,6 @@ impl Planner<'_> {
                         ));
                     }
                 }
-            }
-        }
-        if !r.spread.is_empty() {
-            let counts = self.spread_counts(rel, t, pod, me);
-            for (c, counts) in r.spread.iter().zip(counts.iter()) {
-                let Some(v) = node.labels.get(&c.topology_key) else {
-                    return Err(Failure::new(
-                        SPREAD_LABEL_MISSING,
-                        format!("no {}", c.topology_key),
-                    ));
-                };
-                let counts: BTreeMap<&str, u64> =
-                    counts.iter().map(|(k, n)| (k.as_str(), *n)).collect();
-                spread_allows(
-                    c,
-                    &counts,
-                    v,
-                    maybe_matches(c.selector.as_ref(), &me.labels),
-                )?;
             }
         }
         Ok(())

@@ -51,6 +51,9 @@ pub const CONTROLLERS: &[&str] = &[
     "pod-garbage-collector-controller",
     "namespace-controller",
     "resourceclaim-controller",
+    // Completes the binding of a claim and its PV (the bind-completed mark
+    // kube-scheduler's VolumeBinding waits for).
+    "persistentvolume-binder-controller",
 ];
 
 /// `go.mod` of each pinned minor, for the exact version it pins.

@@ -81,7 +81,9 @@ impl ResourceSpec {
     fn subresources(&self) -> &'static [&'static str] {
         match (self.group(), self.plural) {
             ("", "pods") => &["status", "binding", "eviction", "log"],
-            ("", "nodes" | "namespaces") => &["status"],
+            ("", "nodes" | "namespaces" | "persistentvolumeclaims" | "persistentvolumes") => {
+                &["status"]
+            }
             ("batch", "jobs") | ("resource.k8s.io", "resourceclaims") => &["status"],
             ("apps", "daemonsets") => &["status"],
             ("apps", "deployments") => &["status", "scale"],
@@ -236,6 +238,20 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
         r("/api/v1", "configmaps", "ConfigMap", true),
         r("/api/v1", "events", "Event", true),
         r("/api/v1", "namespaces", "Namespace", false),
+        r(
+            "/api/v1",
+            "persistentvolumeclaims",
+            "PersistentVolumeClaim",
+            true,
+        ),
+        r("/api/v1", "persistentvolumes", "PersistentVolume", false),
+        r(
+            "/apis/storage.k8s.io/v1",
+            "storageclasses",
+            "StorageClass",
+            false,
+        ),
+        r("/apis/storage.k8s.io/v1", "csinodes", "CSINode", false),
         r("/apis/events.k8s.io/v1", "events", "Event", true),
         r("/apis/batch/v1", "jobs", "Job", true),
         r("/apis/apps/v1", "deployments", "Deployment", true),

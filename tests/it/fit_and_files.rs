@@ -108,7 +108,10 @@ fn taints_selectors_and_affinity_follow_kube_scheduler() {
     let n = node();
     let mut spec = PodSpec::default();
     let err = static_fit(&spec, &n).unwrap_err();
-    assert_eq!(err.category, "untolerated taint nvidia.com/gpu:NoSchedule");
+    assert_eq!(
+        err.to_string(),
+        "TaintToleration: node(s) had untolerated taint(s) (nvidia.com/gpu:NoSchedule)"
+    );
     spec.tolerations.push(Toleration {
         key: Some("nvidia.com/gpu".into()),
         operator: TolerationOperator::Exists,
@@ -117,10 +120,11 @@ fn taints_selectors_and_affinity_follow_kube_scheduler() {
     });
     assert!(static_fit(&spec, &n).is_ok());
     spec.node_selector.insert("pool".into(), "infer".into());
-    assert!(static_fit(&spec, &n)
-        .unwrap_err()
-        .category
-        .contains("node selector pool=infer"));
+    assert_eq!(
+        static_fit(&spec, &n).unwrap_err().to_string(),
+        "NodeAffinity: node(s) didn't match Pod's node affinity/selector \
+         (nodeSelector pool=infer, node has pool=train)"
+    );
     spec.node_selector.clear();
     // Terms are ORed, expressions ANDed.
     let term = |key: &str, op, values: &[&str]| NodeSelectorTerm {
@@ -159,7 +163,10 @@ fn resources_count_allocatable_minus_bound() {
     assert!(resource_fit(&req, &n, &used).is_ok());
     used.add(&req);
     let err = resource_fit(&req, &n, &used).unwrap_err();
-    assert_eq!(err.to_string(), "insufficient cpu (100 requested, 92 free)");
+    assert_eq!(
+        err.to_string(),
+        "NodeResourcesFit: Insufficient cpu (100 requested, 92 free)"
+    );
 }
 
 #[test]

@@ -597,7 +597,7 @@ fn labels_taints_and_allocatable_of_the_view_are_what_fit_uses() {
     // Untolerated taint from the Node.
     let plain = spec(serde_json::json!({"node_selector": {"team": "blue"}}));
     let err = static_fit(&plain, n).unwrap_err();
-    assert!(err.category.contains("dedicated=blue"), "{err}");
+    assert!(err.detail.contains("dedicated=blue"), "{err}");
     let ok = spec(serde_json::json!({"node_selector": {"team": "blue"},
         "tolerations": [{"key": "dedicated", "operator": "Exists"}]}));
     assert_eq!(static_fit(&ok, n), Ok(()));

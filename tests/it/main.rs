@@ -15,3 +15,4 @@ mod planner_properties;
 mod planner_relations;
 mod planner_rules;
 mod planner_scenarios;
+mod planner_volumes;

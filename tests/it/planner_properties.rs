@@ -204,6 +204,7 @@ fn build(
         let take = gpus.min(n.gpus);
         demand.bound.push(BoundPod {
             daemon_set: Default::default(),
+            csi_volumes: Vec::new(),
             node: format!("n{}", node % nodes.len()),
             namespace: "old".into(),
             name: format!("b{j}"),

@@ -9,11 +9,10 @@
 //! The harness: `scripts/controlplane 1.37 fit-harness` builds it
 //! (scripts/bootstrap does); the default is its place in the cache.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use accord_benches::fitdiff::{compare, Harness};
+use accord_benches::fitdiff::{compare, Harness, Tally};
 
 fn main() -> anyhow::Result<()> {
     let mut cases: u64 = 20_000;
@@ -40,10 +39,10 @@ fn main() -> anyhow::Result<()> {
     };
     let mut h = Harness::start(&harness).map_err(anyhow::Error::msg)?;
     let started = Instant::now();
-    let mut plugins = BTreeMap::new();
+    let mut tally = Tally::default();
     let mut disagreements = Vec::new();
     for s in seed..seed + cases {
-        disagreements.extend(compare(&mut h, s, &mut plugins).map_err(anyhow::Error::msg)?);
+        disagreements.extend(compare(&mut h, s, &mut tally).map_err(anyhow::Error::msg)?);
     }
     println!(
         "{cases} cases from seed {seed} in {:.1} s; {} disagreements on the feasible set",
@@ -51,8 +50,20 @@ fn main() -> anyhow::Result<()> {
         disagreements.len()
     );
     println!("rejections per kube-scheduler plugin (node verdicts):");
-    for (p, n) in &plugins {
-        println!("  {p:<20} {n}");
+    for (p, n) in &tally.rejections {
+        match p.split_once(": ") {
+            None => println!("  {p:<20} {n}"),
+            Some((_, reason)) => println!("      {n:>7}  {reason}"),
+        }
+    }
+    let both = tally.same_plugin + tally.other_plugin;
+    println!(
+        "nodes both reject: {both}; Accord names the scheduler's plugin for {} ({:.2}%)",
+        tally.same_plugin,
+        100.0 * tally.same_plugin as f64 / both.max(1) as f64
+    );
+    if let Some((theirs, ours)) = &tally.other_example {
+        println!("  another plugin, e.g. kube-scheduler {theirs:?}, Accord {ours:?}");
     }
     for d in disagreements.iter().take(10) {
         println!("\nseed {} pod {}:", d.seed, d.pod);

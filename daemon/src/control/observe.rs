@@ -412,6 +412,7 @@ mod tests {
     fn bound(node: &str, name: &str) -> BoundPod {
         BoundPod {
             daemon_set: Default::default(),
+            csi_volumes: Vec::new(),
             node: node.into(),
             namespace: "ml".into(),
             name: name.into(),

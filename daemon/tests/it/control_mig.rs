@@ -506,6 +506,7 @@ fn a_leftover_mig_manager_state_is_not_taken_for_the_new_configurations() {
 fn the_gpus_the_kubelet_assigned_a_running_pod_are_never_repartitioned() {
     let bound = |ids: &[&str]| accord::demand::BoundPod {
         daemon_set: Default::default(),
+        csi_volumes: Vec::new(),
         node: "r1-n1".into(),
         namespace: "ml".into(),
         name: "train-0".into(),
@@ -593,6 +594,7 @@ fn the_gpu_operators_operands_are_paused_around_an_agent_repartition() {
     const PAUSED: &str = "paused-for-mig-change";
     let plugin_pod = accord::demand::BoundPod {
         daemon_set: Default::default(),
+        csi_volumes: Vec::new(),
         node: "r1-n1".into(),
         namespace: "gpu-operator".into(),
         name: "nvidia-device-plugin-daemonset-x1".into(),

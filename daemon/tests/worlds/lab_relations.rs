@@ -5,6 +5,12 @@
 //! them: every pod bound, no machine powered on and left unused. And a
 //! DaemonSet whose pods take half a machine's CPU: the nodes powered on
 //! for two pods that fit one machine only without it are two, at once.
+//! And a pod whose claim is bound to a local PV on a dark machine: that
+//! machine is powered on, and the pod bound there.
+//!
+//! The workers ask 2 GPUs each, not 8: an 8-GPU worker fills a machine
+//! whatever its anti-affinity says, so only smaller ones show that Accord
+//! reads the rule.
 //!
 //! Plain pods, not a PodGroup: on v1.37.2 a scheduling.k8s.io/v1beta1 gang
 //! without topology constraints that does not fit yet gets
@@ -32,6 +38,8 @@ heartbeat_ms = 1000
 max_s = 400
 cluster_manifests = """
 {apiVersion: apps/v1, kind: DaemonSet, metadata: {namespace: kube-system, name: rack3-agent}, spec: {selector: {matchLabels: {app: rack3-agent}}, template: {metadata: {labels: {app: rack3-agent}}, spec: {nodeSelector: {topology.accord.dev/rack: r3}, tolerations: [{operator: Exists}], containers: [{name: a, image: a, resources: {requests: {cpu: "2"}}}]}}}}
+---
+{apiVersion: v1, kind: PersistentVolume, metadata: {name: local-r2-n3}, spec: {capacity: {storage: 100Gi}, accessModes: [ReadWriteOnce], storageClassName: "", local: {path: /mnt/nvme0}, claimRef: {namespace: ml, name: db}, nodeAffinity: {required: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [r2-n3]}]}]}}}}
 """
 [control]
 tick_ms = 1000
@@ -58,6 +66,14 @@ fn pods(name: &str, pods: usize, gpus: u32, constraint: &str) -> String {
         .join("---\n")
 }
 
+/// The claim the PV above is pre-bound to; the PV controller completes
+/// the binding (the bind-completed mark kube-scheduler waits for).
+const DB_CLAIM: &str =
+    "{apiVersion: v1, kind: PersistentVolumeClaim, metadata: {namespace: ml, name: db}, \
+     spec: {accessModes: [ReadWriteOnce], storageClassName: \"\", volumeName: local-r2-n3, \
+     resources: {requests: {storage: 100Gi}}}}\n";
+const DB_VOLUME: &str = "volumes: [{name: data, persistentVolumeClaim: {claimName: db}}]";
+
 fn scenario() -> Scenario {
     let mut s = HEAD.to_owned();
     for r in 1..=3 {
@@ -80,6 +96,10 @@ fn scenario() -> Scenario {
         ("batch", cpu(pods("batch", 2, 0, r3))),
         ("train", pods("train", 4, 2, apart)),
         ("web", pods("web", 6, 4, spread)),
+        (
+            "db",
+            format!("{DB_CLAIM}---\n{}", pods("db", 1, 1, DB_VOLUME)),
+        ),
     ] {
         s.push_str(&format!(
             "[[submit]]\nname = \"{name}\"\nrun_ms = 600000\nmanifests = \"\"\"\n{manifests}\"\"\"\n"
@@ -140,6 +160,28 @@ async fn anti_affinity_spread_and_daemonset_pods_power_on_exactly_what_kube_sche
     assert_eq!(
         powered, used,
         "every node Accord powered on is used, and nothing runs elsewhere"
+    );
+
+    // A pod whose claim is bound to the local PV on dark r2-n3: r2-n3 is
+    // powered on for it, and the scheduler binds it there.
+    assert!(
+        !lab.nodes_powered_on().contains("r2-n3"),
+        "r2-n3 still dark"
+    );
+    lab.release("db").unwrap();
+    support::lab::bound(&lab, "db", Duration::from_secs(180)).await;
+    let db = support::lab::nodes_of(&lab, "ml/db-");
+    assert_eq!(db, BTreeSet::from(["r2-n3".to_owned()]), "where the PV is");
+    let pods = lab.bound_pods();
+    let used: BTreeSet<String> = pods
+        .iter()
+        .filter(|(p, _)| p.starts_with("ml/"))
+        .map(|(_, n)| n.clone())
+        .collect();
+    assert_eq!(
+        lab.nodes_powered_on(),
+        used,
+        "the local-PV node among the powered, each of them used"
     );
 
     // Two 1.5-CPU pods for r3, whose 4-CPU machines each run the

@@ -17,6 +17,7 @@ mod pod;
 mod provisioning;
 mod relations;
 mod render;
+mod volumes;
 
 use std::collections::BTreeMap;
 
@@ -211,6 +212,8 @@ struct Index<'a> {
     /// where any pod goes, and pods whose other labels differ stay one
     /// pod set).
     selector_keys: std::collections::BTreeSet<String>,
+    /// PVCs, PVs, StorageClasses, and the claims bound pods use.
+    storage: volumes::Storage<'a>,
 }
 
 fn ns_of(meta: &ObjectMeta) -> String {
@@ -271,6 +274,7 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         extended: BTreeMap::new(),
         pod_groups_served: options.pod_groups_served,
         selector_keys: Default::default(),
+        storage: Default::default(),
     };
     for o in &m.objects {
         fn template(t: &core::PodTemplateSpec) -> Option<&core::PodSpec> {
@@ -298,6 +302,24 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
             relations::selector_keys(spec, &mut index.selector_keys);
         }
         match o {
+            Object::PersistentVolumeClaim(c) => index.storage.add_claim(c),
+            Object::PersistentVolume(v) => index.storage.add_volume(v),
+            Object::StorageClass(c) => index.storage.add_class(c),
+            Object::CSINode(n) => {
+                let limits = volumes::csi_limits(n);
+                if !limits.is_empty() {
+                    out.demand.csi_limits.insert(name_of(&n.metadata), limits);
+                }
+            }
+            Object::Pod(p) => {
+                let running = !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                );
+                if let Some(spec) = p.spec.as_ref().filter(|s| s.node_name.is_some() && running) {
+                    index.storage.add_user(&ns_of(&p.metadata), spec);
+                }
+            }
             Object::ResourceClaim(c) => {
                 index
                     .claims

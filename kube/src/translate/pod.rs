@@ -179,6 +179,12 @@ pub(super) fn pod_unit<'a>(
                 do_not_disrupt: asks_not_to_be_disrupted(&p.metadata),
                 // The node's agent says (accordd fills them in observe).
                 device_ids: Vec::new(),
+                csi_volumes: super::volumes::bound_csi_volumes(
+                    &ns_of(&p.metadata),
+                    p.metadata.name.as_deref(),
+                    spec,
+                    &index.storage,
+                ),
                 relations: match super::relations::bound_relations(
                     spec,
                     p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
@@ -372,6 +378,19 @@ pub(super) fn container_requests(c: &core::Container) -> Result<BTreeMap<String,
         .collect()
 }
 
+/// `v1.NodeSelectorOperator`.
+pub(super) fn node_selector_operator(op: &str) -> Option<SelectorOperator> {
+    Some(match op {
+        "In" => SelectorOperator::In,
+        "NotIn" => SelectorOperator::NotIn,
+        "Exists" => SelectorOperator::Exists,
+        "DoesNotExist" => SelectorOperator::DoesNotExist,
+        "Gt" => SelectorOperator::Gt,
+        "Lt" => SelectorOperator::Lt,
+        _ => return None,
+    })
+}
+
 pub(super) fn pod_spec(
     ns: &str,
     meta: Option<&ObjectMeta>,
@@ -389,6 +408,12 @@ pub(super) fn pod_spec(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         relations: super::relations::relations(spec, labels)?,
+        volumes: super::volumes::pod_volumes(
+            ns,
+            meta.and_then(|m| m.name.as_deref()),
+            spec,
+            &index.storage,
+        ),
         ..Default::default()
     };
     if let Some(terms) = spec
@@ -406,15 +431,8 @@ pub(super) fn pod_spec(
             }
             let mut exprs = Vec::new();
             for e in t.match_expressions.iter().flatten() {
-                let operator = match e.operator.as_str() {
-                    "In" => SelectorOperator::In,
-                    "NotIn" => SelectorOperator::NotIn,
-                    "Exists" => SelectorOperator::Exists,
-                    "DoesNotExist" => SelectorOperator::DoesNotExist,
-                    "Gt" => SelectorOperator::Gt,
-                    "Lt" => SelectorOperator::Lt,
-                    other => return Err(format!("node affinity operator {other:?}")),
-                };
+                let operator = node_selector_operator(&e.operator)
+                    .ok_or_else(|| format!("node affinity operator {:?}", e.operator))?;
                 exprs.push(NodeSelectorRequirement {
                     key: e.key.clone(),
                     operator,

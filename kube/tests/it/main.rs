@@ -12,5 +12,6 @@ mod real_cluster;
 mod relations;
 mod translate;
 mod versions;
+mod volumes;
 mod watch;
 mod writes_provisioning;

@@ -251,3 +251,63 @@ spec:
     assert!(b.node_agent);
     assert_eq!(b.daemon_set.as_deref(), Some("kube-system/agent"));
 }
+
+/// A pod with `terms` required anti-affinity terms, `ports` host ports and
+/// a selector of `parts` requirements: values the API server accepts.
+fn big_pod(terms: usize, ports: usize, parts: usize) -> String {
+    let exprs: Vec<String> = (0..parts)
+        .map(|i| format!("{{key: k{i}, operator: Exists}}"))
+        .collect();
+    let term = format!(
+        "{{labelSelector: {{matchExpressions: [{}]}}, topologyKey: kubernetes.io/hostname}}",
+        exprs.join(", ")
+    );
+    let ports: Vec<String> = (0..ports)
+        .map(|i| format!("{{containerPort: {p}, hostPort: {p}}}", p = 1000 + i))
+        .collect();
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: big, namespace: ml }}
+spec:
+  affinity: {{ podAntiAffinity: {{ requiredDuringSchedulingIgnoredDuringExecution: [{}] }} }}
+  containers: [ {{ name: c, ports: [{}] }} ]
+"#,
+        vec![term; terms].join(", "),
+        ports.join(", ")
+    )
+}
+
+#[test]
+fn relation_counts_past_the_limits_are_refused_by_name_and_at_the_limits_planned() {
+    let refused = |yaml: String| {
+        let t = run(&yaml, &options());
+        assert!(t.demand.workloads.is_empty(), "{}", t.render());
+        t.cannot_plan
+            .iter()
+            .chain(&t.not_planned)
+            .map(|c| c.reason.clone())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let at_limits = run(&big_pod(64, 1024, 256), &options());
+    assert_eq!(
+        at_limits.demand.workloads.len(),
+        1,
+        "{}",
+        at_limits.render()
+    );
+    let pod = &at_limits.demand.workloads[0].pod_sets[0].pod;
+    assert_eq!(pod.relations.anti_affinity.len(), 64);
+    assert_eq!(pod.relations.host_ports.len(), 1024);
+    let why = refused(big_pod(65, 1, 1));
+    assert!(
+        why.contains("65 required") && why.contains("(at most 64)"),
+        "{why}"
+    );
+    let why = refused(big_pod(1, 1025, 1));
+    assert!(why.contains("more than 1024 host ports"), "{why}");
+    let why = refused(big_pod(1, 1, 257));
+    assert!(why.contains("257 requirements (at most 256)"), "{why}");
+}

@@ -10,17 +10,22 @@
 //
 // The profile is the default profile's filters that Accord models today:
 // NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts,
-// NodeResourcesFit, InterPodAffinity and PodTopologySpread, each with the
+// NodeResourcesFit, VolumeRestrictions, NodeVolumeLimits, VolumeBinding,
+// VolumeZone, PodTopologySpread and InterPodAffinity, each with the
 // default profile's arguments (KubeSchedulerConfiguration v1 defaults).
 // Feature gates are the binary's defaults, as kube-scheduler's are.
 //
 //	fit-harness < cases.jsonl > answers.jsonl
 //
 // Each input line: {"namespaces": [Namespace], "nodes": [Node], "pods":
-// [Pod bound, spec.nodeName set], "pending": [Pod]}; each output line:
-// {"pods": [{"pod": "ns/name", "nodes": {"NODE": "" (admitted) or
-// "Plugin: reason; reason"}}]} in the order of "pending". Namespaces are
-// read from the first line only (the namespace lister is an informer).
+// [Pod bound, spec.nodeName set], "pending": [Pod], "pvcs":
+// [PersistentVolumeClaim], "pvs": [PersistentVolume], "storageClasses":
+// [StorageClass], "csiNodes": [CSINode]}; each output line: {"pods":
+// [{"pod": "ns/name", "nodes": {"NODE": "" (admitted) or "Plugin: reason;
+// reason"}}]} in the order of "pending". The plugins' listers read
+// informers' indexers; the informers are never started: each case's
+// objects replace the indexers' contents (the volume binder's caches read
+// the PV and PVC indexers directly: volumebinding/passive_assume_cache.go).
 package main
 
 import (
@@ -33,7 +38,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
@@ -44,15 +49,20 @@ import (
 	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
 	"k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 )
 
 type input struct {
-	Namespaces []v1.Namespace `json:"namespaces"`
-	Nodes      []v1.Node      `json:"nodes"`
-	Pods       []v1.Pod       `json:"pods"`
-	Pending    []v1.Pod       `json:"pending"`
+	Namespaces     []v1.Namespace             `json:"namespaces"`
+	Nodes          []v1.Node                  `json:"nodes"`
+	Pods           []v1.Pod                   `json:"pods"`
+	Pending        []v1.Pod                   `json:"pending"`
+	PVCs           []v1.PersistentVolumeClaim `json:"pvcs"`
+	PVs            []v1.PersistentVolume      `json:"pvs"`
+	StorageClasses []storagev1.StorageClass   `json:"storageClasses"`
+	CSINodes       []storagev1.CSINode        `json:"csiNodes"`
 }
 
 type podAnswer struct {
@@ -72,6 +82,10 @@ var filters = []string{
 	names.NodeAffinity,
 	names.NodePorts,
 	names.NodeResourcesFit,
+	names.VolumeRestrictions,
+	names.NodeVolumeLimits,
+	names.VolumeBinding,
+	names.VolumeZone,
 	names.PodTopologySpread,
 	names.InterPodAffinity,
 }
@@ -121,13 +135,10 @@ func main() {
 			fail("line %d: %v", line, err)
 		}
 		if factory == nil {
-			client := fake.NewClientset()
-			for i := range c.Namespaces {
-				if _, err := client.CoreV1().Namespaces().Create(ctx, &c.Namespaces[i], metav1.CreateOptions{}); err != nil {
-					fail("namespace %s: %v", c.Namespaces[i].Name, err)
-				}
-			}
-			factory = informers.NewSharedInformerFactory(client, 0)
+			factory = informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+		}
+		if err := replace(factory, &c); err != nil {
+			fail("line %d: %v", line, err)
 		}
 		pods := make([]*v1.Pod, len(c.Pods))
 		for i := range c.Pods {
@@ -143,13 +154,13 @@ func main() {
 			f, err = runtime.NewFramework(ctx, registry, prof,
 				runtime.WithInformerFactory(factory),
 				runtime.WithSnapshotSharedLister(lister),
+				// As scheduler.go New builds it.
+				runtime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(
+					factory.Storage().V1().CSINodes().Lister())),
 			)
 			if err != nil {
 				fail("line %d: framework: %v", line, err)
 			}
-			// The listers the plugins asked for, synced once.
-			factory.Start(ctx.Done())
-			factory.WaitForCacheSync(ctx.Done())
 		}
 		infos, err := snapshot.NodeInfos().List()
 		if err != nil {
@@ -169,6 +180,39 @@ func main() {
 			fail("stdout: %v", err)
 		}
 	}
+}
+
+// replace puts the case's objects in the informers' indexers, in place of
+// the last case's.
+func replace(factory informers.SharedInformerFactory, c *input) error {
+	core := factory.Core().V1()
+	st := factory.Storage().V1()
+	lists := []struct {
+		indexer interface {
+			Replace([]interface{}, string) error
+		}
+		objects []interface{}
+	}{
+		{core.Namespaces().Informer().GetIndexer(), objects(c.Namespaces)},
+		{core.PersistentVolumeClaims().Informer().GetIndexer(), objects(c.PVCs)},
+		{core.PersistentVolumes().Informer().GetIndexer(), objects(c.PVs)},
+		{st.StorageClasses().Informer().GetIndexer(), objects(c.StorageClasses)},
+		{st.CSINodes().Informer().GetIndexer(), objects(c.CSINodes)},
+	}
+	for _, l := range lists {
+		if err := l.indexer.Replace(l.objects, "1"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func objects[T any](items []T) []interface{} {
+	out := make([]interface{}, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
 }
 
 // swappable is the framework's snapshot lister: the case's snapshot,
