@@ -167,6 +167,10 @@ fn pod(r: &mut Rng, name: &str, node: Option<&str>, pending: bool, st: &Storage)
     if let Some(n) = node {
         spec["nodeName"] = json!(n);
     }
+    // A RuntimeClass's overhead, as its admission plugin sets it.
+    if r.chance(10) {
+        spec["overhead"] = json!({ "cpu": format!("{}m", 100 + r.below(900)), "memory": "128Mi" });
+    }
     let mut affinity = json!({});
     if r.chance(if pending { 25 } else { 15 }) {
         affinity["podAntiAffinity"] = json!({ "requiredDuringSchedulingIgnoredDuringExecution":
@@ -622,6 +626,7 @@ pub fn accord(c: &Case) -> Result<Answers, String> {
         .pods
         .iter()
         .chain(&c.pending)
+        .chain(&c.namespaces)
         .chain(c.storage.all())
         .map(|p| p.to_string())
         .collect();
@@ -631,21 +636,7 @@ pub fn accord(c: &Case) -> Result<Answers, String> {
     if !t.cannot_plan.is_empty() || !t.invalid.is_empty() {
         return Err(format!("translation: {}", t.render()));
     }
-    let mut demand: Demand = t.demand;
-    // accordd does not read Namespaces yet: the labels are given here.
-    for ns in &c.namespaces {
-        let name = ns["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let labels = ns["metadata"]["labels"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-            .collect();
-        demand.namespace_labels.insert(name, labels);
-    }
+    let demand: Demand = t.demand;
     let mut out = Answers::new();
     for w in &demand.workloads {
         let key = w.key();

@@ -67,6 +67,7 @@ pub const READS: &[ReadKind] = &[
         true,
     ),
     core("PersistentVolume", "", "persistentvolumes", &["v1"], false),
+    core("Namespace", "", "namespaces", &["v1"], false),
     core(
         "StorageClass",
         "storage.k8s.io",

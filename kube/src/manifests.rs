@@ -258,6 +258,7 @@ pub enum Object {
     PersistentVolume(Box<k8s_openapi::api::core::v1::PersistentVolume>),
     StorageClass(Box<k8s_openapi::api::storage::v1::StorageClass>),
     CSINode(Box<k8s_openapi::api::storage::v1::CSINode>),
+    Namespace(Box<k8s_openapi::api::core::v1::Namespace>),
 }
 
 /// What a set of manifests holds.
@@ -361,6 +362,7 @@ impl Manifests {
             }
             ("v1", "PodTemplate") => decode(value).map(Object::PodTemplate),
             ("v1", "Node") => decode(value).map(Object::Node),
+            ("v1", "Namespace") => decode(value).map(Object::Namespace),
             ("v1", "PersistentVolumeClaim") => decode(value).map(Object::PersistentVolumeClaim),
             ("v1", "PersistentVolume") => decode(value).map(Object::PersistentVolume),
             ("storage.k8s.io/v1", "StorageClass") => decode(value).map(Object::StorageClass),

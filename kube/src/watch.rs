@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
@@ -59,6 +61,7 @@ struct Stores {
     volumes: Store<PersistentVolume>,
     storage_classes: Store<StorageClass>,
     csi_nodes: Store<CSINode>,
+    namespaces: Store<Namespace>,
     nodes: Store<Node>,
     /// DRA at `resource.k8s.io/v1` (typed); at a beta version these are
     /// `None` and the kinds are in `dynamic`.
@@ -277,6 +280,7 @@ impl DemandWatch {
             volumes: s.typed("PersistentVolume", "v1", true),
             storage_classes: s.typed("StorageClass", "storage.k8s.io/v1", true),
             csi_nodes: s.typed("CSINode", "storage.k8s.io/v1", true),
+            namespaces: s.typed("Namespace", "v1", true),
             nodes: s.typed("Node", "v1", true),
             claims: None,
             claim_templates: None,
@@ -478,6 +482,7 @@ impl DemandWatch {
             &mut m.objects,
         );
         copy(Some(&s.csi_nodes), Object::CSINode, &mut m.objects);
+        copy(Some(&s.namespaces), Object::Namespace, &mut m.objects);
         copy(s.claims.as_ref(), Object::ResourceClaim, &mut m.objects);
         copy(
             s.claim_templates.as_ref(),

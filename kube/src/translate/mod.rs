@@ -302,6 +302,13 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
             relations::selector_keys(spec, &mut index.selector_keys);
         }
         match o {
+            // Namespace selectors of pod affinity terms read their labels.
+            Object::Namespace(n) => {
+                out.demand.namespace_labels.insert(
+                    name_of(&n.metadata),
+                    n.metadata.labels.clone().unwrap_or_default(),
+                );
+            }
             Object::PersistentVolumeClaim(c) => index.storage.add_claim(c),
             Object::PersistentVolume(v) => index.storage.add_volume(v),
             Object::StorageClass(c) => index.storage.add_class(c),

@@ -53,7 +53,9 @@ fn nvidia_dra_examples() {
             Some("nvidia.com/gpu")
         );
     }
-    assert_eq!(t.ignored["Namespace"], 1);
+    // The Namespace is read for its labels (namespace selectors).
+    assert!(!t.ignored.contains_key("Namespace"));
+    assert!(t.demand.namespace_labels.contains_key("gpu-test1"));
 
     // A Deployment of 4 replicas, each with four MIG devices on one GPU.
     let t = run(&["dra/k8s-dra-driver-gpu/gpu-test4.yaml"]);

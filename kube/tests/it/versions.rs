@@ -122,6 +122,7 @@ async fn discovery_finds_what_each_version_serves() {
             ("apps", "v1", "daemonsets"),
             ("", "v1", "persistentvolumeclaims"),
             ("", "v1", "persistentvolumes"),
+            ("", "v1", "namespaces"),
             ("storage.k8s.io", "v1", "storageclasses"),
             ("storage.k8s.io", "v1", "csinodes"),
             ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
