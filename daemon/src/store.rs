@@ -31,11 +31,14 @@ const LIFECYCLE: &str = "lifecycle";
 const BOOKINGS: &str = "bookings";
 /// What the control loop has said once (`said.rs`).
 const SAID: &str = "said";
+/// What deleted dark machines' Nodes had (`kept_nodes.rs`).
+const KEPT_NODES: &str = "kept_nodes";
 const SCHEMA_KEY: &[u8] = b"schema";
 
 mod bios;
 mod chunked;
 mod commands;
+mod kept_nodes;
 mod nodes;
 mod replicated;
 mod said;
@@ -183,6 +186,7 @@ pub struct Store {
     lifecycle: sled::Tree,
     bookings: sled::Tree,
     said: sled::Tree,
+    kept_nodes: chunked::Chunked,
     limits: StoreLimits,
     /// Kept with every node write (they go through it one at a time).
     usage: std::sync::Mutex<Usage>,
@@ -276,6 +280,10 @@ impl Store {
             lifecycle: db.open_tree(LIFECYCLE).map_err(io("open lifecycle tree"))?,
             bookings: db.open_tree(BOOKINGS).map_err(io("open bookings tree"))?,
             said: db.open_tree(SAID).map_err(io("open said tree"))?,
+            kept_nodes: chunked::Chunked::new(
+                db.open_tree(KEPT_NODES)
+                    .map_err(io("open kept nodes tree"))?,
+            ),
             limits,
             usage: std::sync::Mutex::new(Usage::default()),
             db,
@@ -312,10 +320,12 @@ impl Store {
             lifecycle,
             bookings,
             said,
+            kept_nodes,
             limits: _,
             usage: _,
             dir,
         } = self;
+        drop(kept_nodes);
         drop(lifecycle);
         drop(bookings);
         drop(said);

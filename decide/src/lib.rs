@@ -36,6 +36,7 @@ mod bios;
 mod boot_times;
 pub mod buffers;
 mod commands;
+pub mod dark;
 pub mod gpu_clients;
 mod lifecycles;
 pub mod metrics;
@@ -118,6 +119,9 @@ pub struct Snapshot {
     pub commands_unreadable: bool,
     /// BIOS read back since the last round (asked for by `bios.checks`).
     pub bios_reads: Vec<BiosRead>,
+    /// Every registered Node's uid, resourceVersion and kept annotations
+    /// (dark machines' Nodes are deleted and restored by them).
+    pub node_objects: BTreeMap<String, dark::NodeObject>,
 }
 
 /// An object the translation cannot plan, and why.
@@ -183,6 +187,9 @@ pub struct Decision {
     /// This round's power actions an admin asked for (their intents say
     /// so; a forced power-off is a ForceOff).
     pub requested: BTreeMap<String, accord_api::control::Requested>,
+    /// Dark machines' Nodes: copies kept (stored first), deletes, restores
+    /// (act mode only).
+    pub dark: dark::DarkEffects,
 }
 
 /// How the decider is set up (from `[control]`).
@@ -286,6 +293,8 @@ pub struct Decider {
     buffers: buffers::Buffers,
     /// The boots seen per profile (time to capacity).
     boot_times: boot_times::BootTimes,
+    /// Dark machines' Nodes: kept copies, deletes and restores sent.
+    dark: dark::DarkBook,
 }
 
 /// A monotonic clock the caller owns (time since some start), given to
@@ -332,7 +341,19 @@ impl Decider {
             warm_round: warm::WarmRound::default(),
             buffers: buffers::Buffers::default(),
             boot_times: boot_times::BootTimes::default(),
+            dark: dark::DarkBook::default(),
         }
+    }
+
+    /// The copies of deleted Nodes kept from before a restart (the
+    /// store's): put back when their kubelets register them again.
+    pub fn seed_kept_nodes(&mut self, kept: BTreeMap<String, accord::truth::KeptNode>) {
+        let known: BTreeSet<&String> = self.lives.keys().collect();
+        self.dark.seed(
+            kept.into_iter()
+                .filter(|(n, _)| known.contains(n))
+                .collect(),
+        );
     }
 
     /// Scheduler views kept from before a restart (the store's): nodes
@@ -457,6 +478,7 @@ impl Decider {
         self.say_not_planned(snap);
         let transitional = self.count_round(&plan, &mut r.metrics);
         self.bios_checks(now, &mut r.metrics, &mut r.bios);
+        let dark = self.dark_round(snap);
         let publish = if act {
             self.publications(snap)
         } else {
@@ -501,6 +523,7 @@ impl Decider {
             said: self.said.end_round(),
             admin_replies: admin.replies,
             requested: if act { requested } else { BTreeMap::new() },
+            dark,
         }
     }
 

@@ -118,7 +118,8 @@ impl Decider {
             // Accord publishes: what kube-scheduler will see.
             let mut agrees = false;
             if let Some(view) = self.views.get(&n.name) {
-                let d = n.apply_scheduler_view(view);
+                let view = self.view_to_plan(&n.name, view, snap);
+                let d = n.apply_scheduler_view(&view);
                 agrees = d.is_empty();
                 if !d.is_empty() {
                     scheduler_drift.insert(n.name.clone(), d);
@@ -141,6 +142,7 @@ impl Decider {
             }
             let (power, failed) = life.planner_power();
             n.power = power;
+            n.node_deleted = self.node_deleted(&n.name);
             if failed {
                 n.failed = Some(life.reason.clone().unwrap_or_else(|| "failed".to_owned()));
             }

@@ -130,7 +130,9 @@ impl Decider {
             };
             want.taints.extend(self.bios_taint(node));
             want.taints.extend(self.powering_off_taint_of(node, view));
-            if held.contains(node) {
+            // A Node registered again is held until what it had before
+            // Accord deleted it is back (`dark`).
+            if held.contains(node) || self.restoring(node, snap) {
                 want.taints.push(Taint {
                     key: STARTING_TAINT_KEY.to_owned(),
                     value: None,

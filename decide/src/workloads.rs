@@ -305,7 +305,13 @@ impl Decider {
                         rack: n.rack.clone(),
                         stage: life.stage,
                         since: life.since,
-                        reason: self.drain_reason(&n.name).or_else(|| life.reason.clone()),
+                        reason: self
+                            .drain_reason(&n.name)
+                            .or_else(|| life.reason.clone())
+                            .map(|r| match self.dark_reason(&n.name, snap) {
+                                Some(d) => format!("{r}; {d}"),
+                                None => r,
+                            }),
                         pods: snap.pods_per_node.get(&n.name).copied().unwrap_or(0),
                         gpus: n.gpus.len() as u32,
                         bmc_on: snap.bmc.get(&n.name).copied(),

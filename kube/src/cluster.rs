@@ -41,7 +41,7 @@ pub fn slice_counters(slice: &ResourceSlice) -> Result<accord::device::CounterSe
 }
 
 /// A Kubernetes Node as the scheduler sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct ClusterNode {
     pub name: String,
     pub labels: BTreeMap<String, String>,
@@ -53,12 +53,19 @@ pub struct ClusterNode {
     pub unschedulable: bool,
     /// Annotated `accord.dev/do-not-disrupt: "true"` by an admin.
     pub do_not_disrupt: bool,
+    /// `metadata.uid` and `.resourceVersion`: a delete is made only of
+    /// the Node seen (preconditions).
+    pub uid: String,
+    pub resource_version: String,
+    /// The annotations kept when Accord deletes the Node of a dark
+    /// machine ([`accord::truth::keeps_annotation`]); no others.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// The taint kube-scheduler's NodeUnschedulable filter treats a cordon as
 /// (`pkg/scheduler/framework/plugins/nodeunschedulable`): the node
 /// lifecycle controller puts it on a cordoned Node, but a moment later.
-pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+pub const UNSCHEDULABLE_TAINT: &str = accord::truth::UNSCHEDULABLE_TAINT_KEY;
 
 /// The node as kube-scheduler sees it, with the devices DRA drivers
 /// publish for it (`None`: none published, or the cluster serves no DRA).
@@ -126,6 +133,16 @@ pub fn cluster_node(n: &Node) -> ClusterNode {
             .as_ref()
             .and_then(|a| a.get(DO_NOT_DISRUPT))
             .is_some_and(|v| v == "true"),
+        uid: n.metadata.uid.clone().unwrap_or_default(),
+        resource_version: n.metadata.resource_version.clone().unwrap_or_default(),
+        annotations: n
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, _)| accord::truth::keeps_annotation(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }
 

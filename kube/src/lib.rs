@@ -9,6 +9,7 @@
 
 pub mod buffer_status;
 pub mod cluster;
+pub mod dark_nodes;
 pub mod discovery;
 pub mod manifests;
 pub mod translate;

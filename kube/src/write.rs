@@ -29,7 +29,7 @@ pub enum PublishOutcome {
     NotFound,
 }
 
-fn effect_name(e: TaintEffect) -> &'static str {
+pub(crate) fn effect_name(e: TaintEffect) -> &'static str {
     match e {
         TaintEffect::NoSchedule => "NoSchedule",
         TaintEffect::PreferNoSchedule => "PreferNoSchedule",
@@ -73,11 +73,21 @@ pub async fn publish_node(
     let Some(patch) = publication_patch(&current, want, owns_label, owns_taint) else {
         return Ok(PublishOutcome::Unchanged);
     };
+    merge_patch_node(&api, node, &patch).await
+}
+
+/// One JSON merge patch of Node `node` as field manager `accordd`:
+/// `Written`, or `NotFound` for a Node that is gone.
+pub(crate) async fn merge_patch_node(
+    api: &Api<Node>,
+    node: &str,
+    patch: &Value,
+) -> Result<PublishOutcome, kube::Error> {
     let params = PatchParams {
         field_manager: Some(MANAGER.to_owned()),
         ..Default::default()
     };
-    match api.patch(node, &params, &Patch::Merge(&patch)).await {
+    match api.patch(node, &params, &Patch::Merge(patch)).await {
         Ok(_) => Ok(PublishOutcome::Written),
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(PublishOutcome::NotFound),
         Err(e) => Err(e),
@@ -220,22 +230,7 @@ pub async fn set_node_label(
     if let Some(rv) = &current.metadata.resource_version {
         metadata["resourceVersion"] = Value::from(rv.as_str());
     }
-    let params = PatchParams {
-        field_manager: Some(MANAGER.to_owned()),
-        ..Default::default()
-    };
-    match api
-        .patch(
-            node,
-            &params,
-            &Patch::Merge(&json!({ "metadata": metadata })),
-        )
-        .await
-    {
-        Ok(_) => Ok(PublishOutcome::Written),
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(PublishOutcome::NotFound),
-        Err(e) => Err(e),
-    }
+    merge_patch_node(&api, node, &json!({ "metadata": metadata })).await
 }
 
 /// The merge patch that makes `node` show `want` (see [`publish_node`]),

@@ -31,7 +31,7 @@ fn micro_time_now() -> String {
 }
 
 /// Kubernetes `Time` (whole seconds), UTC.
-fn time_now() -> String {
+pub(crate) fn time_now() -> String {
     k8s_openapi::jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
@@ -80,9 +80,47 @@ pub(crate) async fn leases(ctx: Ctx) {
                 }
                 ctx.api.apply(lease);
             }
+            post_ready(&ctx, &node);
         }
         tokio::time::sleep(RENEW_EVERY).await;
     }
+}
+
+/// The kubelet's node status loop (`pkg/kubelet/kubelet_node_status.go`,
+/// `tryUpdateNodeStatus`, every `nodeStatusUpdateFrequency`): it posts the
+/// Node's status when it differs from what the kubelet reports, so a Ready
+/// condition the node lifecycle controller turned Unknown while the
+/// machine runs (a Node registered again under the name of one the
+/// controller still holds health for, before its first Lease renewal) is
+/// set back to Ready. Only then: the lab posts nothing while it agrees.
+fn post_ready(ctx: &Ctx, node: &str) {
+    let Some(n) = ctx.api.get("v1", "Node", "", node) else {
+        return;
+    };
+    let ready = n["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    if ready {
+        return;
+    }
+    let now = time_now();
+    ctx.api.update("v1", "Node", "", node, |n| {
+        let mut conditions: Vec<Value> = n["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["type"] != "Ready")
+            .cloned()
+            .collect();
+        conditions.push(
+            json!({"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now, "lastTransitionTime": now}),
+        );
+        n["status"]["conditions"] = Value::Array(conditions);
+    });
 }
 
 /// A pod's status once its kubelet runs it.

@@ -189,6 +189,16 @@ pub struct MachineSettings {
     /// registers: maintenance, not a fault.
     #[serde(default)]
     pub cordoned: bool,
+    /// An admin labels, taints and annotates its Node (`kubectl label`,
+    /// `taint`, `annotate`) when it first registers: what Accord must put
+    /// back if it deletes the Node while the machine is dark. Taints as
+    /// `key=value:Effect` (or `key:Effect`).
+    #[serde(default)]
+    pub admin_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub admin_taints: Vec<String>,
+    #[serde(default)]
+    pub admin_annotations: BTreeMap<String, String>,
     /// The GPU Operator runs its device plugin there (`gpus.rs`,
     /// `operator_device_plugin`): the Node is labelled
     /// `nvidia.com/gpu.deploy.device-plugin=true`, the plugin's pod runs

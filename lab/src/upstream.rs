@@ -30,7 +30,7 @@ pub const SERVICE_ACCOUNT: &str = "accordd";
 /// What an admin applies to install Accord (`deploy/`), and the x-k8s.io
 /// CRDs (from upstream; tests/fixtures/kubernetes/SOURCES.md) that
 /// accordd's demand watch reads.
-const INSTALL: [(&str, &str); 5] = [
+const INSTALL: [(&str, &str); 6] = [
     (
         "crd-accordnode.yaml",
         include_str!("../../deploy/crd-accordnode.yaml"),
@@ -40,6 +40,10 @@ const INSTALL: [(&str, &str); 5] = [
         include_str!("../../deploy/crd-capacitybuffer.yaml"),
     ),
     ("rbac.yaml", include_str!("../../deploy/rbac.yaml")),
+    (
+        "node-delete-policy.yaml",
+        include_str!("../../deploy/node-delete-policy.yaml"),
+    ),
     (
         "crd-provisioningrequests.yaml",
         include_str!(

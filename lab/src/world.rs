@@ -255,6 +255,13 @@ async fn register_node(ctx: &Ctx, name: &str) {
         }
     };
     let mut node = crate::kubelet::node_object(name, &machine);
+    // As the kubelet's Ready setter (`pkg/kubelet/nodestatus/setters.go`,
+    // `ReadyCondition`): the heartbeat is now.
+    let now = crate::kubelets::time_now();
+    if let Some(c) = node["status"]["conditions"].get_mut(0) {
+        c["lastHeartbeatTime"] = json!(now);
+        c["lastTransitionTime"] = json!(now);
+    }
     let first = ctx.api.get("v1", "Node", "", name).is_none();
     crate::bios::registration_taint(&ctx.fleet, name, first, &mut node);
     if first && ctx.scenario.lab.kubelet_starting_taint {
@@ -293,7 +300,41 @@ async fn register_node(ctx: &Ctx, name: &str) {
         .unwrap_or("0")
         .to_owned();
     ctx.api.apply(node);
+    // The machine's first registration ever (an admin acts once; a Node
+    // Accord deleted registers again as new).
+    let first_ever = {
+        let r = ctx.record.lock().expect("lock");
+        r.nodes
+            .get(name)
+            .is_some_and(|n| n.registered_at.len() <= 1)
+    };
+    let admin = ctx.scenario.lab.machines.get(name);
+    if first && first_ever {
+        if let Some(m) = admin.filter(|m| {
+            !m.admin_labels.is_empty()
+                || !m.admin_taints.is_empty()
+                || !m.admin_annotations.is_empty()
+        }) {
+            // `kubectl label`, `taint`, `annotate`: once, when the machine
+            // first registers (not again when Accord's restore is due).
+            ctx.api.update("v1", "Node", "", name, |n| {
+                for (k, v) in &m.admin_labels {
+                    n["metadata"]["labels"][k] = json!(v);
+                }
+                for (k, v) in &m.admin_annotations {
+                    n["metadata"]["annotations"][k] = json!(v);
+                }
+                let mut taints = n["spec"]["taints"].as_array().cloned().unwrap_or_default();
+                for t in &m.admin_taints {
+                    taints.push(admin_taint(t));
+                }
+                n["spec"]["taints"] = Value::Array(taints);
+            });
+            say!(ctx, node = %name, "an admin labels, taints and annotates the Node");
+        }
+    }
     if first
+        && first_ever
         && ctx
             .scenario
             .lab
@@ -329,6 +370,15 @@ async fn register_node(ctx: &Ctx, name: &str) {
     // Changed while registering: `gpus::watch` skipped it.
     if let Some(g) = super::machine_gpus(ctx, name).filter(|g| Some(g.version()) != version) {
         crate::gpus::republish(ctx, name, &g).await;
+    }
+}
+
+/// `key=value:Effect` or `key:Effect` as a Node taint.
+fn admin_taint(t: &str) -> Value {
+    let (kv, effect) = t.rsplit_once(':').unwrap_or((t, "NoSchedule"));
+    match kv.split_once('=') {
+        Some((k, v)) => json!({"key": k, "value": v, "effect": effect}),
+        None => json!({"key": kv, "effect": effect}),
     }
 }
 

@@ -297,6 +297,7 @@ impl FleetFile {
             device_prints: m.prints,
             source: Some(Arc::new(source)),
             viewed: false,
+            node_deleted: false,
             mig_via: self.mig_via(cfg),
         }
     }

@@ -15,8 +15,8 @@ mod view;
 
 pub use install::{hardware_from_profile, parse_layout_entry};
 pub use schema::{
-    max, FleetFile, HardwareProfile, MigVia, NodeConfig, OnDrift, Owner, Placement, Policy,
-    PowerState, RackConfig, ReservationConfig, TopologyConfig, Warm,
+    max, DarkNodes, FleetFile, HardwareProfile, MigVia, NodeConfig, OnDrift, Owner, Placement,
+    Policy, PowerState, RackConfig, ReservationConfig, TopologyConfig, Warm,
 };
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -115,6 +115,12 @@ pub struct Node {
     /// model was installed.
     #[serde(skip)]
     pub(crate) viewed: bool,
+    /// Accord powered the machine off and its Node is gone, or goes
+    /// (`policy.dark_nodes = "delete"`): no topology domain to the
+    /// scheduler until it is powered on, whether or not the Node object
+    /// is still there (so the plan is the same either way).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_deleted: bool,
     /// Who repartitions its MIG GPUs (its profile's `mig_via`, else the
     /// policy's).
     #[serde(default)]

@@ -68,6 +68,10 @@ pub struct Policy {
     /// (default: it is left as the admin left it, on).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub power_off_cordoned: bool,
+    /// How a machine Accord powered off appears to Kubernetes (default:
+    /// its Node is deleted, and restored when its kubelet registers again).
+    #[serde(default, skip_serializing_if = "DarkNodes::is_default")]
+    pub dark_nodes: DarkNodes,
     /// Capacity kept warm ahead of demand (default: none beyond the spares).
     #[serde(default, skip_serializing_if = "Warm::is_off")]
     pub warm: Warm,
@@ -166,6 +170,31 @@ pub enum MigVia {
     GpuOperator,
 }
 
+/// How a machine Accord powered off appears to Kubernetes
+/// (docs/kubernetes.md, "Dark machines").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DarkNodes {
+    /// Once the power-off is confirmed (the `accord.dev/powering-off`
+    /// taint on the Node, no work pod, the BMC reading Off), accordd
+    /// deletes the Node, as cluster-autoscaler and Karpenter do when they
+    /// remove capacity; it keeps the Node's labels, taints, annotations
+    /// and cordon, and puts back those the Node lacks when the machine's
+    /// kubelet registers it again.
+    #[default]
+    Delete,
+    /// The Node stays, NotReady, while the machine is off: DaemonSet
+    /// rolling updates stall on it, and a zone mostly dark turns the node
+    /// lifecycle controller's evictions off.
+    Keep,
+}
+
+impl DarkNodes {
+    fn is_default(&self) -> bool {
+        *self == DarkNodes::Delete
+    }
+}
+
 /// What a node whose report differs from its declaration is planned with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -211,6 +240,7 @@ impl Default for Policy {
             on_drift: OnDrift::PlanWithReport,
             mig_via: MigVia::Agent,
             power_off_cordoned: false,
+            dark_nodes: DarkNodes::Delete,
             warm: Warm::Off,
             warm_lookahead_s: default_warm_lookahead(),
             warm_coverage_percent: default_warm_coverage(),

@@ -20,6 +20,14 @@ impl Planner<'_> {
                 ));
                 continue;
             };
+            // A dark machine whose Node Accord deleted runs none of the
+            // pods still bound to it: the pod garbage collector deletes
+            // them (orphaned), and its DaemonSets' pods come back new
+            // (`daemon_pods`). Left out whether or not they are gone yet,
+            // so the plan is the same either way.
+            if self.nodes[i].node_deleted {
+                continue;
+            }
             let spec = PodSpec {
                 requests: pod.requests.clone(),
                 ..PodSpec::default()

@@ -3,8 +3,9 @@
 //! kube-scheduler's cache holds assumed pods), and the InterPodAffinity,
 //! PodTopologySpread and NodePorts judgements over them (the rules are in
 //! `crate::fit::relations`). Spread domains are the nodes that will be
-//! Nodes when the pod binds: registered ones (a dark machine stays a
-//! NotReady Node), and those up or powered on by the plan.
+//! Nodes when the pod binds: registered ones (a dark machine whose Node
+//! Accord deleted is not one; with `policy.dark_nodes = "keep"` it stays
+//! a NotReady Node, and is), and those up or powered on by the plan.
 //!
 //! Off unless some pod of the round has relations: a round without them
 //! pays nothing.
@@ -36,10 +37,12 @@ pub(super) struct Relations {
     domains: BTreeMap<String, BTreeMap<String, Vec<usize>>>,
     namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// Per node: Kubernetes has a Node for it (its scheduler view was
-    /// seen). A machine never registered is no topology domain to the
-    /// scheduler until it is powered on; one that went dark stays a
-    /// NotReady Node, and counts. A plan from files alone (no node ever
-    /// seen) takes every node for a registered one.
+    /// seen), and Accord has not deleted it (`Node::node_deleted`). A
+    /// machine never registered, or dark with its Node deleted, is no
+    /// topology domain to the scheduler until it is powered on; one that
+    /// went dark by itself stays a NotReady Node, and counts. A plan from
+    /// files alone (no node ever seen) takes every node for a registered
+    /// one.
     registered: Vec<bool>,
     /// Bumped on every commit and every new trial: spread counts cached
     /// under it (with the trial's pod count) are current.
@@ -82,7 +85,10 @@ impl Relations {
         }
         let seen = nodes.iter().any(|n| n.viewed);
         Some(Relations {
-            registered: nodes.iter().map(|n| n.viewed || !seen).collect(),
+            registered: nodes
+                .iter()
+                .map(|n| (n.viewed && !n.node_deleted) || !seen)
+                .collect(),
             on_node: vec![Vec::new(); nodes.len()],
             with_anti: BTreeSet::new(),
             domains,

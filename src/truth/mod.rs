@@ -8,6 +8,7 @@
 //! declaration disagree, or the scheduler's devices differ from the
 //! model's, that is [`Drift`]. Pure: the daemon observes, this compares.
 
+mod dark;
 mod publish;
 mod report;
 
@@ -20,9 +21,10 @@ use crate::demand::Taint;
 use crate::device::Device;
 use crate::hardware::{Gpu, MigMode, NicKind, NodeHardware};
 
+pub use dark::{keeps_annotation, keeps_label, keeps_taint, KeptNode, NodeKeys};
 pub use publish::{
     is_readiness_taint, label_value, owns_taint, valid_label_key, valid_label_value,
-    DO_NOT_DISRUPT, KUBERNETES_SET_LABELS, READINESS_TAINTS,
+    DO_NOT_DISRUPT, KUBERNETES_SET_LABELS, READINESS_TAINTS, UNSCHEDULABLE_TAINT_KEY,
 };
 pub use report::{compare, PcieStated, Stated};
 

@@ -65,6 +65,10 @@ pub const READINESS_TAINTS: [&str; 2] = [
     "node.kubernetes.io/unreachable",
 ];
 
+/// The taint kube-scheduler's NodeUnschedulable filter treats a cordon as
+/// (`pkg/scheduler/framework/plugins/nodeunschedulable`).
+pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
+
 /// The Node annotation (`"true"`) by which an admin keeps Accord from
 /// powering the node off or repairing it.
 pub const DO_NOT_DISRUPT: &str = "accord.dev/do-not-disrupt";

@@ -1468,10 +1468,45 @@ async fn handle(
                 inner.objects[t.resource][&(ns, name.clone())].clone(),
             )
         }
-        (Method::DELETE, Some(name)) => match shared.remove(t.resource, ns_key(&t), name.clone()) {
-            Some(old) => reply(StatusCode::OK, old),
-            None => not_found(spec.plural, name),
-        },
+        (Method::DELETE, Some(name)) => {
+            // DeleteOptions' preconditions, checked against the object as
+            // stored (apiserver `pkg/registry/rest/delete.go`,
+            // `BeforeDelete`: a mismatch is 409 Conflict, "Precondition
+            // failed: ...").
+            let options: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let pre = &options["preconditions"];
+            let current = {
+                let inner = shared.inner.lock().expect("lock");
+                inner.objects[t.resource]
+                    .get(&(ns_key(&t), name.clone()))
+                    .cloned()
+            };
+            let Some(current) = current else {
+                return not_found(spec.plural, name);
+            };
+            for (field, meta) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
+                if let Some(want) = pre[field].as_str() {
+                    let have = current["metadata"][field].as_str().unwrap_or("");
+                    if want != have {
+                        let mut body = status(
+                            409,
+                            "Conflict",
+                            format!(
+                                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: \
+                                 {meta} in precondition: {want}, {meta} in object meta: {have}",
+                                spec.plural
+                            ),
+                        );
+                        body["details"] = json!({"name": name, "kind": spec.plural});
+                        return reply(StatusCode::CONFLICT, body);
+                    }
+                }
+            }
+            match shared.remove(t.resource, ns_key(&t), name.clone()) {
+                Some(old) => reply(StatusCode::OK, old),
+                None => not_found(spec.plural, name),
+            }
+        }
         _ => reply(
             StatusCode::METHOD_NOT_ALLOWED,
             status(

@@ -256,6 +256,19 @@ fn kube_snapshot(
         .filter(|n| n.do_not_disrupt)
         .map(|n| n.name.clone())
         .collect();
+    let node_objects = nodes
+        .iter()
+        .map(|n| {
+            (
+                n.name.clone(),
+                accord_decide::dark::NodeObject {
+                    uid: n.uid.clone(),
+                    resource_version: n.resource_version.clone(),
+                    annotations: n.annotations.clone(),
+                },
+            )
+        })
+        .collect();
     // Pending pod → its workload, from the sources the translation names
     // for each workload: the grouping is the translation's.
     let mut pod_workload = BTreeMap::new();
@@ -314,6 +327,7 @@ fn kube_snapshot(
         kube_ready,
         cordoned,
         do_not_disrupt,
+        node_objects,
         pods_per_node,
         pod_workload,
         scheduler,

@@ -205,6 +205,18 @@ fn seeded_decider(
             warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept scheduler views; nodes that are off are planned with their models")
         }
     }
+    // What deleted dark machines' Nodes had: put back when they register.
+    match shared.store.kept_nodes() {
+        Ok((kept, unreadable)) => {
+            if !unreadable.is_empty() {
+                warn!(nodes = %unreadable.join(","), "kept copies of deleted Nodes that cannot be read are ignored: their labels and taints are not put back");
+            }
+            decider.seed_kept_nodes(kept);
+        }
+        Err(e) => {
+            warn!(error = %accord::config_file::error_chain(&e), "cannot read the kept copies of deleted Nodes: their labels and taints are not put back")
+        }
+    }
     // What was said and still held: not said again.
     match shared.store.said() {
         Ok((said, unreadable)) => {

@@ -30,6 +30,12 @@ pub struct Writes {
     /// mig-parted configurations the labels name, put in mig-manager's
     /// ConfigMap before any label is set (none is when that fails).
     pub mig_configs: Option<(super::mig_parted::ConfigMapRef, MigConfigs)>,
+    /// What Nodes registered again had before Accord deleted them, put
+    /// back before Accord's own keys are published (which may lift the
+    /// starting taint).
+    pub restores: Vec<(String, accord::truth::KeptNode)>,
+    /// Dark machines' Nodes to delete (their copies already kept).
+    pub deletes: Vec<accord_decide::dark::NodeDelete>,
 }
 
 /// mig-parted configurations by name.
@@ -43,6 +49,8 @@ impl Writes {
             && self.nodes.is_empty()
             && self.labels.is_empty()
             && self.mig_configs.is_none()
+            && self.restores.is_empty()
+            && self.deletes.is_empty()
     }
 }
 
@@ -118,7 +126,22 @@ async fn write(
             warn!("{line}");
         }
     };
-    // Labels and taints first: they decide where kube-scheduler puts pods.
+    // What a Node registered again had, then Accord's labels and taints:
+    // they decide where kube-scheduler puts pods.
+    for (node, kept) in &w.restores {
+        if !may_write() {
+            return;
+        }
+        match accord_kube::dark_nodes::restore_node(kube, node, kept).await {
+            Ok(outcome) => {
+                tracing::info!(node = %node, ?outcome, "labels, taints and annotations the Node had before Accord deleted it put back")
+            }
+            Err(err) => warn_once(
+                format!("restore {node} {err}"),
+                format!("Node {node}: cannot put back what it had before Accord deleted it (tried again): {err}"),
+            ),
+        }
+    }
     for (node, p) in &w.nodes {
         if !may_write() {
             return;
@@ -141,6 +164,26 @@ async fn write(
             Err(err) => warn_once(
                 format!("node {node} {err}"),
                 format!("Node {node}: cannot publish Accord's labels and taints: {err}"),
+            ),
+        }
+    }
+    for d in &w.deletes {
+        if !may_write() {
+            return;
+        }
+        match accord_kube::dark_nodes::delete_node(kube, &d.node, &d.uid, &d.resource_version).await
+        {
+            Ok(outcome) => {
+                tracing::info!(node = %d.node, uid = %d.uid, ?outcome, "Node of a machine Accord powered off deleted")
+            }
+            // Changed since it was seen (409), or refused: the next round
+            // sees the Node as it is and decides again.
+            Err(err) => warn_once(
+                format!("delete {} {err}", d.node),
+                format!(
+                    "Node {}: cannot delete it (the machine is off): {err}",
+                    d.node
+                ),
             ),
         }
     }

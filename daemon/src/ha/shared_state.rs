@@ -2,8 +2,8 @@
 //! object (`accord.dev/v1alpha1`, in the Lease's namespace, named after
 //! the node; `deploy/crd-accordnode.yaml`) per fleet node, whose `spec` is
 //! a [`NodeShared`]: the term that last wrote it (`fence`), the node's
-//! open power intents, its lifecycle, bookings, BIOS record and agent
-//! command.
+//! open power intents, its lifecycle, bookings, BIOS record, agent
+//! command and, while its machine is dark, what its deleted Node had.
 //!
 //! Every write carries the resourceVersion it read (optimistic
 //! concurrency) and the writer's fence; an object whose fence is newer
@@ -62,6 +62,10 @@ pub struct NodeShared {
     pub bios: Option<BiosRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<CommandRecord>,
+    /// What its Node had, when Accord deleted it (the machine is dark):
+    /// put back when its kubelet registers it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<accord::truth::KeptNode>,
 }
 
 impl NodeShared {
@@ -71,6 +75,7 @@ impl NodeShared {
             && self.bookings == other.bookings
             && self.bios == other.bios
             && self.command == other.command
+            && self.kept == other.kept
     }
 }
 

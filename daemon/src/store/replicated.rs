@@ -1,6 +1,6 @@
 //! The part of the store a new leader takes from the API server (HA,
-//! `crate::ha::shared_state`): each node's lifecycle, bookings, BIOS record
-//! and agent command, as one `NodeShared`. `node_shared` reads it for the
+//! `crate::ha::shared_state`): each node's lifecycle, bookings, BIOS record,
+//! agent command and kept copy of its deleted Node, as one `NodeShared`. `node_shared` reads it for the
 //! leader's write-behind; `adopt` replaces it with what the previous
 //! leader left, at a takeover, before the loop is seeded from the store.
 
@@ -23,6 +23,7 @@ impl Store {
         let (lives, _) = self.lives()?;
         let (bookings, _) = self.bookings()?;
         let (bios, _) = self.bios_records()?;
+        let (kept, _) = self.kept_nodes()?;
         let mut commands: BTreeMap<String, CommandRecord> = BTreeMap::new();
         for kv in self.commands.iter() {
             let (k, v) = kv.map_err(io("list commands"))?;
@@ -36,6 +37,7 @@ impl Store {
                 lifecycle: lives.get(node).cloned(),
                 bios: bios.get(node).cloned(),
                 command: commands.get(node).cloned(),
+                kept: kept.get(node).cloned(),
                 ..NodeShared::default()
             };
             for (request, b) in &bookings {
@@ -99,6 +101,11 @@ impl Store {
                 None => self.remove_bios_record(node)?,
             }
         }
+        let kept: Vec<_> = shared
+            .iter()
+            .map(|(n, s)| (n.clone(), s.kept.clone()))
+            .collect();
+        self.put_kept_nodes(&kept)?;
         self.flush()
     }
 }

@@ -13,6 +13,7 @@ mod config;
 mod control;
 mod control_agents;
 mod control_bios;
+mod control_dark;
 mod control_health;
 mod control_intents;
 mod control_mig;

@@ -11,6 +11,7 @@ mod lab_bios;
 mod lab_buffers;
 mod lab_capacity;
 mod lab_chaos;
+mod lab_dark;
 mod lab_ha;
 mod lab_health;
 mod lab_mig;

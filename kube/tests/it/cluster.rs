@@ -217,6 +217,7 @@ pub(crate) fn allocate_on(
         ready: true,
         unschedulable: false,
         do_not_disrupt: false,
+        ..Default::default()
     };
     node.apply_scheduler_view(&accord_kube::cluster::scheduler_view(&cn, Some(published)));
     let mut cel = CelEngine::default();

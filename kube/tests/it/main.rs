@@ -2,6 +2,7 @@
 //! its own: one per crate keeps CI's link time down).
 
 mod cluster;
+mod dark_nodes;
 mod deploy;
 mod hostile_yaml;
 mod limits;

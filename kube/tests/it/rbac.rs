@@ -82,6 +82,8 @@ fn rbac_covers_every_watch_and_write_and_nothing_more() {
     // Writes. publish_node: get, then patch.
     assert!(g[&("".into(), "nodes".into())].contains("get"));
     assert!(g[&("".into(), "nodes".into())].contains("patch"));
+    // dark_nodes::delete_node.
+    assert!(g[&("".into(), "nodes".into())].contains("delete"));
     assert!(g[&("events.k8s.io".into(), "events".into())].contains("create"));
     assert!(g[&(
         "autoscaling.x-k8s.io".into(),
@@ -204,4 +206,47 @@ fn rbac_for_the_gpu_operator_grants_only_mig_managers_configmap() {
     let binding = docs.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
     assert_eq!(binding["subjects"][0]["name"], "accordd");
     assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+}
+
+/// The delete of Nodes (deploy/rbac.yaml) is narrowed by a
+/// ValidatingAdmissionPolicy to Nodes carrying Accord's powering-off taint,
+/// bound with Deny, matching accordd's ServiceAccount only.
+#[test]
+fn node_deletes_are_narrowed_to_nodes_accord_powered_off() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/node-delete-policy.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde_json::Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect();
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .unwrap();
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding")
+        .unwrap();
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(
+        binding["spec"]["validationActions"],
+        serde_json::json!(["Deny"])
+    );
+    let rule = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rule["operations"], serde_json::json!(["DELETE"]));
+    assert_eq!(rule["resources"], serde_json::json!(["nodes"]));
+    let user = policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        user.contains("system:serviceaccount:accord-system:accordd"),
+        "{user}"
+    );
+    let check = policy["spec"]["validations"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        check.contains(accord::truth::POWERING_OFF_TAINT_KEY),
+        "{check}"
+    );
 }

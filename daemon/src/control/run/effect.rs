@@ -55,6 +55,14 @@ impl Controller {
                 warn!(node = %node, error = %accord::config_file::error_chain(&e), "cannot keep the node's scheduler view");
             }
         }
+        // Before any delete is sent: what a deleted Node had is durable.
+        let kept_ok = match shared.store.put_kept_nodes(&d.dark.kept) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(error = %accord::config_file::error_chain(&e), "cannot keep what dark machines' Nodes have; none is deleted this round");
+                false
+            }
+        };
         let labels = self.commands(&d.commands);
         let mig_configs = (!d.commands.mig_configs.is_empty()).then(|| {
             (
@@ -70,6 +78,8 @@ impl Controller {
                 nodes: d.publish,
                 labels,
                 mig_configs,
+                restores: d.dark.restores,
+                deletes: if kept_ok { d.dark.deletes } else { Vec::new() },
             })
             .await;
         shared.metrics.record_round(&d.metrics);

@@ -205,3 +205,29 @@ pub fn accordctl(lab: &Lab, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// `kubectl ARGS` with the lab's kubeconfig (the admin's): its output,
+/// whatever its exit status.
+pub fn kubectl_output(lab: &Lab, args: &[&str]) -> std::process::Output {
+    let kubeconfig = lab.kubeconfig.as_ref().expect("the lab wrote a kubeconfig");
+    let dir = accord_testkit::control_plane::Binaries::for_minor(lab.kube_version.minor()).unwrap();
+    accord_testkit::process::output_within(
+        std::process::Command::new(dir.path("kubectl").unwrap())
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(args),
+        Duration::from_secs(150),
+    )
+}
+
+/// `kubectl ARGS` with the lab's kubeconfig (the admin's): its stdout; it
+/// must succeed.
+pub fn kubectl(lab: &Lab, args: &[&str]) -> String {
+    let out = kubectl_output(lab, args);
+    assert!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
