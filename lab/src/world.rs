@@ -466,6 +466,12 @@ pub(super) async fn scheduler(ctx: Ctx) {
         if rv == seen_rv {
             continue;
         }
+        // What is decided below is of the store as of `rv` (or later): a
+        // write that lands while it is decided is seen next time. (Taking
+        // the version after the binder's own writes lost such a write when
+        // nothing came after it: a gang whose last Node label landed then
+        // was never bound.)
+        seen_rv = rv;
         let nodes = api.list("v1", "Node");
         let pods = api.list("v1", "Pod");
         let groups = api.list("scheduling.k8s.io/v1beta1", "PodGroup");
@@ -510,7 +516,6 @@ pub(super) async fn scheduler(ctx: Ctx) {
             });
             api.apply(pod);
         }
-        seen_rv = api.resource_version();
     }
 }
 
