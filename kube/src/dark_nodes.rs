@@ -69,14 +69,7 @@ pub fn restore_patch(node: &Node, kept: &KeptNode) -> Option<Value> {
     let empty = Default::default();
     let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
     let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
-    let current: Vec<Value> = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|t| serde_json::to_value(t).unwrap_or_default())
-        .collect();
+    let current = crate::write::taints_as_sent(node);
     let has_taint = |key: &str, effect: &str| {
         current
             .iter()

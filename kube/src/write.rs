@@ -76,6 +76,17 @@ pub async fn publish_node(
     merge_patch_node(&api, node, &patch).await
 }
 
+/// A Node's taints as the API server sent them (`timeAdded` and all).
+pub(crate) fn taints_as_sent(node: &Node) -> Vec<Value> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|t| serde_json::to_value(t).unwrap_or_default())
+        .collect()
+}
+
 /// One JSON merge patch of Node `node` as field manager `accordd`:
 /// `Written`, or `NotFound` for a Node that is gone.
 pub(crate) async fn merge_patch_node(
@@ -256,14 +267,7 @@ pub fn publication_patch(
     }
 
     // The Node's taints as sent (timeAdded and all).
-    let current: Vec<Value> = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|t| serde_json::to_value(t).unwrap_or_default())
-        .collect();
+    let current = taints_as_sent(node);
     let mut taints: Vec<Value> = current
         .iter()
         .filter(|t| !owns_taint(t["key"].as_str().unwrap_or("")))
