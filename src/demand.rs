@@ -220,6 +220,11 @@ pub struct Workload {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<ObjectRef>,
     pub pod_sets: Vec<PodSet>,
+    /// Where the plan approximates the scheduler that will place it
+    /// (another scheduler's gang planned with kube-scheduler's filters):
+    /// said in its explanation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approximation: Option<String>,
 }
 
 /// A Kubernetes object by kind, namespace and name, kept typed from the
@@ -254,7 +259,12 @@ impl ObjectRef {
 
 impl std::fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        if self.namespace.is_empty() {
+            // Cluster-scoped (a ClusterQueue, a Volcano Queue).
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
     }
 }
 

@@ -138,6 +138,10 @@ pub struct WorkloadStatus {
     pub domain: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Where its plan approximates the scheduler that places it (another
+    /// scheduler's gang planned with kube-scheduler's filters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approximation: Option<String>,
     /// Seconds since Accord first saw it pending.
     pub pending_s: f64,
 }

@@ -267,7 +267,9 @@ fn time_to_capacity(s: &ControlStatus, w: &crate::control::WorkloadStatus) -> St
 }
 
 pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
-    let (workload, pod) = if s.workloads.iter().any(|w| w.workload == query) {
+    let (workload, pod) = if s.workloads.iter().any(|w| w.workload == query)
+        || (!s.pods.contains_key(query) && s.cannot_plan.iter().any(|c| c.workload == query))
+    {
         (query.to_owned(), None)
     } else if let Some(w) = s.pods.get(query) {
         (w.clone(), Some(query.to_owned()))
@@ -323,6 +325,9 @@ pub fn render_explain(s: &ControlStatus, query: &str) -> Option<String> {
                 },
                 w.pending_s
             ));
+            if let Some(a) = &w.approximation {
+                out.push_str(&format!("note: {a}\n"));
+            }
             match w.state {
                 WorkloadState::CannotPlace => out.push_str(&format!(
                     "Accord: cannot place it: {}\nAccord: nothing will be powered on for it\n",

@@ -189,6 +189,7 @@ pub fn demand(gangs: usize, pods_per_gang: u32, seed: u64) -> Demand {
                 mode,
             }),
             reservation: None,
+            approximation: None,
             sources: Vec::new(),
             pod_sets: vec![PodSet {
                 name: "worker".into(),

@@ -296,6 +296,7 @@ mod tests {
             },
             domain: None,
             reason: (state == WorkloadState::CannotPlace).then(|| "no room".into()),
+            approximation: None,
             pending_s: 0.0,
         }
     }

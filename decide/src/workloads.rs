@@ -46,6 +46,7 @@ impl Decider {
                     powering_on,
                     domain: placed.and_then(|p| p.domain.clone()),
                     reason: unsat.map(|u| u.reason.clone()),
+                    approximation: w.approximation.clone(),
                     pending_s: self
                         .pending_since
                         .get(&key)
@@ -277,7 +278,12 @@ impl Decider {
         for c in &snap.not_planned {
             self.say_once(
                 SaidKey::new(said::NOT_PLANNED, &c.workload, c.reason.clone()),
-                format!("pod {}: not planned: {}", c.workload, c.reason),
+                format!(
+                    "{} {}: not planned: {}",
+                    c.sources.first().map_or("pod", |s| s.kind.as_str()),
+                    c.workload,
+                    c.reason
+                ),
             );
         }
     }
@@ -346,8 +352,11 @@ impl Decider {
                 .clone()
                 .into_iter()
                 .chain(
+                    // Pods left to another scheduler or to preemption (a
+                    // Kueue Workload held is no pod).
                     snap.not_planned
                         .iter()
+                        .filter(|c| c.sources.first().is_none_or(|s| s.kind == "Pod"))
                         .map(|c| (c.workload.clone(), c.workload.clone())),
                 )
                 .collect(),

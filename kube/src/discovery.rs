@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroupList, APIResourceLi
 use kube::core::discovery::v2::{APIGroupDiscoveryList, ACCEPT_AGGREGATED_DISCOVERY_V2};
 use serde_json::Value;
 
-use crate::manifests::DRA_VERSIONS;
+use crate::manifests::{DRA_VERSIONS, KUEUE_V1BETA1, KUEUE_V1BETA2};
 
 /// One kind Accord reads from the cluster, and the versions it reads it
 /// at, best first.
@@ -205,7 +205,75 @@ pub const READS: &[ReadKind] = &[
         "the JobSet CRD (jobset.x-k8s.io/v1alpha2) is not installed: JobSets are not \
          read (their Jobs and pods still are)",
     ),
+    // Kueue (v0.15+ stores v1beta2, v0.17 serves v1beta1 beside it):
+    // Workloads not admitted yet are demand (`translate::kueue`); queues,
+    // flavors and topologies say whether Kueue would admit them, and where.
+    crd(
+        "Workload",
+        "kueue.x-k8s.io",
+        "workloads",
+        &[KUEUE_V1BETA2, KUEUE_V1BETA1],
+        "Kueue is not installed (kueue.x-k8s.io Workloads): jobs Kueue holds suspended \
+         are not planned until it admits them",
+    ),
+    crd(
+        "LocalQueue",
+        "kueue.x-k8s.io",
+        "localqueues",
+        &[KUEUE_V1BETA2, KUEUE_V1BETA1],
+        "Kueue's LocalQueues are not served: its Workloads cannot be planned",
+    ),
+    cluster_crd(
+        "ClusterQueue",
+        "kueue.x-k8s.io",
+        "clusterqueues",
+        &[KUEUE_V1BETA2, KUEUE_V1BETA1],
+        "Kueue's ClusterQueues are not served: its Workloads cannot be planned",
+    ),
+    cluster_crd(
+        "ResourceFlavor",
+        "kueue.x-k8s.io",
+        "resourceflavors",
+        &[KUEUE_V1BETA2, KUEUE_V1BETA1],
+        "Kueue's ResourceFlavors are not served: its Workloads cannot be planned",
+    ),
+    cluster_crd(
+        "Topology",
+        "kueue.x-k8s.io",
+        "topologies",
+        &[KUEUE_V1BETA2, KUEUE_V1BETA1],
+        "Kueue's Topologies are not served: topology-aware Workloads cannot be planned",
+    ),
+    crd(
+        "PodGroup",
+        "scheduling.volcano.sh",
+        "podgroups",
+        &["scheduling.volcano.sh/v1beta1"],
+        "Volcano is not installed (scheduling.volcano.sh/v1beta1 PodGroups): its pods, \
+         where kubernetes.schedulers lists it, are planned pod by pod",
+    ),
+    crd(
+        "PodGroup",
+        "scheduling.run.ai",
+        "podgroups",
+        &["scheduling.run.ai/v2alpha2"],
+        "KAI is not installed (scheduling.run.ai/v2alpha2 PodGroups): its pods, where \
+         kubernetes.schedulers lists it, are planned pod by pod",
+    ),
 ];
+
+const fn cluster_crd(
+    kind: &'static str,
+    group: &'static str,
+    plural: &'static str,
+    versions: &'static [&'static str],
+    missing: &'static str,
+) -> ReadKind {
+    ReadKind {
+        namespaced: false,
+        ..crd(kind, group, plural, versions, missing)
+    }
+}
 
 const fn core(
     kind: &'static str,

@@ -17,6 +17,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
+mod queues;
+pub use queues::*;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     #[error("{file}:{line}:{column}: {message}")]
@@ -251,6 +254,13 @@ pub enum Object {
     PodGroup(Box<PodGroup>),
     Workload(Box<Workload>),
     CoschedPodGroup(Box<CoschedPodGroup>),
+    VolcanoPodGroup(Box<VolcanoPodGroup>),
+    KaiPodGroup(Box<KaiPodGroup>),
+    KueueWorkload(Box<KueueWorkload>),
+    KueueLocalQueue(Box<KueueLocalQueue>),
+    KueueClusterQueue(Box<KueueClusterQueue>),
+    KueueResourceFlavor(Box<KueueResourceFlavor>),
+    KueueTopology(Box<KueueTopology>),
     ProvisioningRequest(Box<ProvisioningRequest>),
     CapacityBuffer(Box<CapacityBuffer>),
     Node(Box<Node>),
@@ -392,6 +402,24 @@ impl Manifests {
             ("scheduling.x-k8s.io/v1alpha1", "PodGroup") => {
                 decode(value).map(Object::CoschedPodGroup)
             }
+            ("scheduling.volcano.sh/v1beta1", "PodGroup") => {
+                decode(value).map(Object::VolcanoPodGroup)
+            }
+            ("scheduling.run.ai/v2alpha2", "PodGroup") => decode(value).map(Object::KaiPodGroup),
+            // v1beta2 is what Kueue ≥ 0.15 stores; v1beta1 has the same
+            // shape for what Accord reads (a ClusterQueue's `cohort` is
+            // taken as `cohortName`).
+            (KUEUE_V1BETA2 | KUEUE_V1BETA1, "Workload") => decode(value).map(Object::KueueWorkload),
+            (KUEUE_V1BETA2 | KUEUE_V1BETA1, "LocalQueue") => {
+                decode(value).map(Object::KueueLocalQueue)
+            }
+            (KUEUE_V1BETA2 | KUEUE_V1BETA1, "ClusterQueue") => {
+                decode(value).map(Object::KueueClusterQueue)
+            }
+            (KUEUE_V1BETA2 | KUEUE_V1BETA1, "ResourceFlavor") => {
+                decode(value).map(Object::KueueResourceFlavor)
+            }
+            (KUEUE_V1BETA2 | KUEUE_V1BETA1, "Topology") => decode(value).map(Object::KueueTopology),
             // v1beta1 has the same shape as v1 (cluster-autoscaler's
             // apis/provisioningrequest serves both).
             ("autoscaling.x-k8s.io/v1" | "autoscaling.x-k8s.io/v1beta1", "ProvisioningRequest") => {
@@ -438,6 +466,11 @@ impl Manifests {
         }
     }
 }
+
+/// `kueue.x-k8s.io` versions Accord reads: what Kueue v0.15+ stores, and
+/// the one it serves beside it.
+pub const KUEUE_V1BETA2: &str = "kueue.x-k8s.io/v1beta2";
+pub const KUEUE_V1BETA1: &str = "kueue.x-k8s.io/v1beta1";
 
 /// `resource.k8s.io` versions Accord reads, best first: v1 (Kubernetes
 /// 1.34+), v1beta2 (1.33) and v1beta1 (1.32), the betas converted to v1.

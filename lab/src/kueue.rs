@@ -6,14 +6,22 @@
 //! submissions.
 //!
 //! What differs from Kueue's release manifests, and why: the lab has no
-//! kube-proxy, so the apiserver cannot reach a webhook Service; Kueue's
-//! admission webhooks are not registered (its manager still serves them,
-//! with certificates its own rotator makes). So a job is submitted
-//! suspended, as Kueue's samples are, where its mutating webhook would
-//! have suspended it. The CRDs' conversion webhooks are declared as
-//! Kueue's kustomization declares them (the rotator is not ready until it
-//! has put its CA in each); everything reads and writes the stored
-//! version, v1beta2, so none is called.
+//! kube-proxy, so the apiserver cannot reach a Service's cluster IP. Its
+//! webhook Service is therefore selectorless, with an EndpointSlice naming
+//! the manager's address on this machine, and the apiserver runs with
+//! `--enable-aggregator-routing` (it then calls a webhook Service at its
+//! endpoint, cmd/kube-apiserver/app/server.go `buildServiceResolver`,
+//! verifying the certificate for `SERVICE.NAMESPACE.svc` as on any
+//! cluster). Kueue's own rotator makes the certificate and injects its CA
+//! into the webhook configurations and the CRDs' conversion webhooks, as
+//! its release does. Registered: the admission webhooks of Kueue's own
+//! kinds and of the integration it runs (batch/job: a job with a queue
+//! name is suspended on creation); another integration's webhook is left
+//! out (its handler is not served, and `failurePolicy: Fail` would refuse
+//! every object of its kind). Where this machine has no address but
+//! loopback (an EndpointSlice may not name one), the webhooks are not
+//! registered and the lab says so: jobs are then submitted suspended, as
+//! Kueue's samples are.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -62,6 +70,104 @@ const CONVERTED: [&str; 5] = [
 const WEBHOOK_SERVICE: &str = "kueue-webhook-service";
 const WEBHOOK_SECRET: &str = "kueue-webhook-server-cert";
 
+/// The webhooks registered, by their paths in Kueue's
+/// config/components/webhook/manifests.yaml: Kueue's own kinds' and the
+/// batch/job integration's.
+fn registered(path: &str) -> bool {
+    ["/mutate-kueue-x-k8s-io-", "/validate-kueue-x-k8s-io-"]
+        .iter()
+        .any(|p| path.starts_with(p))
+        || path == "/mutate-batch-v1-job"
+        || path == "/validate-batch-v1-job"
+}
+
+/// Kueue's mutating and validating webhook configurations as its release
+/// manifests hold them (named `kueue-…` by its kustomization, the names
+/// its rotator injects its CA into), with the webhooks the lab registers
+/// (`registered`), each calling the webhook Service.
+pub fn webhook_configurations(dir: &Path) -> anyhow::Result<Vec<Value>> {
+    let file = dir.join("webhook").join("manifests.yaml");
+    anyhow::ensure!(
+        dir.join("webhook").join(".complete").is_file(),
+        "{}: Kueue's webhook manifests are missing: `scripts/kueue` copies them \
+         (scripts/bootstrap runs it)",
+        file.display()
+    );
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("{}: cannot read", file.display()))?;
+    let mut out = Vec::new();
+    for mut config in crate::scenario::parse_manifests(&text, &file.display().to_string())? {
+        let name = config["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        config["metadata"] = json!({"name": format!("kueue-{name}")});
+        let hooks: Vec<Value> = config["webhooks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|h| {
+                h["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .is_some_and(registered)
+            })
+            .map(|mut h| {
+                let service = &mut h["clientConfig"]["service"];
+                service["namespace"] = Value::from(NAMESPACE);
+                service["name"] = Value::from(WEBHOOK_SERVICE);
+                h
+            })
+            .collect();
+        anyhow::ensure!(
+            !hooks.is_empty(),
+            "{}: {name}: none of the webhooks the lab registers",
+            file.display()
+        );
+        config["webhooks"] = Value::from(hooks);
+        out.push(config);
+    }
+    Ok(out)
+}
+
+/// This machine's address the apiserver can reach the manager at: the
+/// source address of a route out (no packet is sent); none where it is
+/// only loopback.
+fn machine_address() -> Option<std::net::Ipv4Addr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("198.51.100.1:9").ok()?;
+    match socket.local_addr().ok()?.ip() {
+        std::net::IpAddr::V4(ip)
+            if !ip.is_loopback() && !ip.is_unspecified() && !ip.is_link_local() =>
+        {
+            Some(ip)
+        }
+        _ => None,
+    }
+}
+
+/// The webhook Service without a selector and its EndpointSlice (the
+/// kubelet's and the endpoint controller's part for Kueue's Deployment).
+fn webhook_service(address: std::net::Ipv4Addr, port: u16) -> Vec<Value> {
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": NAMESPACE, "name": WEBHOOK_SERVICE},
+            "spec": {"ports": [{"port": 443, "targetPort": port, "protocol": "TCP"}]}
+        }),
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"namespace": NAMESPACE, "name": format!("{WEBHOOK_SERVICE}-lab"),
+                "labels": {"kubernetes.io/service-name": WEBHOOK_SERVICE,
+                           "endpointslice.kubernetes.io/managed-by": "lab.accord.dev"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address.to_string()], "conditions": {"ready": true}}],
+            "ports": [{"port": port, "protocol": "TCP"}]
+        }),
+    ]
+}
+
+/// How long the rotator may take to inject its CA into the webhook
+/// configurations, and the webhooks to answer.
+const WEBHOOKS_WITHIN: Duration = Duration::from_secs(60);
+
 /// How long the manager may take to pass /readyz (certificates made and
 /// injected, caches synced).
 const READY_WITHIN: Duration = Duration::from_secs(120);
@@ -73,6 +179,74 @@ pub struct Kueue {
     pub version: String,
     /// Its log (stderr and stdout).
     pub log: PathBuf,
+    /// Whether its admission webhooks are registered.
+    pub webhooks: bool,
+}
+
+/// Registers Kueue's webhooks (`webhook_configurations`) behind a Service
+/// at `address:port`, and returns once its rotator has injected its CA
+/// into them and one answers (a server-side dry run of a ResourceFlavor,
+/// which its webhooks default and validate).
+async fn register_webhooks(
+    run: &dyn Fn(&[&str]) -> anyhow::Result<String>,
+    cache: &Path,
+    dir: &Path,
+    address: std::net::Ipv4Addr,
+    port: u16,
+) -> anyhow::Result<()> {
+    let write = |name: &str, docs: &[Value]| -> anyhow::Result<String> {
+        let path = dir.join(name);
+        let docs: Vec<String> = docs
+            .iter()
+            .map(|o| serde_json::to_string(o).expect("JSON"))
+            .collect();
+        std::fs::write(&path, docs.join("\n---\n"))?;
+        Ok(path.display().to_string())
+    };
+    run(&[
+        "apply",
+        "-f",
+        &write("webhook-service.yaml", &webhook_service(address, port))?,
+    ])?;
+    let configs = webhook_configurations(cache)?;
+    run(&["apply", "-f", &write("webhooks.yaml", &configs)?])?;
+    let probe = write(
+        "webhook-probe.yaml",
+        &[
+            json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                 "metadata": {"name": "lab-webhook-probe"}, "spec": {}}),
+        ],
+    )?;
+    let deadline = tokio::time::Instant::now() + WEBHOOKS_WITHIN;
+    loop {
+        let injected = configs.iter().all(|c| {
+            let kind = c["kind"].as_str().unwrap_or("").to_lowercase();
+            let name = c["metadata"]["name"].as_str().unwrap_or("");
+            run(&[
+                "get",
+                &format!("{kind}/{name}"),
+                "-o",
+                "jsonpath={.webhooks[*].clientConfig.caBundle}",
+            ])
+            .is_ok_and(|b| {
+                b.split_whitespace().count() == c["webhooks"].as_array().map_or(0, Vec::len)
+            })
+        });
+        let last = if injected {
+            match run(&["apply", "--dry-run=server", "-f", &probe]) {
+                Ok(_) => return Ok(()),
+                Err(e) => e.to_string(),
+            }
+        } else {
+            "its rotator has not injected its CA into every webhook yet".to_owned()
+        };
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "kueue: its webhooks did not answer within {} s: {last}",
+            WEBHOOKS_WITHIN.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 impl Drop for Kueue {
@@ -133,14 +307,19 @@ pub fn crds(dir: &Path) -> anyhow::Result<Vec<Value>> {
 /// config/components/manager/controller_manager_config.yaml has it but
 /// for one replica (no leader election), the job integration alone, no
 /// metrics server, and ports of its own.
-fn configuration(health_port: u16, webhook_port: u16, cert_dir: &Path) -> Value {
+fn configuration(
+    health_port: u16,
+    webhook_port: u16,
+    webhook_host: &str,
+    cert_dir: &Path,
+) -> Value {
     json!({
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": NAMESPACE,
         "health": {"healthProbeBindAddress": format!("127.0.0.1:{health_port}")},
         "metrics": {"bindAddress": "0"},
-        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": cert_dir},
+        "webhook": {"port": webhook_port, "host": webhook_host, "certDir": cert_dir},
         "leaderElection": {"leaderElect": false},
         "internalCertManagement": {
             "enable": true,
@@ -203,12 +382,18 @@ pub async fn start(
 
     let health_port = accord_testkit::sushy::free_port();
     let webhook_port = accord_testkit::sushy::free_port();
+    let address = machine_address();
     let config = dir.join("config.yaml");
     let cert_dir = dir.join("certs");
     std::fs::create_dir_all(&cert_dir)?;
     std::fs::write(
         &config,
-        serde_json::to_string_pretty(&configuration(health_port, webhook_port, &cert_dir))?,
+        serde_json::to_string_pretty(&configuration(
+            health_port,
+            webhook_port,
+            &address.map_or("127.0.0.1".to_owned(), |a| a.to_string()),
+            &cert_dir,
+        ))?,
     )?;
     let log = dir.join("kueue.log");
     let out = std::fs::File::create(&log)?;
@@ -227,8 +412,20 @@ pub async fn start(
         child,
         version: pinned_version().to_owned(),
         log,
+        webhooks: false,
     };
     wait_ready(&mut kueue, upstream, health_port, &cert_dir).await?;
+    match address {
+        Some(address) => {
+            register_webhooks(run, &cache, &dir, address, webhook_port).await?;
+            kueue.webhooks = true;
+        }
+        None => tracing::warn!(
+            target: "lab",
+            "kueue: this machine has no address but loopback: its webhooks are not registered \
+             (jobs are submitted suspended)"
+        ),
+    }
     Ok(kueue)
 }
 
@@ -319,8 +516,17 @@ mod tests {
     }
 
     #[test]
+    fn only_kueues_own_and_the_job_integrations_webhooks_are_registered() {
+        assert!(registered("/mutate-kueue-x-k8s-io-v1beta2-workload"));
+        assert!(registered("/validate-kueue-x-k8s-io-v1beta2-clusterqueue"));
+        assert!(registered("/mutate-batch-v1-job"));
+        assert!(!registered("/mutate-kubeflow-org-v1-pytorchjob"));
+        assert!(!registered("/mutate--v1-pod"));
+    }
+
+    #[test]
     fn configuration_has_one_replica_and_its_own_ports() {
-        let c = configuration(1001, 1002, Path::new("/x/certs"));
+        let c = configuration(1001, 1002, "127.0.0.1", Path::new("/x/certs"));
         assert_eq!(c["leaderElection"]["leaderElect"], false);
         assert_eq!(c["health"]["healthProbeBindAddress"], "127.0.0.1:1001");
         assert_eq!(c["webhook"]["port"], 1002);

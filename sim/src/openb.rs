@@ -682,6 +682,7 @@ pub fn workload(pod: &OpenbPod, name: &str, namespace: &str, created: u64) -> Wo
         created,
         topology: None,
         reservation: None,
+        approximation: None,
         sources: Vec::new(),
         pod_sets: vec![PodSet {
             name: "p".into(),

@@ -386,6 +386,7 @@ fn base(name: String, namespace: &str, sets: Vec<PodSet>) -> Workload {
         created: 0,
         topology: None,
         reservation: None,
+        approximation: None,
         sources: Vec::new(),
         pod_sets: sets,
     }

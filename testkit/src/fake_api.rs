@@ -87,6 +87,12 @@ impl ResourceSpec {
             ("batch", "jobs") | ("resource.k8s.io", "resourceclaims") => &["status"],
             ("apps", "daemonsets") => &["status"],
             ("apps", "deployments") => &["status", "scale"],
+            // Volcano's PodGroup CRD declares no subresource
+            // (config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml).
+            ("scheduling.volcano.sh", "podgroups") => &[],
+            // Kueue's CRDs (config/components/crd/bases, v0.17): status on
+            // these three; ResourceFlavor and Topology have none.
+            ("kueue.x-k8s.io", "workloads" | "clusterqueues" | "localqueues") => &["status"],
             // Upstream's Workload (scheduling.k8s.io, 1.37) has no status.
             (_, "podgroups" | "jobsets" | "provisioningrequests" | "capacitybuffers") => {
                 &["status"]
@@ -326,6 +332,29 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
             "/apis/accord.dev/v1alpha1",
             "accordnodes",
             "AccordNode",
+            true,
+        ));
+        // Kueue (v0.17: v1beta2 stored, v1beta1 served beside it).
+        for prefix in [
+            "/apis/kueue.x-k8s.io/v1beta2",
+            "/apis/kueue.x-k8s.io/v1beta1",
+        ] {
+            out.push(r(prefix, "workloads", "Workload", true));
+            out.push(r(prefix, "localqueues", "LocalQueue", true));
+            out.push(r(prefix, "clusterqueues", "ClusterQueue", false));
+            out.push(r(prefix, "resourceflavors", "ResourceFlavor", false));
+            out.push(r(prefix, "topologies", "Topology", false));
+        }
+        out.push(r(
+            "/apis/scheduling.volcano.sh/v1beta1",
+            "podgroups",
+            "PodGroup",
+            true,
+        ));
+        out.push(r(
+            "/apis/scheduling.run.ai/v2alpha2",
+            "podgroups",
+            "PodGroup",
             true,
         ));
     }

@@ -173,6 +173,7 @@ fn build(
                 mode,
             }),
             reservation: None,
+            approximation: None,
             sources: Vec::new(),
             pod_sets: vec![PodSet {
                 name: "p".into(),

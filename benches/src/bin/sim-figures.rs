@@ -51,6 +51,7 @@ fn trace(pods: usize, seed: u64) -> Trace {
                     mode: TopologyMode::Required,
                 }),
                 reservation: None,
+                approximation: None,
                 sources: Vec::new(),
                 pod_sets: vec![PodSet {
                     name: "p".into(),

@@ -17,6 +17,7 @@ mod control_dark;
 mod control_health;
 mod control_intents;
 mod control_mig;
+mod control_queues;
 mod control_restart;
 mod control_said;
 mod control_waves;

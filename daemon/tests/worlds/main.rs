@@ -15,6 +15,7 @@ mod lab_dark;
 mod lab_ha;
 mod lab_health;
 mod lab_mig;
+mod lab_queues;
 mod lab_relations;
 mod lab_truth;
 mod lab_upstream;

@@ -84,6 +84,28 @@ pub(super) fn workload(
         }
         // A Kueue pod group is a label on its pods, not an object.
         GroupKey::Kueue(ns, g) => vec![ObjectRef::new("", "KueuePodGroup", ns, g)],
+        GroupKey::Volcano(ns, g) => {
+            let mut s = vec![ObjectRef::new(VOLCANO_API, "PodGroup", ns, g)];
+            if let Some(q) = index
+                .volcano_groups
+                .get(&(ns.clone(), g.clone()))
+                .and_then(|pg| pg.spec.queue.as_deref())
+            {
+                s.push(ObjectRef::new(VOLCANO_API, "Queue", "", q));
+            }
+            s
+        }
+        GroupKey::Kai(ns, g) => {
+            let mut s = vec![ObjectRef::new(KAI_API, "PodGroup", ns, g)];
+            if let Some(q) = index
+                .kai_groups
+                .get(&(ns.clone(), g.clone()))
+                .and_then(|pg| pg.spec.queue.as_deref())
+            {
+                s.push(ObjectRef::new(KAI_QUEUE_API, "Queue", "", q));
+            }
+            s
+        }
         _ => Vec::new(),
     };
     for s in &group.sources {
@@ -122,6 +144,7 @@ pub(super) fn workload(
     let present = present as u32;
     let min_count;
     let mut topology = None;
+    let mut approximation = None;
     let mut priority = group.owner_priority;
     match key {
         GroupKey::SchedPodGroup(ns, g) => {
@@ -185,7 +208,55 @@ pub(super) fn workload(
             })?;
             min_count = Some(total);
         }
-        GroupKey::Owner(..) | GroupKey::Single(..) => {
+        GroupKey::Volcano(ns, g) => {
+            let pg = index
+                .volcano_groups
+                .get(&(ns.clone(), g.clone()))
+                .ok_or_else(|| {
+                    fail(format!(
+                        "PodGroup {ns}/{g} (scheduling.volcano.sh) not found: Volcano waits for it too"
+                    ))
+                })?;
+            min_count =
+                Some(gang_minimum(pg.spec.min_member, None, "minMember", ns, g).map_err(&fail)?);
+            approximation = Some(approximation_of("Volcano", pg.spec.min_resources.as_ref()));
+        }
+        GroupKey::Kai(ns, g) => {
+            let pg = index
+                .kai_groups
+                .get(&(ns.clone(), g.clone()))
+                .ok_or_else(|| {
+                    fail(format!(
+                        "PodGroup {ns}/{g} (scheduling.run.ai) not found: KAI waits for it too"
+                    ))
+                })?;
+            // A group of subgroups: the leaves' minimums together.
+            let leaves: Option<i64> = (!pg.spec.sub_groups.is_empty()).then(|| {
+                let parents: std::collections::BTreeSet<&str> = pg
+                    .spec
+                    .sub_groups
+                    .iter()
+                    .filter_map(|s| s.parent.as_deref())
+                    .collect();
+                pg.spec
+                    .sub_groups
+                    .iter()
+                    .filter(|s| !parents.contains(s.name.as_str()))
+                    .map(|s| i64::from(s.min_member.unwrap_or(0).max(0)))
+                    .sum()
+            });
+            min_count =
+                Some(gang_minimum(pg.spec.min_member, leaves, "minMember", ns, g).map_err(&fail)?);
+            if let Some(t) = &pg.spec.topology_constraint {
+                if let Some(k) = &t.required_topology_level {
+                    topology = Some(level_for(k, TopologyMode::Required, options).map_err(&fail)?);
+                } else if let Some(k) = &t.preferred_topology_level {
+                    topology = Some(level_for(k, TopologyMode::Preferred, options).map_err(&fail)?);
+                }
+            }
+            approximation = Some(approximation_of("KAI", None));
+        }
+        GroupKey::Owner(..) | GroupKey::Single(..) | GroupKey::KueueWorkload(..) => {
             // A Kueue-admitted Job's pods go together; those already
             // running are bound, so the gang is what is still pending.
             min_count = Some(group.owner_min.unwrap_or(1).min(u64::from(present)) as u32);
@@ -292,7 +363,58 @@ pub(super) fn workload(
         reservation: None,
         sources,
         pod_sets,
+        approximation,
     })
+}
+
+/// Volcano's PodGroup API (and its Queue's), KAI's PodGroup and Queue.
+const VOLCANO_API: &str = "scheduling.volcano.sh/v1beta1";
+const KAI_API: &str = "scheduling.run.ai/v2alpha2";
+const KAI_QUEUE_API: &str = "scheduling.run.ai/v2";
+
+/// A gang's minimum from another scheduler's PodGroup: its own `minMember`
+/// (0 or absent: its subgroups' leaves, else 1, a gang of one);
+/// negative is refused as their validation refuses it.
+fn gang_minimum(
+    own: Option<i32>,
+    leaves: Option<i64>,
+    field: &str,
+    ns: &str,
+    g: &str,
+) -> Result<u32, String> {
+    match own {
+        Some(m) if m < 0 => Err(format!("PodGroup {ns}/{g}: {field} {m} is negative")),
+        Some(m) if m > 0 => Ok(m as u32),
+        _ => Ok(leaves
+            .filter(|l| *l > 0)
+            .map_or(1, |l| l.min(i64::from(u32::MAX)) as u32)),
+    }
+}
+
+/// What Accord's plan of another scheduler's gang leaves out.
+fn approximation_of(
+    scheduler: &str,
+    min_resources: Option<
+        &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+) -> String {
+    let min = min_resources
+        .filter(|r| !r.is_empty())
+        .map(|r| {
+            format!(
+                "; its minResources ({}) are its queue's admission, not modelled",
+                r.iter()
+                    .map(|(k, v)| format!("{k}={}", v.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "{scheduler} places this gang; Accord plans it with kube-scheduler's filters, an \
+         approximation of {scheduler}'s scheduler (its queues' capacity, ordering and \
+         scoring are not modelled){min}"
+    )
 }
 
 /// A unit's pods as (pod, count) pieces once its PodGroup's claims are

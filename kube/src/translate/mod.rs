@@ -13,6 +13,7 @@
 pub mod buffer;
 mod claim;
 mod group;
+mod kueue;
 mod pod;
 mod provisioning;
 mod relations;
@@ -45,6 +46,17 @@ pub const KUEUE_POD_GROUP_COUNT: &str = "kueue.x-k8s.io/pod-group-total-count";
 pub const KUEUE_REQUIRED: &str = "kueue.x-k8s.io/podset-required-topology";
 pub const KUEUE_PREFERRED: &str = "kueue.x-k8s.io/podset-preferred-topology";
 pub const COSCHED_POD_GROUP: &str = "scheduling.x-k8s.io/pod-group";
+/// Volcano's pod annotations naming its PodGroup (volcano.sh/apis
+/// pkg/apis/scheduling/v1beta1/labels.go: `KubeGroupNameAnnotationKey`,
+/// which its scheduler reads, pkg/scheduler/api/job_info.go `getJobID`;
+/// then `VolcanoGroupNameAnnotationKey`).
+pub const VOLCANO_POD_GROUP: [&str; 2] = [
+    "scheduling.k8s.io/group-name",
+    "scheduling.volcano.sh/group-name",
+];
+/// KAI's pod annotation naming its PodGroup (KAI-Scheduler
+/// pkg/common/constants/constants.go `PodGroupAnnotationForPod`).
+pub const KAI_POD_GROUP: &str = "pod-group-name";
 pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
 pub const CHECK_CAPACITY: &str = "check-capacity.autoscaling.x-k8s.io";
 pub const BEST_EFFORT_ATOMIC: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
@@ -149,6 +161,12 @@ enum GroupKey {
     SchedPodGroup(String, String),
     Cosched(String, String),
     Kueue(String, String),
+    /// A Kueue `Workload` not admitted yet (`kueue`).
+    KueueWorkload(String, String),
+    /// A Volcano PodGroup (`scheduling.volcano.sh`).
+    Volcano(String, String),
+    /// An NVIDIA KAI PodGroup (`scheduling.run.ai`).
+    Kai(String, String),
     Owner(&'static str, String, String),
     Single(String, String),
 }
@@ -159,6 +177,9 @@ impl GroupKey {
             GroupKey::SchedPodGroup(ns, n)
             | GroupKey::Cosched(ns, n)
             | GroupKey::Kueue(ns, n)
+            | GroupKey::KueueWorkload(ns, n)
+            | GroupKey::Volcano(ns, n)
+            | GroupKey::Kai(ns, n)
             | GroupKey::Owner(_, ns, n)
             | GroupKey::Single(ns, n) => (ns, n),
         }
@@ -193,6 +214,8 @@ struct Index<'a> {
     pod_templates: BTreeMap<(String, String), &'a core::PodTemplate>,
     sched_groups: BTreeMap<(String, String), &'a k8s_openapi::api::scheduling::v1beta1::PodGroup>,
     cosched_groups: BTreeMap<(String, String), &'a crate::manifests::CoschedPodGroup>,
+    volcano_groups: BTreeMap<(String, String), &'a crate::manifests::VolcanoPodGroup>,
+    kai_groups: BTreeMap<(String, String), &'a crate::manifests::KaiPodGroup>,
     /// CEL check results by expression: a thousand pods share a handful
     /// of selectors. Only looked up, never iterated.
     cel: CelCache,
@@ -268,6 +291,8 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         pod_templates: BTreeMap::new(),
         sched_groups: BTreeMap::new(),
         cosched_groups: BTreeMap::new(),
+        volcano_groups: BTreeMap::new(),
+        kai_groups: BTreeMap::new(),
         cel: Default::default(),
         held_claims: Default::default(),
         provisioning: Default::default(),
@@ -352,6 +377,16 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
                     .cosched_groups
                     .insert((ns_of(&g.metadata), name_of(&g.metadata)), g);
             }
+            Object::VolcanoPodGroup(g) => {
+                index
+                    .volcano_groups
+                    .insert((ns_of(&g.metadata), name_of(&g.metadata)), g);
+            }
+            Object::KaiPodGroup(g) => {
+                index
+                    .kai_groups
+                    .insert((ns_of(&g.metadata), name_of(&g.metadata)), g);
+            }
             Object::ProvisioningRequest(pr) => {
                 index
                     .provisioning
@@ -388,6 +423,9 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
             }
         }
     }
+    // Kueue Workloads not admitted yet: planned with their flavor's node
+    // labels, in place of the Jobs they stand for.
+    let kueue_plans = kueue::plans(m, options, &mut out, &mut owned);
     let synthesize = |kind: &'static str, ns: &str, name: &str| {
         options.pending_without_status && !owned.contains(&(kind, ns.to_owned(), name.to_owned()))
     };
@@ -399,6 +437,9 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         out.unsupported.push(POD_GROUPS_NOT_SERVED.to_owned());
     }
     let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
+    for p in &kueue_plans {
+        kueue::units(p, &mut groups);
+    }
     let buffer_index = buffer::BufferIndex::of(m);
     for o in &m.objects {
         match o {
@@ -536,6 +577,11 @@ pub fn translate(m: &Manifests, options: &Options) -> Translation {
         }
     }
     for (key, group) in groups {
+        // An owner with nothing pending (a live Job whose pods run, a
+        // suspended one a Kueue Workload stands for): nothing to say.
+        if group.units.is_empty() && group.errors.is_empty() {
+            continue;
+        }
         match workload(&key, group, options, &index) {
             Ok(w) => out.demand.workloads.push(w),
             Err(c) => out.cannot_plan.push(c),

@@ -144,6 +144,24 @@ pub(super) fn marked_group(
     if let Some(g) = annotation(meta, KUEUE_POD_GROUP).or_else(|| label(meta, KUEUE_POD_GROUP)) {
         return Some(GroupKey::Kueue(ns.to_owned(), g.to_owned()));
     }
+    // Volcano's and KAI's gangs: pods of their scheduler (which the
+    // configuration lists, else they are not planned at all), or whose
+    // PodGroup is there to read. A default-scheduler pod that merely
+    // carries the annotation is planned as kube-scheduler places it.
+    let another_scheduler = spec
+        .and_then(|s| s.scheduler_name.as_deref())
+        .is_some_and(|s| !s.is_empty() && s != DEFAULT_SCHEDULER);
+    let key = |g: &str| (ns.to_owned(), g.to_owned());
+    if let Some(g) = VOLCANO_POD_GROUP.iter().find_map(|k| annotation(meta, k)) {
+        if another_scheduler || index.volcano_groups.contains_key(&key(g)) {
+            return Some(GroupKey::Volcano(ns.to_owned(), g.to_owned()));
+        }
+    }
+    if let Some(g) = annotation(meta, KAI_POD_GROUP) {
+        if another_scheduler || index.kai_groups.contains_key(&key(g)) {
+            return Some(GroupKey::Kai(ns.to_owned(), g.to_owned()));
+        }
+    }
     None
 }
 

@@ -12,6 +12,7 @@ mod rbac;
 mod real_cluster;
 mod relations;
 mod translate;
+mod translate_queues;
 mod versions;
 mod volumes;
 mod watch;
