@@ -755,52 +755,6 @@ impl ControlPlane {
 
     /// The apiserver's audit log (JSON lines, one event per request of
     /// [`Options::audited_users`]); it exists once one was recorded.
-    /// A serving certificate for 127.0.0.1 signed by this plane's CA
-    /// (`ca_pem`), as `tls.crt` and `tls.key` in `out`: what the
-    /// apiserver verifies a webhook it calls by URL with (the lab's
-    /// Kueue). The CA's key stays in the plane's directory.
-    pub fn issue_serving_cert(&self, name: &str, out: &Path) -> Result<(), String> {
-        let dir = self.dir.path();
-        let o = |args: &[&str]| run_openssl(args, dir);
-        let key = out.join("tls.key");
-        let crt = out.join("tls.crt");
-        let csr = dir.join(format!("{name}.csr"));
-        let (key_s, crt_s, csr_s) = (
-            key.display().to_string(),
-            crt.display().to_string(),
-            csr.display().to_string(),
-        );
-        o(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            &key_s,
-            "-out",
-            &csr_s,
-            "-subj",
-            &format!("/CN={name}"),
-        ])?;
-        o(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr_s,
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            &crt_s,
-            "-days",
-            "7",
-            "-extfile",
-            "serving.ext",
-        ])
-    }
-
     pub fn audit_log(&self) -> PathBuf {
         self.dir.path().join("audit.log")
     }

@@ -165,6 +165,7 @@ fn owner(meta: &ObjectMeta) -> Option<(&'static str, String, String)> {
     Some((kind, ns_of(meta), o.name.clone()))
 }
 
+/// A pending Workload as Kueue would admit it, or why Kueue holds it.
 fn plan(
     w: &KueueWorkload,
     ns: &str,
@@ -199,7 +200,56 @@ fn plan(
     if w.spec.pod_sets.is_empty() {
         return Err("no pod sets".to_owned());
     }
-    // The workload's total requests, resource by resource.
+    let need = total_requests(w)?;
+    let mut sources = vec![
+        source.clone(),
+        ObjectRef::new(KUEUE_V1BETA2, "LocalQueue", ns, queue),
+        ObjectRef::new(KUEUE_V1BETA2, "ClusterQueue", "", cq_name),
+    ];
+    let chosen = choose_flavors(cq, &need, index)?;
+    sources.extend(
+        chosen
+            .iter()
+            .map(|f| ObjectRef::new(KUEUE_V1BETA2, "ResourceFlavor", "", &name_of(&f.metadata))),
+    );
+    // Admission checks on a chosen flavor: Kueue reserves the quota
+    // first (a TAS request delayed), then the checks (a ProvisioningRequest)
+    // ask for the capacity: that is the demand, not this Workload.
+    let checks = admission_checks(cq, &chosen);
+    if !checks.is_empty() {
+        return Err(format!(
+            "waits for Kueue to reserve quota in ClusterQueue {cq_name}; its admission checks \
+             ({}) then ask for the capacity",
+            checks.join(", ")
+        ));
+    }
+    // The levels every TAS flavor's nodes must carry.
+    let mut levels: Vec<String> = Vec::new();
+    for f in &chosen {
+        if let Some(t) = &f.spec.topology_name {
+            let topology = index.topologies.get(t).ok_or_else(|| {
+                format!(
+                    "Topology {t} (of ResourceFlavor {}) not found",
+                    name_of(&f.metadata)
+                )
+            })?;
+            levels.extend(topology.spec.levels.iter().map(|l| l.node_label.clone()));
+        }
+    }
+    let sets = pod_sets(w, &chosen, &levels)?;
+    Ok(KueuePlan {
+        namespace: ns.to_owned(),
+        name: name.to_owned(),
+        sources,
+        priority: w.spec.priority,
+        created: created(&w.metadata),
+        sets,
+    })
+}
+
+/// A workload's requests, resource by resource, all pod sets together
+/// (each pod's as kube-scheduler and Kueue count them).
+fn total_requests(w: &KueueWorkload) -> Result<BTreeMap<String, Milli>, String> {
     let mut need: BTreeMap<String, Milli> = BTreeMap::new();
     for ps in &w.spec.pod_sets {
         if ps.count < 0 {
@@ -225,12 +275,19 @@ fn plan(
             need.insert(r, total);
         }
     }
+    Ok(need)
+}
+
+/// The flavor of each resource group the workload asks of: the first, in
+/// the ClusterQueue's order, with free quota for all of it; else why
+/// Kueue's quota holds it.
+fn choose_flavors<'a>(
+    cq: &KueueClusterQueue,
+    need: &BTreeMap<String, Milli>,
+    index: &KueueIndex<'a>,
+) -> Result<Vec<&'a KueueResourceFlavor>, String> {
+    let cq_name = name_of(&cq.metadata);
     let mut chosen: Vec<&KueueResourceFlavor> = Vec::new();
-    let mut sources = vec![
-        source.clone(),
-        ObjectRef::new(KUEUE_V1BETA2, "LocalQueue", ns, queue),
-        ObjectRef::new(KUEUE_V1BETA2, "ClusterQueue", "", cq_name),
-    ];
     for r in need.keys() {
         if !cq
             .spec
@@ -280,33 +337,19 @@ fn plan(
         let rf = index.flavors.get(flavor).ok_or_else(|| {
             format!("ResourceFlavor {flavor} (of ClusterQueue {cq_name}) not found")
         })?;
-        sources.push(ObjectRef::new(KUEUE_V1BETA2, "ResourceFlavor", "", flavor));
         chosen.push(rf);
     }
-    // Admission checks on a chosen flavor: Kueue reserves the quota
-    // first (a TAS request delayed), then the checks (a ProvisioningRequest)
-    // ask for the capacity: that is the demand, not this Workload.
-    let checks = admission_checks(cq, &chosen);
-    if !checks.is_empty() {
-        return Err(format!(
-            "waits for Kueue to reserve quota in ClusterQueue {cq_name}; its admission checks \
-             ({}) then ask for the capacity",
-            checks.join(", ")
-        ));
-    }
-    // The levels every TAS flavor's nodes must carry.
-    let mut levels: Vec<String> = Vec::new();
-    for f in &chosen {
-        if let Some(t) = &f.spec.topology_name {
-            let topology = index.topologies.get(t).ok_or_else(|| {
-                format!(
-                    "Topology {t} (of ResourceFlavor {}) not found",
-                    name_of(&f.metadata)
-                )
-            })?;
-            levels.extend(topology.spec.levels.iter().map(|l| l.node_label.clone()));
-        }
-    }
+    Ok(chosen)
+}
+
+/// The workload's pod sets as Kueue creates their pods on `flavors`:
+/// their topology request as Kueue's TAS annotation, the flavors' node
+/// labels and tolerations, every Topology level's label required.
+fn pod_sets(
+    w: &KueueWorkload,
+    flavors: &[&KueueResourceFlavor],
+    levels: &[String],
+) -> Result<Vec<(String, ObjectMeta, core::PodSpec, u32)>, String> {
     let mut sets = Vec::new();
     for ps in &w.spec.pod_sets {
         let mut meta = ps.template.metadata.clone().unwrap_or_default();
@@ -339,7 +382,7 @@ fn plan(
                 annotations.insert(KUEUE_PREFERRED.to_owned(), k.clone());
             }
         }
-        for f in &chosen {
+        for f in flavors {
             let selector = spec.node_selector.get_or_insert_with(Default::default);
             for (k, v) in &f.spec.node_labels {
                 selector.insert(k.clone(), v.clone());
@@ -348,18 +391,11 @@ fn plan(
                 .get_or_insert_with(Vec::new)
                 .extend(f.spec.tolerations.iter().cloned());
         }
-        require_labels(&mut spec, &levels);
+        require_labels(&mut spec, levels);
         // Within `Options::limits` once its pods are counted (`workload`).
         sets.push((ps.name.clone(), meta, spec, ps.count.max(0) as u32));
     }
-    Ok(KueuePlan {
-        namespace: ns.to_owned(),
-        name: name.to_owned(),
-        sources,
-        priority: w.spec.priority,
-        created: created(&w.metadata),
-        sets,
-    })
+    Ok(sets)
 }
 
 /// The admission checks that apply to a workload on `flavors`: v1beta1's

@@ -8,7 +8,7 @@ use accord::demand::{AllocationMode, TopologyMode, Workload};
 use accord::fleet::TopologyConfig;
 use accord_kube::{translate, Manifests, Options, Translation};
 
-fn read(files: &[&str]) -> Manifests {
+pub(crate) fn read(files: &[&str]) -> Manifests {
     let mut all = Manifests::default();
     for f in files {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -27,7 +27,7 @@ fn run(files: &[&str]) -> Translation {
     )
 }
 
-fn workload<'a>(t: &'a Translation, key: &str) -> &'a Workload {
+pub(crate) fn workload<'a>(t: &'a Translation, key: &str) -> &'a Workload {
     t.demand
         .workloads
         .iter()

@@ -3,23 +3,11 @@
 //! Workload its Job integration makes), Volcano's and KAI's PodGroups
 //! (their own published samples, and the pods their controllers make).
 
-use std::path::Path;
-
-use accord::demand::{TopologyMode, Workload};
+use accord::demand::TopologyMode;
 use accord::fleet::TopologyConfig;
 use accord_kube::{translate, Manifests, Options, Translation};
 
-fn read(files: &[&str]) -> Manifests {
-    let mut all = Manifests::default();
-    for f in files {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/kubernetes")
-            .join(f);
-        let text = std::fs::read_to_string(&path).unwrap();
-        all.extend(Manifests::parse(&text, f).unwrap_or_else(|e| panic!("{e}")));
-    }
-    all
-}
+use crate::translate::{read, workload};
 
 /// Accord's levels labelled with the keys Kueue's samples use.
 fn kueue_topology() -> TopologyConfig {
@@ -41,14 +29,6 @@ fn run_with(files: &[&str], topology: &TopologyConfig, schedulers: &[&str]) -> T
         .schedulers
         .extend(schedulers.iter().map(|s| (*s).to_owned()));
     translate(&read(files), &options)
-}
-
-fn workload<'a>(t: &'a Translation, key: &str) -> &'a Workload {
-    t.demand
-        .workloads
-        .iter()
-        .find(|w| w.key() == key)
-        .unwrap_or_else(|| panic!("no {key}: {}", t.render()))
 }
 
 const TAS_QUEUES: &str = "kueue/tas/sample-queues.yaml";
