@@ -108,28 +108,21 @@ pub(super) fn plans(
         };
         let (ns, name) = (ns_of(&w.metadata), name_of(&w.metadata));
         let source = ObjectRef::new(KUEUE_V1BETA2, "Workload", &ns, &name);
-        if w.condition("Finished").is_some() {
-            continue;
+        // The Workload speaks for its Job or JobSet from here on.
+        if let Some(owner) = owner(&w.metadata) {
+            owned.insert(owner);
         }
-        // Its pods (admitted) or its ProvisioningRequest (admission
-        // checks pending) are the demand from here on.
-        if w.condition("QuotaReserved").is_some() || w.condition("Admitted").is_some() {
-            if let Some(owner) = owner(&w.metadata) {
-                owned.insert(owner);
-            }
+        // Finished; or its pods (admitted) or its ProvisioningRequest
+        // (admission checks pending) are the demand.
+        if w.condition("Finished").is_some()
+            || w.condition("QuotaReserved").is_some()
+            || w.condition("Admitted").is_some()
+        {
             continue;
         }
         match plan(w, &ns, &name, &source, &index) {
-            Ok(p) => {
-                if let Some(owner) = owner(&w.metadata) {
-                    owned.insert(owner);
-                }
-                plans.push(p);
-            }
+            Ok(p) => plans.push(p),
             Err(reason) => {
-                if let Some(owner) = owner(&w.metadata) {
-                    owned.insert(owner);
-                }
                 let kueue_says = w
                     .status
                     .conditions
@@ -195,6 +188,19 @@ fn plan(
     if let Some(p) = cq.spec.stop_policy.as_deref().filter(|p| *p != "None") {
         return Err(format!(
             "ClusterQueue {cq_name} is stopped (stopPolicy {p})"
+        ));
+    }
+    // Kueue admits nothing through an inactive ClusterQueue (a flavor or
+    // an admission check missing, …): its condition says why.
+    if let Some(c) = cq
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Active" && c.status == "False")
+    {
+        return Err(format!(
+            "ClusterQueue {cq_name} is inactive ({}: {})",
+            c.reason, c.message
         ));
     }
     if w.spec.pod_sets.is_empty() {

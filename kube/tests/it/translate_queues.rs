@@ -137,6 +137,34 @@ fn deactivated_admitted_and_unqueued_kueue_workloads_are_not_demand() {
     assert!(t.not_planned[0]
         .reason
         .contains("LocalQueue default/nowhere not found"));
+    // An inactive ClusterQueue admits nothing.
+    let mut m = Manifests {
+        objects: base.objects.clone(),
+        ..Default::default()
+    };
+    for o in &mut m.objects {
+        if let accord_kube::manifests::Object::KueueClusterQueue(cq) = o {
+            cq.status.conditions = serde_json::from_value(serde_json::json!([{
+                "type": "Active", "status": "False", "reason": "FlavorNotFound",
+                "message": "Can't admit new workloads: references missing ResourceFlavor(s): tas-flavor.",
+                "lastTransitionTime": "2026-12-07T10:00:00Z"
+            }]))
+            .unwrap();
+        }
+    }
+    let t = translate(&m, &Options::for_topology(&kueue_topology()));
+    assert!(t.demand.workloads.is_empty());
+    assert!(
+        t.not_planned[0]
+            .reason
+            .contains("ClusterQueue tas-cluster-queue is inactive (FlavorNotFound"),
+        "{:?}",
+        t.not_planned
+    );
+    let t = with(&|w| w.spec.queue_name = "nowhere".into());
+    assert!(t.not_planned[0]
+        .reason
+        .contains("LocalQueue default/nowhere not found"));
     // Holding quota: its pods (or its ProvisioningRequest) are the demand.
     let t = with(&|w| {
         w.status.conditions[0].status = "True".into();
