@@ -84,28 +84,7 @@ pub(super) fn workload(
         }
         // A Kueue pod group is a label on its pods, not an object.
         GroupKey::Kueue(ns, g) => vec![ObjectRef::new("", "KueuePodGroup", ns, g)],
-        GroupKey::Volcano(ns, g) => {
-            let mut s = vec![ObjectRef::new(VOLCANO_API, "PodGroup", ns, g)];
-            if let Some(q) = index
-                .volcano_groups
-                .get(&(ns.clone(), g.clone()))
-                .and_then(|pg| pg.spec.queue.as_deref())
-            {
-                s.push(ObjectRef::new(VOLCANO_API, "Queue", "", q));
-            }
-            s
-        }
-        GroupKey::Kai(ns, g) => {
-            let mut s = vec![ObjectRef::new(KAI_API, "PodGroup", ns, g)];
-            if let Some(q) = index
-                .kai_groups
-                .get(&(ns.clone(), g.clone()))
-                .and_then(|pg| pg.spec.queue.as_deref())
-            {
-                s.push(ObjectRef::new(KAI_QUEUE_API, "Queue", "", q));
-            }
-            s
-        }
+        GroupKey::Volcano(..) | GroupKey::Kai(..) => other_scheduler_sources(key, index),
         _ => Vec::new(),
     };
     for s in &group.sources {
@@ -208,53 +187,11 @@ pub(super) fn workload(
             })?;
             min_count = Some(total);
         }
-        GroupKey::Volcano(ns, g) => {
-            let pg = index
-                .volcano_groups
-                .get(&(ns.clone(), g.clone()))
-                .ok_or_else(|| {
-                    fail(format!(
-                        "PodGroup {ns}/{g} (scheduling.volcano.sh) not found: Volcano waits for it too"
-                    ))
-                })?;
-            min_count =
-                Some(gang_minimum(pg.spec.min_member, None, "minMember", ns, g).map_err(&fail)?);
-            approximation = Some(approximation_of("Volcano", pg.spec.min_resources.as_ref()));
-        }
-        GroupKey::Kai(ns, g) => {
-            let pg = index
-                .kai_groups
-                .get(&(ns.clone(), g.clone()))
-                .ok_or_else(|| {
-                    fail(format!(
-                        "PodGroup {ns}/{g} (scheduling.run.ai) not found: KAI waits for it too"
-                    ))
-                })?;
-            // A group of subgroups: the leaves' minimums together.
-            let leaves: Option<i64> = (!pg.spec.sub_groups.is_empty()).then(|| {
-                let parents: std::collections::BTreeSet<&str> = pg
-                    .spec
-                    .sub_groups
-                    .iter()
-                    .filter_map(|s| s.parent.as_deref())
-                    .collect();
-                pg.spec
-                    .sub_groups
-                    .iter()
-                    .filter(|s| !parents.contains(s.name.as_str()))
-                    .map(|s| i64::from(s.min_member.unwrap_or(0).max(0)))
-                    .sum()
-            });
-            min_count =
-                Some(gang_minimum(pg.spec.min_member, leaves, "minMember", ns, g).map_err(&fail)?);
-            if let Some(t) = &pg.spec.topology_constraint {
-                if let Some(k) = &t.required_topology_level {
-                    topology = Some(level_for(k, TopologyMode::Required, options).map_err(&fail)?);
-                } else if let Some(k) = &t.preferred_topology_level {
-                    topology = Some(level_for(k, TopologyMode::Preferred, options).map_err(&fail)?);
-                }
-            }
-            approximation = Some(approximation_of("KAI", None));
+        GroupKey::Volcano(..) | GroupKey::Kai(..) => {
+            let gang = other_scheduler_gang(key, index, options).map_err(&fail)?;
+            min_count = Some(gang.min);
+            topology = gang.topology;
+            approximation = Some(gang.approximation);
         }
         GroupKey::Owner(..) | GroupKey::Single(..) | GroupKey::KueueWorkload(..) => {
             // A Kueue-admitted Job's pods go together; those already
@@ -371,6 +308,103 @@ pub(super) fn workload(
 const VOLCANO_API: &str = "scheduling.volcano.sh/v1beta1";
 const KAI_API: &str = "scheduling.run.ai/v2alpha2";
 const KAI_QUEUE_API: &str = "scheduling.run.ai/v2";
+
+/// A Volcano or KAI PodGroup's object and its queue, the workload's first sources.
+fn other_scheduler_sources(key: &GroupKey, index: &Index) -> Vec<ObjectRef> {
+    let (api, queue_api, ns, g, queue) = match key {
+        GroupKey::Volcano(ns, g) => (
+            VOLCANO_API,
+            VOLCANO_API,
+            ns,
+            g,
+            index
+                .volcano_groups
+                .get(&(ns.clone(), g.clone()))
+                .and_then(|pg| pg.spec.queue.as_deref()),
+        ),
+        GroupKey::Kai(ns, g) => (
+            KAI_API,
+            KAI_QUEUE_API,
+            ns,
+            g,
+            index
+                .kai_groups
+                .get(&(ns.clone(), g.clone()))
+                .and_then(|pg| pg.spec.queue.as_deref()),
+        ),
+        _ => return Vec::new(),
+    };
+    let mut s = vec![ObjectRef::new(api, "PodGroup", ns, g)];
+    if let Some(q) = queue {
+        s.push(ObjectRef::new(queue_api, "Queue", "", q));
+    }
+    s
+}
+
+/// What another scheduler's PodGroup says of its gang.
+struct OtherGang {
+    min: u32,
+    topology: Option<TopologyRequirement>,
+    approximation: String,
+}
+
+/// A Volcano PodGroup's gang (`minMember`), or a KAI one's (`minMember`,
+/// else its leaf subgroups' minimums together; its topology constraint).
+fn other_scheduler_gang(
+    key: &GroupKey,
+    index: &Index,
+    options: &Options,
+) -> Result<OtherGang, String> {
+    match key {
+        GroupKey::Volcano(ns, g) => {
+            let pg = index.volcano_groups.get(&(ns.clone(), g.clone())).ok_or_else(|| {
+                format!("PodGroup {ns}/{g} (scheduling.volcano.sh) not found: Volcano waits for it too")
+            })?;
+            Ok(OtherGang {
+                min: gang_minimum(pg.spec.min_member, None, "minMember", ns, g)?,
+                topology: None,
+                approximation: approximation_of("Volcano", pg.spec.min_resources.as_ref()),
+            })
+        }
+        GroupKey::Kai(ns, g) => {
+            let pg = index
+                .kai_groups
+                .get(&(ns.clone(), g.clone()))
+                .ok_or_else(|| {
+                    format!("PodGroup {ns}/{g} (scheduling.run.ai) not found: KAI waits for it too")
+                })?;
+            let leaves: Option<i64> = (!pg.spec.sub_groups.is_empty()).then(|| {
+                let parents: std::collections::BTreeSet<&str> = pg
+                    .spec
+                    .sub_groups
+                    .iter()
+                    .filter_map(|s| s.parent.as_deref())
+                    .collect();
+                pg.spec
+                    .sub_groups
+                    .iter()
+                    .filter(|s| !parents.contains(s.name.as_str()))
+                    .map(|s| i64::from(s.min_member.unwrap_or(0).max(0)))
+                    .sum()
+            });
+            let min = gang_minimum(pg.spec.min_member, leaves, "minMember", ns, g)?;
+            let topology = match &pg.spec.topology_constraint {
+                Some(t) => match (&t.required_topology_level, &t.preferred_topology_level) {
+                    (Some(k), _) => Some(level_for(k, TopologyMode::Required, options)?),
+                    (None, Some(k)) => Some(level_for(k, TopologyMode::Preferred, options)?),
+                    (None, None) => None,
+                },
+                None => None,
+            };
+            Ok(OtherGang {
+                min,
+                topology,
+                approximation: approximation_of("KAI", None),
+            })
+        }
+        _ => Err("not another scheduler's PodGroup".to_owned()),
+    }
+}
 
 /// A gang's minimum from another scheduler's PodGroup: its own `minMember`
 /// (0 or absent: its subgroups' leaves, else 1, a gang of one);

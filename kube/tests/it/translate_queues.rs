@@ -82,19 +82,29 @@ fn a_pending_kueue_workload_with_quota_is_one_gang_on_its_flavor_and_topology() 
     assert_eq!(pod.requests["cpu"], "1");
 }
 
-#[test]
-fn a_kueue_workload_over_its_quota_is_held_by_kueue_not_planned() {
-    // 10 pods × 1 CPU against a quota of 100 CPUs of which 95 are reserved.
+/// Kueue's TAS sample queues and the pending Workload, the ClusterQueue
+/// changed by `edit`, translated.
+fn with_cluster_queue(
+    edit: &dyn Fn(&mut accord_kube::manifests::KueueClusterQueue),
+) -> Translation {
     let mut m = read(&[TAS_QUEUES, TAS_WORKLOAD]);
     for o in &mut m.objects {
         if let accord_kube::manifests::Object::KueueClusterQueue(cq) = o {
-            cq.status.flavors_reservation = serde_json::from_value(serde_json::json!([
-                {"name": "tas-flavor", "resources": [{"name": "cpu", "total": "95"}]}
-            ]))
-            .unwrap();
+            edit(cq);
         }
     }
-    let t = translate(&m, &Options::for_topology(&kueue_topology()));
+    translate(&m, &Options::for_topology(&kueue_topology()))
+}
+
+#[test]
+fn a_kueue_workload_over_its_quota_is_held_by_kueue_not_planned() {
+    // 10 pods × 1 CPU against a quota of 100 CPUs of which 95 are reserved.
+    let t = with_cluster_queue(&|cq| {
+        cq.status.flavors_reservation = serde_json::from_value(serde_json::json!([
+            {"name": "tas-flavor", "resources": [{"name": "cpu", "total": "95"}]}
+        ]))
+        .unwrap();
+    });
     assert!(t.demand.workloads.is_empty(), "{}", t.render());
     assert_eq!(t.not_planned.len(), 1);
     let reason = &t.not_planned[0].reason;
@@ -138,21 +148,14 @@ fn deactivated_admitted_and_unqueued_kueue_workloads_are_not_demand() {
         .reason
         .contains("LocalQueue default/nowhere not found"));
     // An inactive ClusterQueue admits nothing.
-    let mut m = Manifests {
-        objects: base.objects.clone(),
-        ..Default::default()
-    };
-    for o in &mut m.objects {
-        if let accord_kube::manifests::Object::KueueClusterQueue(cq) = o {
-            cq.status.conditions = serde_json::from_value(serde_json::json!([{
-                "type": "Active", "status": "False", "reason": "FlavorNotFound",
-                "message": "Can't admit new workloads: references missing ResourceFlavor(s): tas-flavor.",
-                "lastTransitionTime": "2026-12-07T10:00:00Z"
-            }]))
-            .unwrap();
-        }
-    }
-    let t = translate(&m, &Options::for_topology(&kueue_topology()));
+    let t = with_cluster_queue(&|cq| {
+        cq.status.conditions = serde_json::from_value(serde_json::json!([{
+            "type": "Active", "status": "False", "reason": "FlavorNotFound",
+            "message": "Can't admit new workloads: references missing ResourceFlavor(s): tas-flavor.",
+            "lastTransitionTime": "2026-12-07T10:00:00Z"
+        }]))
+        .unwrap();
+    });
     assert!(t.demand.workloads.is_empty());
     assert!(
         t.not_planned[0]
@@ -161,10 +164,6 @@ fn deactivated_admitted_and_unqueued_kueue_workloads_are_not_demand() {
         "{:?}",
         t.not_planned
     );
-    let t = with(&|w| w.spec.queue_name = "nowhere".into());
-    assert!(t.not_planned[0]
-        .reason
-        .contains("LocalQueue default/nowhere not found"));
     // Holding quota: its pods (or its ProvisioningRequest) are the demand.
     let t = with(&|w| {
         w.status.conditions[0].status = "True".into();
@@ -313,15 +312,11 @@ spec:
 
 #[test]
 fn a_kueue_workload_behind_an_admission_check_is_left_to_its_provisioning_request() {
-    let mut m = read(&[TAS_QUEUES, TAS_WORKLOAD]);
-    for o in &mut m.objects {
-        if let accord_kube::manifests::Object::KueueClusterQueue(cq) = o {
-            cq.spec.admission_checks_strategy = Some(serde_json::json!({
-                "admissionChecks": [{"name": "accord-capacity"}]
-            }));
-        }
-    }
-    let t = translate(&m, &Options::for_topology(&kueue_topology()));
+    let t = with_cluster_queue(&|cq| {
+        cq.spec.admission_checks_strategy = Some(serde_json::json!({
+            "admissionChecks": [{"name": "accord-capacity"}]
+        }));
+    });
     assert!(t.demand.workloads.is_empty(), "{}", t.render());
     assert!(
         t.not_planned[0]
