@@ -173,6 +173,17 @@ pub struct ControlConfig {
     /// adds the configurations it names there.
     #[serde(default = "default_mig_parted_configmap")]
     pub mig_parted_configmap: String,
+    /// `gpu-operator` MIG mode: how long after the ConfigMap holds a
+    /// configuration accordd sets the Node label naming it (mig-manager
+    /// reads the ConfigMap through a volume the kubelet syncs: up to its
+    /// `syncFrequency`, 1 minute by default, plus the cache's delay).
+    #[serde(default = "default_mig_config_sync_s")]
+    pub mig_config_sync_s: u64,
+    /// `gpu-operator` MIG mode: labels tried per repartition; after
+    /// mig-manager's `failed`, the label moves to another name of the
+    /// same configuration (it acts only when the label changes).
+    #[serde(default = "default_mig_label_tries")]
+    pub mig_label_tries: u32,
     /// Before v0.2: a local mig-parted file. Accepted and ignored (said at
     /// start): accordd writes the ConfigMap.
     #[serde(default)]
@@ -232,7 +243,15 @@ fn default_mig_deadline_s() -> u64 {
 }
 
 fn default_mig_parted_configmap() -> String {
-    "gpu-operator/default-mig-parted-config".to_owned()
+    "gpu-operator/accord-mig-parted-config".to_owned()
+}
+
+fn default_mig_config_sync_s() -> u64 {
+    accord_decide::MigManager::default().sync_s
+}
+
+fn default_mig_label_tries() -> u32 {
+    accord_decide::MigManager::default().label_tries
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -555,6 +574,15 @@ impl DaemonConfig {
             }
             if c.power_off_settle_s > 3600 {
                 problems.push("control.power_off_settle_s: above 3600".to_owned());
+            }
+            if c.mig_config_sync_s >= c.mig_deadline_s {
+                problems.push(format!(
+                    "control.mig_config_sync_s: {} is not below control.mig_deadline_s ({}): every repartition through the GPU Operator would time out",
+                    c.mig_config_sync_s, c.mig_deadline_s
+                ));
+            }
+            if !(1..=10).contains(&c.mig_label_tries) {
+                problems.push("control.mig_label_tries: must be 1 to 10".to_owned());
             }
             if let Err(e) = crate::control::mig_parted::ConfigMapRef::parse(&c.mig_parted_configmap)
             {

@@ -41,6 +41,11 @@ pub struct Shared {
     /// heartbeat says them again after a restart. One entry per registered
     /// node at most (a heartbeat for an unknown node is refused first).
     pub assigned: Mutex<std::collections::BTreeMap<String, Assigned>>,
+    /// The mig-parted configurations the Kubernetes writer last saw in
+    /// mig-manager's ConfigMap (`gpu-operator` mode): observe hands them
+    /// to *decide*, which labels a Node only after its configuration is
+    /// there.
+    pub mig_configs_written: Arc<Mutex<BTreeSet<String>>>,
 }
 
 /// A node's device-plugin assignments as its agent last said them.
@@ -76,6 +81,7 @@ impl Shared {
             fenced_commands: Mutex::new(Default::default()),
             admin_power: std::sync::OnceLock::new(),
             assigned: Mutex::new(Default::default()),
+            mig_configs_written: Arc::new(Mutex::new(BTreeSet::new())),
         }
     }
 

@@ -24,11 +24,19 @@
 //! plugin, GFD, DCGM) are paused before the agent is handed the command
 //! and set going again after, as mig-manager does ([`gpu_clients`]).
 //!
-//! `gpu-operator` mode: the command is journaled undeliverable, accordd
-//! sets the Node label `nvidia.com/mig.config` to a named mig-parted
-//! configuration (written to the configs file first, by *effect*); when
-//! mig-manager says `success` the command is released and the agent, asked
-//! to rediscover, reports the new layout.
+//! `gpu-operator` mode: the command is journaled undeliverable; the
+//! node's whole mig-parted configuration, under [`MigManager::label_tries`]
+//! names, is put in the ConfigMap the ClusterPolicy names (by *effect*,
+//! every round until the writer has seen it there); [`MigManager::sync_s`]
+//! later (the kubelet's volume sync, which mig-manager reads through)
+//! accordd sets the Node label `nvidia.com/mig.config` to the first name
+//! the Node does not show already (mig-manager acts only on a change).
+//! When mig-manager says `success` the command is released and the agent,
+//! asked to rediscover, reports the new layout; `failed` moves the label
+//! to the next name, and after the last one closes the command.
+//!
+//! [`MigManager::label_tries`]: crate::MigManager::label_tries
+//! [`MigManager::sync_s`]: crate::MigManager::sync_s
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,7 +47,7 @@ use accord_api::agent::{CommandAction, CommandRecord, CommandResult, CommandStat
 use accord_api::mig_parted::{self, DeviceConfig};
 use tracing::{info, warn};
 
-use super::{gpu_clients, node_ref, Event, Snapshot};
+use super::{gpu_clients, node_ref, Event, MigManager, Snapshot};
 
 /// How long a finished repartition's layout is preferred over a scheduler
 /// view that does not show it yet.
@@ -91,9 +99,11 @@ pub(super) struct Commands {
     labelled: BTreeMap<String, (u64, u64)>,
     /// Node → when its paused operands' labels were last set back.
     restored: BTreeMap<String, u64>,
-    /// Node → (generation, when the Node first showed its label, whether
-    /// mig-manager was seen working on it since).
-    operator_seen: BTreeMap<String, (u64, u64, bool)>,
+    /// Node → how its `gpu-operator` command is handed to mig-manager.
+    operator: BTreeMap<String, OperatorHandshake>,
+    /// A `gpu-operator` configuration's first name → its entries (what
+    /// *effect* writes under each of its names).
+    configs: BTreeMap<String, Vec<DeviceConfig>>,
     /// Nodes failed for a command past its deadline: held Failed (their
     /// coming up does not make them usable) until their agent reports
     /// again, or they go off.
@@ -101,6 +111,31 @@ pub(super) struct Commands {
     /// The first round acts on no command that was already closed (after
     /// a restart, those were acted on before).
     seeded: bool,
+}
+
+/// One `gpu-operator` command's handshake with mig-manager.
+#[derive(Debug, Clone)]
+struct OperatorHandshake {
+    generation: u64,
+    /// Which of the configuration's names the label tries now.
+    attempt: u32,
+    /// When the writer first saw every name in the ConfigMap.
+    written_at: Option<u64>,
+    /// When the Node first showed this attempt's label.
+    shown_at: Option<u64>,
+    /// mig-manager was seen working (`pending`, `rebooting`) on it since.
+    working: bool,
+}
+
+/// The `n`th name of configuration `first` (mig-manager applies a
+/// configuration only when the label changes, so a retry names the same
+/// content differently).
+pub fn config_alias(first: &str, n: u32) -> String {
+    if n == 0 {
+        first.to_owned()
+    } else {
+        format!("{first}-r{n}")
+    }
 }
 
 /// The kind label of a command's metrics.
@@ -192,6 +227,7 @@ impl Commands {
         snap: &Snapshot,
         fleet: &Fleet,
         act: bool,
+        mig_manager: MigManager,
         effects: &mut CommandEffects,
     ) -> Absorbed {
         let now = snap.now;
@@ -209,6 +245,17 @@ impl Commands {
             .iter()
             .map(|c| (c.node.clone(), c.clone()))
             .collect();
+        // What only open `gpu-operator` commands need.
+        let open_configs: BTreeSet<&String> = snap
+            .commands
+            .iter()
+            .filter(|c| c.is_open())
+            .filter_map(|c| c.mig_config.as_ref())
+            .collect();
+        self.configs.retain(|k, _| open_configs.contains(k));
+        let latest = &self.latest;
+        self.operator
+            .retain(|n, h| latest.get(n).is_some_and(|c| c.is_open() && c.generation == h.generation));
         if !self.seeded {
             self.seeded = true;
             for c in snap.commands.iter().filter(|c| !c.is_open()) {
@@ -266,7 +313,7 @@ impl Commands {
                     out.fail.push((node.clone(), reason));
                 }
                 _ if rec.via == MigVia::GpuOperator && act => {
-                    self.follow_operator(rec, snap, effects, &mut out);
+                    self.follow_operator(rec, snap, model, mig_manager, effects, &mut out);
                 }
                 _ if rec.via == MigVia::Agent && !rec.deliver && act => {
                     self.follow_pause(rec, snap, effects);
@@ -413,24 +460,66 @@ impl Commands {
         }
     }
 
-    /// `gpu-operator`: keep the label set; on `success` hand the agent its
-    /// rediscovery; on `failed` close the command.
+    /// `gpu-operator`: the configuration into the ConfigMap, the label
+    /// once mig-manager can read it there; on `success` hand the agent its
+    /// rediscovery; on `failed` the next name, or close the command.
     fn follow_operator(
         &mut self,
         rec: &CommandRecord,
         snap: &Snapshot,
+        model: &Node,
+        mig_manager: MigManager,
         effects: &mut CommandEffects,
         out: &mut Absorbed,
     ) {
         let node = &rec.node;
-        let Some(name) = &rec.mig_config else {
+        let Some(first) = &rec.mig_config else {
             return;
         };
         let labels = snap.views.get(node).map(|v| &v.labels);
         let shown = labels.and_then(|l| l.get(mig_parted::CONFIG_LABEL));
-        let state = labels.and_then(|l| l.get(mig_parted::STATE_LABEL));
+        let tries = mig_manager.label_tries.max(1);
+        let names: Vec<String> = (0..tries).map(|n| config_alias(first, n)).collect();
+        let now = snap.now;
+        // A new command starts from the first name the Node does not show
+        // (the same layout asked again, after a reboot lost it, would not
+        // change the label otherwise).
+        let start = OperatorHandshake {
+            generation: rec.generation,
+            attempt: names.iter().position(|n| Some(n) != shown).unwrap_or(0) as u32,
+            written_at: None,
+            shown_at: None,
+            working: false,
+        };
+        let h = self.operator.entry(node.clone()).or_insert(start.clone());
+        if h.generation != rec.generation {
+            *h = start;
+        }
+        // 1. Every name in the ConfigMap (written each round until the
+        //    writer has seen them there).
+        if !names.iter().all(|n| snap.mig_configs_written.contains(n)) {
+            h.written_at = None;
+            let entries = self
+                .configs
+                .get(first)
+                .cloned()
+                .unwrap_or_else(|| operator_config(model, &rec.targets));
+            effects
+                .mig_configs
+                .extend(names.iter().map(|n| (n.clone(), entries.clone())));
+            return;
+        }
+        let written = *h.written_at.get_or_insert(now);
+        // 2. The kubelet has synced mig-manager's volume.
+        if now < written.saturating_add(mig_manager.sync_s) {
+            return;
+        }
+        // 3. The label names this attempt's name.
+        let name = &names[(h.attempt as usize).min(names.len() - 1)];
         if shown != Some(name) {
-            if self.relabel_due(rec, snap.now) {
+            h.shown_at = None;
+            h.working = false;
+            if self.relabel_due(rec, now) {
                 effects.labels.push((
                     node.clone(),
                     mig_parted::CONFIG_LABEL.to_owned(),
@@ -439,28 +528,54 @@ impl Commands {
             }
             return;
         }
-        // The label shows our configuration. mig-manager's state is about
-        // it once it was seen working, or [`STATE_FRESH_S`] after the
-        // label first showed (not a leftover from an earlier one).
-        let seen =
-            self.operator_seen
-                .entry(node.clone())
-                .or_insert((rec.generation, snap.now, false));
-        if seen.0 != rec.generation {
-            *seen = (rec.generation, snap.now, false);
-        }
-        let state = state.map(String::as_str);
+        // 4. mig-manager's state is about it once it was seen working, or
+        //    [`STATE_FRESH_S`] after the label first showed (not a
+        //    leftover from an earlier one).
+        let shown_at = *h.shown_at.get_or_insert(now);
+        let state = labels
+            .and_then(|l| l.get(mig_parted::STATE_LABEL))
+            .map(String::as_str);
         if matches!(state, Some("pending" | "rebooting")) {
-            seen.2 = true;
+            h.working = true;
         }
-        let fresh = seen.2 || snap.now >= seen.1 + STATE_FRESH_S;
+        let fresh = h.working || now >= shown_at + STATE_FRESH_S;
         match state {
             Some("success") if fresh && !rec.deliver => {
                 info!(node = %node, config = %name, "mig-manager applied the configuration; asking the agent to rediscover");
                 effects.release.push((node.clone(), rec.generation));
             }
+            Some("failed") if fresh && h.attempt + 1 < tries => {
+                h.attempt += 1;
+                h.shown_at = None;
+                h.working = false;
+                let next = &names[h.attempt as usize];
+                let note = format!(
+                    "mig-manager reports {}=failed for configuration {name} (its reason is in the log of the nvidia-mig-manager pod on {node}); trying again under the label {}={next}",
+                    mig_parted::STATE_LABEL,
+                    mig_parted::CONFIG_LABEL
+                );
+                warn!(node = %node, command = rec.generation, "{note}");
+                out.metrics.push((kind(rec.via), "retried"));
+                out.events.push(Event {
+                    regarding: node_ref(node),
+                    reason: "MigRepartitionRetried",
+                    action: "Repartition",
+                    note,
+                    warning: true,
+                });
+                self.labelled.remove(node);
+                effects.labels.push((
+                    node.clone(),
+                    mig_parted::CONFIG_LABEL.to_owned(),
+                    next.clone(),
+                ));
+                self.labelled.insert(node.clone(), (rec.generation, now));
+            }
             Some("failed") if fresh => {
-                let reason = format!("mig-manager reports failed for configuration {name}");
+                let reason = format!(
+                    "mig-manager reports {}=failed for configuration {name}, after {tries} labels (its reason is in the log of the nvidia-mig-manager pod on {node})",
+                    mig_parted::STATE_LABEL
+                );
                 effects.close.push((
                     node.clone(),
                     rec.generation,
@@ -469,7 +584,6 @@ impl Commands {
             }
             _ => {}
         }
-        let _ = out;
     }
 
     /// Plans `node` as its commands make it: in flight or settling, the
@@ -554,6 +668,7 @@ impl Commands {
         seen: &Fleet,
         now: u64,
         deadline_s: u64,
+        mig_manager: MigManager,
         effects: &mut CommandEffects,
         said: &mut Absorbed,
     ) -> BTreeSet<String> {
@@ -612,15 +727,16 @@ impl Commands {
                         None,
                     )
                 }
+                // Its configuration goes into the ConfigMap now; the label
+                // follows once mig-manager can read it ([`follow_operator`]).
                 MigVia::GpuOperator => {
                     let entries = operator_config(node, &targets);
                     let config = mig_parted::config_name(&entries);
-                    effects.mig_configs.push((config.clone(), entries));
-                    effects.labels.push((
-                        name.to_owned(),
-                        mig_parted::CONFIG_LABEL.to_owned(),
-                        config.clone(),
-                    ));
+                    effects.mig_configs.extend(
+                        (0..mig_manager.label_tries.max(1))
+                            .map(|n| (config_alias(&config, n), entries.clone())),
+                    );
+                    self.configs.insert(config.clone(), entries);
                     (CommandAction::Rediscover, false, Some(config))
                 }
             };

@@ -51,7 +51,7 @@ pub mod warm;
 mod workloads;
 
 pub use bios::BiosEffects;
-pub use commands::CommandEffects;
+pub use commands::{config_alias, CommandEffects};
 use power::busy_pods;
 pub use power_off::DEFAULT_SETTLE_S as DEFAULT_POWER_OFF_SETTLE_S;
 use round::Round;
@@ -122,6 +122,9 @@ pub struct Snapshot {
     /// Every registered Node's uid, resourceVersion and kept annotations
     /// (dark machines' Nodes are deleted and restored by them).
     pub node_objects: BTreeMap<String, dark::NodeObject>,
+    /// The mig-parted configurations mig-manager's ConfigMap was last seen
+    /// to hold (by *effect*'s writer; `gpu-operator` mode).
+    pub mig_configs_written: BTreeSet<String>,
 }
 
 /// An object the translation cannot plan, and why.
@@ -202,6 +205,36 @@ pub struct Settings {
     /// How long an agent command (a MIG repartition) may take before its
     /// node is failed.
     pub command_deadline_s: u64,
+    /// The GPU Operator's mig-manager handshake (`gpu-operator` mode).
+    pub mig_manager: MigManager,
+}
+
+/// How accordd hands mig-manager a configuration (`[control]`
+/// `mig_config_sync_s`, `mig_label_tries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigManager {
+    /// How long after its ConfigMap holds a configuration the Node label
+    /// naming it is set: mig-manager reads the ConfigMap from a volume the
+    /// kubelet syncs (up to its sync period plus the cache's propagation
+    /// delay behind the API; Kubernetes' "Mounted ConfigMaps are updated
+    /// automatically"), and validates the label's configuration against
+    /// that file first (mig-parted `pkg/mig/reconfigure/reconfigure.go`,
+    /// `validateMigConfig`: `failed` when it is not there yet).
+    pub sync_s: u64,
+    /// Labels tried per command: after `failed`, the label is changed to
+    /// another name of the same configuration (mig-manager acts only on a
+    /// change of the label, `cmd/nvidia-mig-manager/main.go`,
+    /// `ContinuouslySyncMigConfigChanges`).
+    pub label_tries: u32,
+}
+
+impl Default for MigManager {
+    fn default() -> Self {
+        MigManager {
+            sync_s: 90,
+            label_tries: 3,
+        }
+    }
 }
 
 /// Power-cycling Unhealthy nodes (`[control.repair]`): off unless enabled.
@@ -669,6 +702,7 @@ profile = "h100"
                 deadlines: Deadlines::default(),
                 booking_s: 600,
                 command_deadline_s: 600,
+                mig_manager: MigManager::default(),
             },
             100_000,
         );
@@ -724,6 +758,7 @@ profile = "h100"
                 deadlines: Deadlines::default(),
                 booking_s: 600,
                 command_deadline_s: 600,
+                mig_manager: MigManager::default(),
             },
             100_000,
         );

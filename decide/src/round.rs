@@ -44,7 +44,7 @@ impl Decider {
         let act = self.settings.mode == accord_api::control::Mode::Act;
         let absorbed = self
             .commands
-            .absorb(snap, &self.fleet, act, &mut r.commands);
+            .absorb(snap, &self.fleet, act, self.settings.mig_manager, &mut r.commands);
         r.events.extend(absorbed.events);
         r.metrics.commands.extend(absorbed.metrics);
         for (node, reason) in absorbed.fail {
@@ -148,6 +148,7 @@ impl Decider {
                 seen,
                 snap.now,
                 self.settings.command_deadline_s,
+                self.settings.mig_manager,
                 &mut r.commands,
                 &mut said,
             ));

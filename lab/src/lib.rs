@@ -383,7 +383,7 @@ impl Lab {
         {
             // What the GPU Operator installs: its namespace and
             // mig-manager's ConfigMap with NVIDIA's configurations.
-            mig_manager::install(&api);
+            mig_manager::install(&api, &scenario.lab.gpu_operator);
         }
         let ha_settings = scenario.lab.ha.clone();
         let identities = ha::identities(ha_settings.replicas);
@@ -416,6 +416,14 @@ impl Lab {
         private(&d.join("agent-token"), AGENT_TOKEN)?;
         std::fs::write(d.join("fleet.toml"), scenario.fleet_toml())?;
         let mut control = scenario.control.clone();
+        // mig-manager's volume lags the API by the lab's sync delay:
+        // accordd waits twice that before it labels (unless the scenario
+        // says otherwise).
+        control
+            .entry("mig_config_sync_s")
+            .or_insert(toml::Value::from(
+                (scenario.lab.gpu_operator.volume_sync_ms * 2).div_ceil(1000) as i64,
+            ));
         control.insert(
             "mode".into(),
             toml::Value::from(match scenario.lab.mode {

@@ -1,17 +1,33 @@
-//! The NVIDIA GPU Operator's mig-manager, as the lab plays it: it watches
-//! each Node's `nvidia.com/mig.config` label; when the label names a
-//! configuration it has not applied, it sets `nvidia.com/mig.config.state`
-//! to `pending`, reads the configuration from its mig-parted ConfigMap
-//! (`gpu-operator/default-mig-parted-config`, key `config.yaml`, where
-//! accordd adds the configurations it names), repartitions the
-//! machine's GPUs that differ from it (through the machine's replayed
-//! NVML, as mig-manager would through the real one) and sets the state to
-//! `success` (or `failed`). Written from mig-parted's documented
-//! behaviour and file format, not from accordd's code: the format is
-//! parsed here on its own.
+//! The NVIDIA GPU Operator's mig-manager, as the lab plays it, each
+//! behaviour from NVIDIA's code (mig-parted v0.15, gpu-operator v26.7;
+//! nothing here is read from accordd's):
+//!
+//! - **Its configs file** (`setupMigConfig`,
+//!   `cmd/nvidia-mig-manager/main.go`): the custom ConfigMap the
+//!   ClusterPolicy names in `spec.migManager.config.name`, mounted as a
+//!   volume (gpu-operator `controllers/object_controls.go`,
+//!   `TransformMigManager`: `CONFIG_FILE=/mig-parted-config/config.yaml`);
+//!   with none named, a configuration generated from the hardware
+//!   (`writeGeneratedConfig`, `pkg/mig/builder/builder.go`:
+//!   `all-disabled`, `all-enabled`, `all-<profile>`), the operator's
+//!   `default-mig-parted-config` only a fallback this hardware never needs.
+//! - **The volume lags the API** (the kubelet syncs ConfigMap volumes
+//!   periodically): the lab copies the ConfigMap into it
+//!   `lab.gpu_operator.volume_sync_ms` after it changes.
+//! - **Only a change of the label acts** (`ContinuouslySyncMigConfigChanges`:
+//!   `AddFunc` sets the label seen at start, `UpdateFunc` only when it
+//!   differs; `SyncableMigConfig.Get` waits for a value not read yet):
+//!   the label at mig-manager's start (the machine's boot), then each new
+//!   value.
+//! - **Reconfigure** (`pkg/mig/reconfigure/reconfigure.go`, `Run`): the
+//!   label's configuration not in the file → `failed` (`validateMigConfig`,
+//!   no `pending`); already applied → `success`; else `pending`, the
+//!   GPUs repartitioned (through the machine's replayed NVML, as
+//!   mig-parted would through the real one), `success` or `failed`
+//!   (`setState`).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use accord::hardware::{MigMode, MigState};
 use accord_agent::mig::replay::ReplayedGpus;
@@ -21,23 +37,49 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::Ctx;
+use crate::scenario::GpuOperatorSettings;
 
 const CONFIG_LABEL: &str = "nvidia.com/mig.config";
-/// mig-manager's ConfigMap (the ClusterPolicy's default
-/// `migManager.config.name`) and the key it reads.
+const STATE_LABEL: &str = "nvidia.com/mig.config.state";
+/// The GPU Operator's namespace in the lab, and the ConfigMap it creates
+/// itself (`MigPartedDefaultConfigMapName`).
 pub const CONFIGMAP_NAMESPACE: &str = "gpu-operator";
-pub const CONFIGMAP_NAME: &str = "default-mig-parted-config";
+pub const OPERATOR_CONFIGMAP: &str = "default-mig-parted-config";
 pub const CONFIGMAP_KEY: &str = "config.yaml";
+/// The ClusterPolicy the operator's install makes (its Helm chart's name).
+pub const CLUSTER_POLICY: &str = "cluster-policy";
 
-/// The GPU Operator's install, as far as mig-manager goes: its namespace
-/// and its ConfigMap with NVIDIA's stock configurations (two of them).
-pub(crate) fn install(api: &crate::cluster::Cluster) {
+/// The GPU Operator's install, as far as mig-manager goes: its namespace,
+/// its own ConfigMap with NVIDIA's stock configurations, and a
+/// ClusterPolicy naming `settings.mig_config` (none: v26's defaults).
+pub(crate) fn install(api: &crate::cluster::Cluster, settings: &GpuOperatorSettings) {
     api.apply(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": CONFIGMAP_NAMESPACE}}));
     api.apply(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"namespace": CONFIGMAP_NAMESPACE, "name": CONFIGMAP_NAME},
+        "metadata": {"namespace": CONFIGMAP_NAMESPACE, "name": OPERATOR_CONFIGMAP},
         "data": {CONFIGMAP_KEY: "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n  all-enabled:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {}\n"}}));
-    // accordd's permission on it, as an admin grants it (deploy/).
+    if api.upstream().is_some() {
+        // The ClusterPolicy's CRD, as far as the lab uses it (the
+        // operator's full schema is not needed to store one).
+        api.apply(serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "clusterpolicies.nvidia.com"},
+            "spec": {"group": "nvidia.com", "scope": "Cluster",
+                "names": {"plural": "clusterpolicies", "singular": "clusterpolicy",
+                    "kind": "ClusterPolicy", "listKind": "ClusterPolicyList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}]}}));
+    }
+    let mut mig_manager = serde_json::json!({"enabled": true, "config": {"default": "all-disabled"}});
+    if !settings.mig_config.is_empty() {
+        mig_manager["config"]["name"] = Value::from(settings.mig_config.as_str());
+    }
+    api.apply(serde_json::json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": CLUSTER_POLICY},
+        "spec": {"migManager": mig_manager}}));
+    // accordd's permission on its ConfigMap, as an admin grants it
+    // (deploy/).
     if api.upstream().is_some() {
         let rbac = include_str!("../../deploy/rbac-gpu-operator.yaml");
         for doc in serde_yaml_ng::Deserializer::from_str(rbac) {
@@ -50,7 +92,6 @@ pub(crate) fn install(api: &crate::cluster::Cluster) {
         }
     }
 }
-const STATE_LABEL: &str = "nvidia.com/mig.config.state";
 
 #[derive(Debug, Deserialize)]
 struct ConfigsFile {
@@ -58,7 +99,7 @@ struct ConfigsFile {
     mig_configs: BTreeMap<String, Vec<Entry>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 struct Entry {
     devices: Devices,
     #[serde(rename = "mig-enabled")]
@@ -67,97 +108,134 @@ struct Entry {
     mig_devices: BTreeMap<String, u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 enum Devices {
     All(String),
     List(Vec<u32>),
 }
 
-/// Per node: the configuration applied last and the state reported.
+/// Per node: mig-manager's informer and what it did last.
 #[derive(Debug, Default, Clone)]
 struct Applied {
-    config: String,
+    /// The label value it read last (`SyncableMigConfig.lastRead`).
+    read: String,
     state: &'static str,
-    /// The machine's GPUs' version after it: a lower one is a fresh boot,
-    /// where mig-manager applies the label's configuration again.
+    /// The machine's GPUs' version at its start: a lower one is a fresh
+    /// boot, a new mig-manager pod that reads the label afresh.
     version: u64,
 }
 
-/// The loop: every 300 ms, each Node.
-pub(super) async fn run(ctx: Ctx) {
-    let mut applied: BTreeMap<String, Applied> = BTreeMap::new();
-    loop {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        for n in ctx.fleet.nodes.iter() {
-            step(&ctx, &n.name, &mut applied).await;
+/// The custom ConfigMap's volume, as the kubelet syncs it: its text, and
+/// the API's newer text with when it was first seen.
+#[derive(Debug, Default)]
+struct Volume {
+    text: Option<String>,
+    newer: Option<(Option<String>, Instant)>,
+}
+
+impl Volume {
+    /// Follows the API's `now_text`, `lag` behind.
+    fn sync(&mut self, now_text: Option<String>, lag: Duration) {
+        if now_text == self.text {
+            self.newer = None;
+            return;
+        }
+        match &self.newer {
+            Some((t, since)) if *t == now_text => {
+                if since.elapsed() >= lag {
+                    self.text = now_text;
+                    self.newer = None;
+                }
+            }
+            _ => self.newer = Some((now_text, Instant::now())),
         }
     }
 }
 
-async fn step(ctx: &Ctx, name: &str, applied: &mut BTreeMap<String, Applied>) {
+/// The loop: every 300 ms, the volume, then each Node.
+pub(super) async fn run(ctx: Ctx) {
+    let settings = ctx.scenario.lab.gpu_operator.clone();
+    let mut applied: BTreeMap<String, Applied> = BTreeMap::new();
+    let mut volume = Volume::default();
+    let mut failures_left = settings.fail_first;
+    let lag = Duration::from_millis(settings.volume_sync_ms);
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let named = ctx
+            .api
+            .get("nvidia.com/v1", "ClusterPolicy", "", CLUSTER_POLICY)
+            .and_then(|p| p["spec"]["migManager"]["config"]["name"].as_str().map(str::to_owned));
+        if let Some(name) = &named {
+            let text = ctx
+                .api
+                .get("v1", "ConfigMap", CONFIGMAP_NAMESPACE, name)
+                .and_then(|cm| cm["data"][CONFIGMAP_KEY].as_str().map(str::to_owned));
+            volume.sync(text, lag);
+        }
+        for n in ctx.fleet.nodes.iter() {
+            let file = match &named {
+                Some(name) => Source::Custom(name.clone(), volume.text.clone()),
+                None => Source::Generated,
+            };
+            step(&ctx, &n.name, &mut applied, &file, &mut failures_left).await;
+        }
+    }
+}
+
+/// Where mig-manager's configurations come from (`setupMigConfig`).
+enum Source {
+    /// The custom ConfigMap (its name) as its volume holds it.
+    Custom(String, Option<String>),
+    /// Generated from the machine's GPUs.
+    Generated,
+}
+
+async fn step(
+    ctx: &Ctx,
+    name: &str,
+    applied: &mut BTreeMap<String, Applied>,
+    source: &Source,
+    failures_left: &mut u32,
+) {
     let Some(node) = ctx.api.get("v1", "Node", "", name) else {
         return;
     };
-    let Some(want) = node["metadata"]["labels"][CONFIG_LABEL]
+    let want = node["metadata"]["labels"][CONFIG_LABEL]
         .as_str()
-        .map(str::to_owned)
-    else {
+        .unwrap_or_default()
+        .to_owned();
+    // mig-manager runs on the node: nothing happens while it is off.
+    let Some(gpus) = super::machine_gpus(ctx, name) else {
+        applied.remove(name);
         return;
     };
-    let gpus = super::machine_gpus(ctx, name);
-    let rebooted = |a: &Applied| gpus.as_ref().is_some_and(|g| g.version() < a.version);
-    if let Some(a) = applied
+    let started = applied
         .get(name)
-        .filter(|a| a.config == want && !rebooted(a))
-    {
-        // Done already: keep the state label showing it (another writer
-        // of the Node may have replaced the object meanwhile).
-        if node["metadata"]["labels"][STATE_LABEL].as_str() != Some(a.state) {
+        .is_some_and(|a| gpus.version() >= a.version);
+    if let Some(a) = applied.get(name).filter(|a| started && a.read == want) {
+        // Nothing new to read: keep the state label showing the last
+        // outcome (another writer of the Node may have replaced it).
+        if !a.state.is_empty() && node["metadata"]["labels"][STATE_LABEL].as_str() != Some(a.state) {
             set_state(ctx, name, a.state);
         }
         return;
     }
-    // mig-manager runs on the node: nothing happens while it is off.
-    let Some(gpus) = gpus else {
+    // A new label value (or mig-manager's start, `AddFunc`); an empty
+    // one is never applied (`SyncableMigConfig.Set`).
+    if want.is_empty() {
+        applied.insert(
+            name.to_owned(),
+            Applied {
+                read: want,
+                state: "",
+                version: gpus.version(),
+            },
+        );
         return;
-    };
-    set_state(ctx, name, "pending");
+    }
     say!(ctx, node = %name, "mig-manager: applying MIG configuration {want}");
-    let shown = format!("ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} key {CONFIGMAP_KEY}");
-    let text = ctx
-        .api
-        .get("v1", "ConfigMap", CONFIGMAP_NAMESPACE, CONFIGMAP_NAME)
-        .and_then(|cm| cm["data"][CONFIGMAP_KEY].as_str().map(str::to_owned))
-        .ok_or_else(|| format!("{shown}: missing"));
-    let outcome = match text.and_then(|t| {
-        serde_yaml_ng::from_str::<ConfigsFile>(&t).map_err(|e| format!("{shown}: {e}"))
-    }) {
-        Err(e) => Err(e),
-        Ok(file) => match file.mig_configs.get(&want) {
-            None => Err(format!("no configuration {want} in the configs file")),
-            Some(entries) => {
-                let targets = targets(&gpus, entries);
-                let changed = targets.len();
-                let g = gpus.clone();
-                match tokio::task::spawn_blocking(move || {
-                    g.apply(
-                        &targets,
-                        &ApplyOptions {
-                            allow_gpu_reset: true,
-                        },
-                    )
-                })
-                .await
-                {
-                    Ok(CommandResult::Done) => Ok(changed),
-                    Ok(other) => Err(other.describe()),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-        },
-    };
-    let state = match outcome {
+    let state = match reconfigure(ctx, name, &gpus, &want, source, failures_left).await {
         Ok(changed) => {
             if changed > 0 {
                 let mut r = ctx.record.lock().expect("lock");
@@ -172,14 +250,95 @@ async fn step(ctx: &Ctx, name: &str, applied: &mut BTreeMap<String, Applied>) {
         }
     };
     set_state(ctx, name, state);
+    // A boot replays the GPUs afresh, below the version this left.
     applied.insert(
         name.to_owned(),
         Applied {
-            config: want,
+            read: want,
             state,
             version: gpus.version(),
         },
     );
+}
+
+/// `Reconfigure.Run`, as far as the lab goes: the GPUs repartitioned, how
+/// many.
+async fn reconfigure(
+    ctx: &Ctx,
+    name: &str,
+    gpus: &ReplayedGpus,
+    want: &str,
+    source: &Source,
+    failures_left: &mut u32,
+) -> Result<usize, String> {
+    // validateMigConfig: `nvidia-mig-parted assert --valid-config -f FILE
+    // -c CONFIG` against the file as mig-manager's volume holds it.
+    let configs: BTreeMap<String, Vec<Entry>> = match source {
+        Source::Custom(cm, text) => {
+            let shown = format!("ConfigMap {CONFIGMAP_NAMESPACE}/{cm} key {CONFIGMAP_KEY} (its volume)");
+            let text = text.as_deref().ok_or_else(|| format!("{shown}: missing"))?;
+            serde_yaml_ng::from_str::<ConfigsFile>(text)
+                .map_err(|e| format!("{shown}: {e}"))?
+                .mig_configs
+        }
+        Source::Generated => generated(gpus),
+    };
+    let entries = configs
+        .get(want)
+        .ok_or_else(|| format!("no configuration {want} in the configs file"))?
+        .clone();
+    let targets = targets(gpus, &entries);
+    // isConfigAlreadyApplied.
+    if targets.is_empty() {
+        return Ok(0);
+    }
+    set_state(ctx, name, "pending");
+    if *failures_left > 0 {
+        *failures_left -= 1;
+        return Err("applyMigConfig: the lab's injected failure (lab.gpu_operator.fail_first)".to_owned());
+    }
+    let changed = targets.len();
+    let g = gpus.clone();
+    match tokio::task::spawn_blocking(move || {
+        g.apply(
+            &targets,
+            &ApplyOptions {
+                allow_gpu_reset: true,
+            },
+        )
+    })
+    .await
+    {
+        Ok(CommandResult::Done) => Ok(changed),
+        Ok(other) => Err(other.describe()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The configurations mig-manager v26 generates from the hardware
+/// (`pkg/mig/builder/builder.go`, `buildMigConfigSpec`): `all-disabled`,
+/// `all-enabled`, and `all-<profile>` with as many of that profile as fit.
+fn generated(gpus: &ReplayedGpus) -> BTreeMap<String, Vec<Entry>> {
+    let all = |enabled: bool, devices: BTreeMap<String, u32>| {
+        vec![Entry {
+            devices: Devices::All("all".to_owned()),
+            mig_enabled: enabled,
+            mig_devices: devices,
+        }]
+    };
+    let mut out = BTreeMap::new();
+    out.insert("all-disabled".to_owned(), all(false, BTreeMap::new()));
+    out.insert("all-enabled".to_owned(), all(true, BTreeMap::new()));
+    let snap = gpus.snapshot();
+    if let Some(mig) = snap.devices.iter().find_map(|d| d.mig.as_ref().filter(|m| m.capable)) {
+        for p in &mig.profiles {
+            out.insert(
+                format!("all-{}", p.name),
+                all(true, BTreeMap::from([(p.name.clone(), p.max_count)])),
+            );
+        }
+    }
+    out
 }
 
 /// Sets the state label in one read-modify-write under the fake API's

@@ -116,6 +116,39 @@ pub struct LabSettings {
     /// runs, their Lease timings and a fault for the leader ([`crate::ha`]).
     /// The default, one replica, is the lab without HA.
     pub ha: crate::ha::HaSettings,
+    /// The GPU Operator as the lab plays it (`[lab.gpu_operator]`, with
+    /// `policy.mig_via = "gpu-operator"`): its ClusterPolicy and
+    /// mig-manager ([`crate::mig_manager`]).
+    pub gpu_operator: GpuOperatorSettings,
+}
+
+/// `[lab.gpu_operator]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuOperatorSettings {
+    /// The custom ConfigMap the ClusterPolicy names in
+    /// `spec.migManager.config.name` (accordd's `[control]
+    /// mig_parted_configmap` by default); `""`: none, operator v26's
+    /// defaults (mig-manager generates its configurations from the
+    /// hardware).
+    pub mig_config: String,
+    /// How far behind the API mig-manager's ConfigMap volume is (the
+    /// kubelet syncs it); accordd's `mig_config_sync_s` defaults to twice
+    /// this in the lab.
+    pub volume_sync_ms: u64,
+    /// mig-manager fails (state `failed`) its first this many
+    /// reconfigurations, as when mig-parted cannot apply one.
+    pub fail_first: u32,
+}
+
+impl Default for GpuOperatorSettings {
+    fn default() -> Self {
+        GpuOperatorSettings {
+            mig_config: "accord-mig-parted-config".to_owned(),
+            volume_sync_ms: 2_000,
+            fail_first: 0,
+        }
+    }
 }
 
 /// Recorded hardware: exactly one of `builtin` (an embedded recording),
@@ -253,6 +286,7 @@ impl Default for LabSettings {
             kubelet_starting_taint: false,
             chaos: None,
             ha: crate::ha::HaSettings::default(),
+            gpu_operator: GpuOperatorSettings::default(),
         }
     }
 }

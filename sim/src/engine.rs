@@ -115,6 +115,7 @@ fn run_quietly(
         deadlines: Deadlines::default(),
         booking_s: BOOKING_S,
         command_deadline_s: COMMAND_DEADLINE_S,
+        mig_manager: accord_decide::MigManager::default(),
     };
     let names: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
     let idle_after_s = fleet.policy.idle_power_off_after_s;

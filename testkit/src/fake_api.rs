@@ -93,6 +93,7 @@ impl ResourceSpec {
             // Kueue's CRDs (config/components/crd/bases, v0.17): status on
             // these three; ResourceFlavor and Topology have none.
             ("kueue.x-k8s.io", "workloads" | "clusterqueues" | "localqueues") => &["status"],
+            ("nvidia.com", "clusterpolicies") => &["status"],
             // Upstream's Workload (scheduling.k8s.io, 1.37) has no status.
             (_, "podgroups" | "jobsets" | "provisioningrequests" | "capacitybuffers") => {
                 &["status"]
@@ -356,6 +357,15 @@ pub fn resources_for(v: KubeVersion, crds: bool) -> Vec<ResourceSpec> {
             "podgroups",
             "PodGroup",
             true,
+        ));
+        // The GPU Operator's ClusterPolicy (gpu-operator v26,
+        // `api/nvidia/v1/clusterpolicy_types.go`: cluster-scoped, status
+        // subresource).
+        out.push(r(
+            "/apis/nvidia.com/v1",
+            "clusterpolicies",
+            "ClusterPolicy",
+            false,
         ));
     }
     out

@@ -98,6 +98,12 @@ impl Observer {
                 snap.commands_unreadable = true;
             }
         }
+        snap.mig_configs_written = self
+            .shared
+            .mig_configs_written
+            .lock()
+            .map(|w| w.clone())
+            .unwrap_or_default();
         snap.reports = self.changed_models();
         snap.views = self.scheduler_views(nodes);
         snap.watches = self

@@ -175,6 +175,10 @@ fn seeded_decider(
             deadlines: control.deadlines,
             booking_s: control.provisioning_booking_s,
             command_deadline_s: control.mig_deadline_s,
+            mig_manager: accord_decide::MigManager {
+                sync_s: control.mig_config_sync_s,
+                label_tries: control.mig_label_tries,
+            },
         },
         (shared.now)(),
     );
@@ -277,12 +281,34 @@ impl Controller {
         let mig_parted_configmap =
             super::mig_parted::ConfigMapRef::parse(&control.mig_parted_configmap)
                 .map_err(|e| anyhow::anyhow!("control.mig_parted_configmap: {e}"))?;
+        if fleet
+            .nodes
+            .iter()
+            .any(|n| n.mig_via == accord::fleet::MigVia::GpuOperator)
+        {
+            // Said once at start: without it mig-manager never reads what
+            // accordd writes, and every repartition times out.
+            let check = super::mig_parted::check_cluster_policy(&kube, &mig_parted_configmap);
+            match tokio::time::timeout(Duration::from_secs(10), check).await {
+                Ok(problems) => {
+                    for p in problems {
+                        warn!(configmap = %control.mig_parted_configmap, "{p}");
+                    }
+                }
+                Err(_) => warn!("the GPU Operator's ClusterPolicy could not be read within 10 s; make sure its spec.migManager.config.name names [control] mig_parted_configmap"),
+            }
+        }
         if let Some(old) = &control.mig_parted_config {
             warn!(file = %old.display(), configmap = %control.mig_parted_configmap, "control.mig_parted_config is ignored: accordd writes mig-manager's ConfigMap (control.mig_parted_configmap)");
         }
         Ok(Controller {
             config: control,
-            writer: KubeWriter::spawn(kube.clone(), topology, leadership.clone()),
+            writer: KubeWriter::spawn(
+                kube.clone(),
+                topology,
+                leadership.clone(),
+                shared.mig_configs_written.clone(),
+            ),
             kube,
             shared,
             options,

@@ -73,12 +73,13 @@ impl KubeWriter {
         kube: kube::Client,
         topology: TopologyConfig,
         leadership: crate::ha::Leadership,
+        mig_configs_written: std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>,
     ) -> KubeWriter {
         let (tx, mut rx) = mpsc::channel::<Writes>(QUEUE);
         let task = tokio::spawn(async move {
             let mut said = BTreeSet::new();
             while let Some(w) = rx.recv().await {
-                write(&kube, &topology, w, &mut said, &leadership).await;
+                write(&kube, &topology, w, &mut said, &leadership, &mig_configs_written).await;
             }
         });
         KubeWriter { tx, task }
@@ -111,6 +112,7 @@ async fn write(
     w: Writes,
     said: &mut BTreeSet<String>,
     leadership: &crate::ha::Leadership,
+    mig_configs_written: &std::sync::Mutex<BTreeSet<String>>,
 ) {
     // Asked before each write: a replica paused mid-batch finds its term
     // over on resuming and writes nothing more.
@@ -192,7 +194,16 @@ async fn write(
         if !may_write() {
             return;
         }
-        let update = |text: Option<&str>| super::mig_parted::merged(text, configs);
+        // The configurations the ConfigMap holds once written (or already
+        // held): what *decide* waits for before it sets a label.
+        let held = std::sync::Mutex::new(BTreeSet::new());
+        let update = |text: Option<&str>| {
+            let merged = super::mig_parted::merged(text, configs)?;
+            if let Ok(mut h) = held.lock() {
+                *h = super::mig_parted::config_names(merged.as_deref().or(text));
+            }
+            Ok(merged)
+        };
         match accord_kube::write::update_configmap_key(
             kube,
             &cm.namespace,
@@ -203,6 +214,9 @@ async fn write(
         .await
         {
             Ok(outcome) => {
+                if let (Ok(mut w), Ok(h)) = (mig_configs_written.lock(), held.lock()) {
+                    *w = h.clone();
+                }
                 tracing::info!(configmap = %format!("{}/{}", cm.namespace, cm.name), configs = configs.len(), ?outcome, "mig-parted configurations in mig-manager's ConfigMap")
             }
             // Without them mig-manager cannot apply the label: none is

@@ -156,6 +156,7 @@ impl Twin {
             deadlines: Deadlines::default(),
             booking_s: BOOKING_S,
             command_deadline_s: 600,
+            mig_manager: accord_decide::MigManager::default(),
         };
         Twin {
             decider: Decider::new(fleet, settings, T0),
@@ -634,6 +635,7 @@ async fn with_on_drift_hold_a_drifted_node_is_left_out() {
             deadlines: Deadlines::default(),
             booking_s: BOOKING_S,
             command_deadline_s: 600,
+            mig_manager: accord_decide::MigManager::default(),
         },
         T0,
     );

@@ -255,6 +255,7 @@ fn settings() -> Settings {
         deadlines: Deadlines::default(),
         booking_s: 300,
         command_deadline_s: 600,
+        mig_manager: accord_decide::MigManager::default(),
     }
 }
 

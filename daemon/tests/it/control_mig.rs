@@ -106,6 +106,7 @@ impl Twin {
             deadlines: Deadlines::default(),
             booking_s: 300,
             command_deadline_s: DEADLINE_S,
+            mig_manager: MIG_MANAGER,
         };
         let mut world = Snapshot::default();
         world.bmc.insert("r1-n1".into(), true);
@@ -144,6 +145,7 @@ impl Twin {
                 deadlines: Deadlines::default(),
                 booking_s: 300,
                 command_deadline_s: DEADLINE_S,
+                mig_manager: MIG_MANAGER,
             },
             t.now,
         );
@@ -180,7 +182,37 @@ impl Twin {
         for (node, generation, result) in &d.commands.close {
             self.close(node, *generation, result.clone());
         }
+        // The writer put the configurations in mig-manager's ConfigMap.
+        for (name, _) in &d.commands.mig_configs {
+            self.world.mig_configs_written.insert(name.clone());
+        }
         d
+    }
+
+    /// Rounds a second apart until accordd sets `nvidia.com/mig.config` on
+    /// `node`; the value and how many rounds it took.
+    fn until_labelled(&mut self, node: &str) -> (String, u64) {
+        for i in 1..=60 {
+            let d = self.round(1);
+            if let Some((_, _, v)) = d
+                .commands
+                .labels
+                .iter()
+                .find(|(n, k, _)| n == node && k == "nvidia.com/mig.config")
+            {
+                return (v.clone(), i);
+            }
+        }
+        panic!("{node} was never labelled");
+    }
+
+    /// The Node's labels as mig-manager leaves them.
+    fn mig_manager_shows(&mut self, node: &str, config: &str, state: &str) {
+        let view = self.world.views.entry(node.to_owned()).or_default();
+        view.labels
+            .insert("nvidia.com/mig.config".into(), config.to_owned());
+        view.labels
+            .insert("nvidia.com/mig.config.state".into(), state.to_owned());
     }
 
     fn close(&mut self, node: &str, generation: u64, result: CommandResult) {
@@ -416,6 +448,7 @@ fn after_a_restart_commands_closed_before_it_are_not_acted_on_again() {
             deadlines: Deadlines::default(),
             booking_s: 300,
             command_deadline_s: DEADLINE_S,
+            mig_manager: MIG_MANAGER,
         },
         t.now,
     );
@@ -434,8 +467,15 @@ fn after_a_restart_commands_closed_before_it_are_not_acted_on_again() {
     }
 }
 
+/// The handshake the twins play: 10 s of volume sync, three labels.
+const MIG_MANAGER: accord_decide::MigManager = accord_decide::MigManager {
+    sync_s: 10,
+    label_tries: 3,
+};
+
 #[test]
-fn gpu_operator_mode_sets_the_label_and_hands_the_agent_a_rediscovery_on_success() {
+fn gpu_operator_mode_sets_the_label_once_mig_manager_can_read_it_and_hands_the_agent_a_rediscovery_on_success(
+) {
     let mut t = Twin::gpu_operator();
     t.world.demand = mig_pods(3);
     let d = t.round(1);
@@ -443,36 +483,134 @@ fn gpu_operator_mode_sets_the_label_and_hands_the_agent_a_rediscovery_on_success
     assert_eq!(rec.action, CommandAction::Rediscover);
     assert!(!rec.deliver);
     let name = rec.mig_config.clone().unwrap();
-    assert_eq!(d.commands.mig_configs.len(), 1);
-    assert_eq!(d.commands.mig_configs[0].0, name);
+    // The configuration goes into the ConfigMap under its three names (one
+    // per label try), and no label names it yet: mig-manager reads the
+    // ConfigMap through a volume the kubelet has not synced.
+    let names: Vec<&str> = d.commands.mig_configs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [name.clone(), format!("{name}-r1"), format!("{name}-r2")]
+    );
+    assert!(d.commands.labels.is_empty(), "{:?}", d.commands.labels);
     // GPU 0 gets seven 1g.10gb; the other seven stay as they are (off).
     let entries = &d.commands.mig_configs[0].1;
     assert_eq!(entries.len(), 8);
     assert_eq!(entries[0].mig_devices["1g.10gb"], 7);
     assert!(entries[1..].iter().all(|e| !e.mig_enabled));
+    assert!(d.commands.mig_configs.iter().all(|(_, e)| e == entries));
+    // Seen written one round later; the label follows sync_s after that.
+    let (label, rounds) = t.until_labelled("r1-n1");
+    assert_eq!(label, name);
+    assert_eq!(rounds, 1 + MIG_MANAGER.sync_s, "labelled too early or late");
+    // mig-manager works on it, then says success: the agent is asked to
+    // rediscover.
+    t.mig_manager_shows("r1-n1", &name, "pending");
+    let d = t.round(5);
+    assert!(d.commands.release.is_empty() && d.commands.labels.is_empty());
+    t.mig_manager_shows("r1-n1", &name, "success");
+    let d = t.round(5);
+    assert_eq!(d.commands.release, [("r1-n1".to_owned(), 1)]);
+}
+
+/// Configurations the ConfigMap does not show are written again every
+/// round, and no label is set meanwhile (a write that failed).
+#[test]
+fn no_label_names_a_configuration_the_configmap_does_not_hold() {
+    let mut t = Twin::gpu_operator();
+    t.world.demand = mig_pods(3);
+    t.round(1);
+    for _ in 0..30 {
+        // The writer fails: nothing is held.
+        t.world.mig_configs_written.clear();
+        let mut snap_now = t.round(1);
+        assert!(snap_now.commands.labels.is_empty());
+        assert_eq!(std::mem::take(&mut snap_now.commands.mig_configs).len(), 3);
+    }
+}
+
+/// mig-manager says `failed`: the label moves to another name of the same
+/// configuration (mig-manager acts only on a change of the label), and
+/// after the last name the command is closed with the reason.
+#[test]
+fn a_failed_repartition_moves_the_label_so_mig_manager_acts_again() {
+    let mut t = Twin::gpu_operator();
+    t.world.demand = mig_pods(3);
+    t.round(1);
+    let name = t.command("r1-n1").mig_config.unwrap();
+    let (label, _) = t.until_labelled("r1-n1");
+    assert_eq!(label, name);
+    // Failed at once (the configuration not in its file yet), no pending.
+    t.mig_manager_shows("r1-n1", &name, "failed");
+    let d = t.round(1);
+    assert!(d.commands.labels.is_empty(), "a failed state is taken only once fresh");
+    let d = t.round(5);
     assert_eq!(
         d.commands.labels,
         [(
             "r1-n1".to_owned(),
             "nvidia.com/mig.config".to_owned(),
-            name.clone()
+            format!("{name}-r1")
         )]
     );
-    // mig-manager works on it, then says success: the agent is asked to
-    // rediscover.
-    let mut view = accord::truth::SchedulerView::default();
-    view.labels
-        .insert("nvidia.com/mig.config".into(), name.clone());
-    view.labels
-        .insert("nvidia.com/mig.config.state".into(), "pending".into());
-    t.world.views.insert("r1-n1".into(), view.clone());
-    let d = t.round(5);
+    assert!(d.commands.close.is_empty(), "{:?}", d.commands.close);
+    assert!(
+        d.events.iter().any(|e| e.reason == "MigRepartitionRetried"
+            && e.warning
+            && e.note.contains("failed")
+            && e.note.contains(&format!("{name}-r1"))),
+        "{:?}",
+        d.events
+    );
+    assert_eq!(d.metrics.commands, [("mig_gpu_operator", "retried")]);
+    // mig-manager acts on the new label: pending, then success.
+    t.mig_manager_shows("r1-n1", &format!("{name}-r1"), "pending");
+    let d = t.round(1);
     assert!(d.commands.release.is_empty() && d.commands.labels.is_empty());
-    view.labels
-        .insert("nvidia.com/mig.config.state".into(), "success".into());
-    t.world.views.insert("r1-n1".into(), view);
-    let d = t.round(5);
+    t.mig_manager_shows("r1-n1", &format!("{name}-r1"), "success");
+    let d = t.round(1);
     assert_eq!(d.commands.release, [("r1-n1".to_owned(), 1)]);
+
+    // Another command that fails under all three names is closed.
+    let mut t = Twin::gpu_operator();
+    t.world.demand = mig_pods(3);
+    t.round(1);
+    let name = t.command("r1-n1").mig_config.unwrap();
+    t.until_labelled("r1-n1");
+    let mut shown = name.clone();
+    let mut closed = None;
+    for _ in 0..10 {
+        t.mig_manager_shows("r1-n1", &shown, "failed");
+        let d = t.round(6);
+        if let Some((_, _, v)) = d.commands.labels.first() {
+            shown = v.clone();
+        }
+        if let Some(c) = d.commands.close.first() {
+            closed = Some(c.clone());
+            break;
+        }
+    }
+    assert_eq!(shown, format!("{name}-r2"));
+    let (node, generation, result) = closed.expect("closed after the third label");
+    assert_eq!((node.as_str(), generation), ("r1-n1", 1));
+    let CommandResult::Failed { reason } = result else {
+        panic!("{result:?}");
+    };
+    assert!(reason.contains("after 3 labels") && reason.contains("nvidia-mig-manager"), "{reason}");
+}
+
+/// A repartition back to a layout the Node's label names already (a
+/// reboot lost it): the label starts at the configuration's next name, or
+/// mig-manager would never see a change.
+#[test]
+fn a_configuration_the_node_already_names_is_labelled_under_another_name() {
+    let mut t = Twin::gpu_operator();
+    t.world.demand = mig_pods(3);
+    t.round(1);
+    let name = t.command("r1-n1").mig_config.unwrap();
+    // The Node shows that name already (from before the reboot).
+    t.mig_manager_shows("r1-n1", &name, "success");
+    let (label, _) = t.until_labelled("r1-n1");
+    assert_eq!(label, format!("{name}-r1"));
 }
 
 #[test]
@@ -481,6 +619,7 @@ fn a_leftover_mig_manager_state_is_not_taken_for_the_new_configurations() {
     t.world.demand = mig_pods(3);
     t.round(1);
     let name = t.command("r1-n1").mig_config.unwrap();
+    t.until_labelled("r1-n1");
     // The Node shows the new label, and still `success` from an earlier
     // configuration: not taken at once...
     let mut view = accord::truth::SchedulerView::default();

@@ -56,11 +56,22 @@ fn mig_pods(name: &str, n: usize) -> String {
 /// Starts the lab and waits until accordd plans r1-n1 with its agent's
 /// report (so the demand, released next, meets the machine as it is).
 async fn start_mig(test: &str, settings: &str, fleet: &str) -> Lab {
-    let lab = start(
-        test,
-        scenario(settings, fleet, &[("infer", mig_pods("infer", 3), 600_000)]),
-    )
-    .await;
+    start_mig_with(test, settings, fleet, &[]).await
+}
+
+/// [`start_mig`] with accordd's `[control]` keys `control` besides the
+/// tests' own.
+async fn start_mig_with(
+    test: &str,
+    settings: &str,
+    fleet: &str,
+    control: &[(&str, toml::Value)],
+) -> Lab {
+    let mut s = scenario(settings, fleet, &[("infer", mig_pods("infer", 3), 600_000)]);
+    for (k, v) in control {
+        s.control.insert((*k).to_owned(), v.clone());
+    }
+    let lab = start(test, s).await;
     lab.wait_status(
         "r1-n1 up and planned with its agent's report",
         Duration::from_secs(60),
@@ -199,63 +210,72 @@ async fn an_idle_gpu_is_repartitioned_through_the_agent_and_the_pods_bind_to_its
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_gpu_operator_accordd_sets_the_mig_config_label_and_waits_for_success() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
-    let fleet = FLEET.replace(
+/// The fleet with `policy.mig_via = "gpu-operator"`.
+fn operator_fleet() -> String {
+    FLEET.replace(
         "idle_power_off_after_s = 600",
         "idle_power_off_after_s = 600\nmig_via = \"gpu-operator\"",
-    );
-    let lab = start_mig("mig_through_the_gpu_operator", QUICK, &fleet).await;
+    )
+}
+
+/// GPU Operator v26 with its defaults plus accordd's ConfigMap named in
+/// the ClusterPolicy (`spec.migManager.config.name`), and a mig-manager
+/// that reads it through a volume 2 s behind the API and acts only when
+/// the label changes (`lab/src/mig_manager.rs`). Its first reconfiguration
+/// fails: accordd moves the label to another name of the same
+/// configuration, mig-manager acts again, and the pods bind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_gpu_operator_the_label_follows_the_synced_configmap_and_a_failure_is_retried_under_a_new_label(
+) {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let settings = format!("{QUICK}\n[lab.gpu_operator]\nfail_first = 1\n");
+    let lab = start_mig("mig_through_the_gpu_operator", &settings, &operator_fleet()).await;
     let st = bound_on_the_repartitioned_node(&lab, "mig_gpu_operator").await;
     let c = &st.commands[0];
     assert_eq!(c.action, CommandAction::Rediscover);
     let name = c.mig_config.clone().expect("a mig-parted configuration");
+    // The second label, after mig-manager's failure under the first.
     let node = lab.api.get("v1", "Node", "", "r1-n1").unwrap();
     let labels = &node["metadata"]["labels"];
-    assert_eq!(labels["nvidia.com/mig.config"], name.as_str(), "{labels}");
+    assert_eq!(labels["nvidia.com/mig.config"], format!("{name}-r1").as_str(), "{labels}");
     assert_eq!(labels["nvidia.com/mig.config.state"], "success", "{labels}");
-    // accordd added the configuration it named to mig-manager's
-    // ConfigMap, in mig-parted's format, NVIDIA's own kept; the stand-in
-    // mig-manager read it there (no file).
+    let events = lab.api.list("events.k8s.io/v1", "Event");
+    assert!(
+        events.iter().any(|e| e["reason"] == "MigRepartitionRetried"
+            && e["type"] == "Warning"
+            && e["regarding"]["name"] == "r1-n1"),
+        "{events:#?}"
+    );
+    let m = metrics(&lab).await;
+    assert!(
+        m.contains("accord_actions_total{kind=\"mig_gpu_operator\",result=\"retried\"} 1"),
+        "{m}"
+    );
+    // accordd's own ConfigMap (the one the ClusterPolicy names), created
+    // by it with NVIDIA's stock configurations and every name of its own.
     let cm = lab
         .api
-        .get(
-            "v1",
-            "ConfigMap",
-            "gpu-operator",
-            "default-mig-parted-config",
-        )
-        .expect("mig-manager's ConfigMap");
+        .get("v1", "ConfigMap", "gpu-operator", "accord-mig-parted-config")
+        .expect("accordd's ConfigMap");
     let file = cm["data"]["config.yaml"].as_str().unwrap_or_default();
+    for n in [name.clone(), format!("{name}-r1"), "all-disabled".into()] {
+        assert!(file.contains(&format!("{n}:")), "no {n} in {file}");
+    }
+    // The operator's own ConfigMap is not touched.
+    let requests = lab
+        .api
+        .fake()
+        .expect("these tests run on the fake API")
+        .requests();
     assert!(
-        file.contains("mig-configs:") && file.contains(&name) && file.contains("all-disabled"),
-        "{file}"
+        !requests
+            .iter()
+            .any(|r| !r.starts_with("GET") && r.contains("default-mig-parted-config")),
+        "{requests:?}"
     );
     assert!(
-        lab.api
-            .fake()
-            .expect("these tests run on the fake API")
-            .requests()
-            .iter()
-            .any(|r| r.starts_with(
-                "PUT /api/v1/namespaces/gpu-operator/configmaps/default-mig-parted-config"
-            )),
-        "accordd's ConfigMap write"
-    );
-    // The label was accordd's write.
-    assert!(
-        lab.api
-            .fake()
-            .expect("these tests run on the fake API")
-            .requests()
-            .iter()
-            .any(|r| r.starts_with("PATCH /api/v1/nodes/r1-n1")),
-        "{:?}",
-        lab.api
-            .fake()
-            .expect("these tests run on the fake API")
-            .requests()
+        requests.iter().any(|r| r.starts_with("PATCH /api/v1/nodes/r1-n1")),
+        "{requests:?}"
     );
     let summary = lab.summary(None);
     assert_eq!(
@@ -264,12 +284,50 @@ async fn with_the_gpu_operator_accordd_sets_the_mig_config_label_and_waits_for_s
         "{}",
         summary.render()
     );
-    assert_eq!(
-        summary.mig_repartitions.get("agent"),
-        None,
-        "{}",
-        summary.render()
-    );
+    assert_eq!(summary.mig_repartitions.get("agent"), None, "{}", summary.render());
+}
+
+/// The same world with accordd's old handshake (the ConfigMap and the
+/// label in one pass, one label per command): mig-manager reads the label
+/// before its volume holds the configuration and fails, and nothing is
+/// repartitioned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_gpu_operator_a_label_set_with_the_configmap_write_fails() {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let settings = format!("{QUICK}\n[lab.gpu_operator]\nvolume_sync_ms = 15000\n");
+    let lab = start_mig_with(
+        "mig_gpu_operator_single_pass",
+        &settings,
+        &operator_fleet(),
+        &[
+            ("mig_config_sync_s", toml::Value::from(0)),
+            ("mig_label_tries", toml::Value::from(1)),
+        ],
+    )
+    .await;
+    let st = lab
+        .wait_status(
+            "r1-n1's first command closed",
+            Duration::from_secs(90),
+            |s| {
+                s.commands
+                    .iter()
+                    .any(|c| c.node == "r1-n1" && c.generation == 1 && !c.is_open())
+            },
+        )
+        .await
+        .unwrap();
+    let c = st.commands.iter().find(|c| c.node == "r1-n1").unwrap();
+    let CommandState::Closed {
+        result: CommandResult::Failed { reason },
+        ..
+    } = &c.state
+    else {
+        panic!("{c:?}");
+    };
+    assert!(reason.contains("nvidia.com/mig.config.state=failed"), "{reason}");
+    let machine = lab.machine_gpus("r1-n1").expect("r1-n1 is on");
+    assert_eq!(machine.repartitions(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

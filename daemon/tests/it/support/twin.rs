@@ -26,6 +26,7 @@ pub fn decider(text: &str, deadlines: Deadlines) -> Decider {
             deadlines,
             booking_s: 600,
             command_deadline_s: 600,
+            mig_manager: accord_decide::MigManager::default(),
         },
         T0,
     )
