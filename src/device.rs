@@ -258,6 +258,27 @@ pub struct PlannerGpu {
     /// tied to it): the planner leaves its MIG layout alone.
     #[serde(default)]
     pub withheld: bool,
+    /// The DRA driver publishes this GPU's MIG partitions as devices drawing
+    /// on its shared counters (NVIDIA's `DynamicMIG`: instances are made at
+    /// allocation, `cmd/gpu-kubelet-plugin/partitions.go`): its layout is
+    /// the driver's; the planner fits partitions on the counters and never
+    /// repartitions it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub driver_partitions: bool,
+}
+
+/// Marks each GPU whose MIG partitions `devices` publish as partitionable
+/// (a `Mig` device of the GPU driver that consumes counters).
+pub fn mark_driver_partitions(gpus: &mut [PlannerGpu], devices: &[Device]) {
+    // One pass over the devices (a report may carry many GPUs).
+    let partitioned: std::collections::BTreeSet<usize> = devices
+        .iter()
+        .filter(|d| d.driver == GPU_DRIVER && d.kind == DeviceKind::Mig && !d.consumes.is_empty())
+        .filter_map(|d| d.gpu)
+        .collect();
+    for g in gpus.iter_mut() {
+        g.driver_partitions = partitioned.contains(&g.index);
+    }
 }
 
 /// Shared counter sets of a node (ResourceSlice `sharedCounters`): set →
@@ -318,6 +339,7 @@ pub fn devices_from_hardware(
                     .clone()
             }),
             withheld: false,
+            driver_partitions: false,
         });
         let mut common = BTreeMap::new();
         common.insert("gpu.nvidia.com/productName".into(), s(model.clone()));
@@ -472,6 +494,7 @@ pub fn devices_from_hardware(
             taints: Vec::new(),
         });
     }
+    mark_driver_partitions(&mut gpus, &devices);
     NodeDevices {
         gpus,
         devices,

@@ -254,8 +254,11 @@ impl Commands {
             .collect();
         self.configs.retain(|k, _| open_configs.contains(k));
         let latest = &self.latest;
-        self.operator
-            .retain(|n, h| latest.get(n).is_some_and(|c| c.is_open() && c.generation == h.generation));
+        self.operator.retain(|n, h| {
+            latest
+                .get(n)
+                .is_some_and(|c| c.is_open() && c.generation == h.generation)
+        });
         if !self.seeded {
             self.seeded = true;
             for c in snap.commands.iter().filter(|c| !c.is_open()) {

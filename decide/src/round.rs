@@ -42,9 +42,13 @@ impl Decider {
         self.absorb_reports(&snap.reports, &repartitioned(snap), &mut r.events);
         let views_changed = self.absorb_views(&snap.views);
         let act = self.settings.mode == accord_api::control::Mode::Act;
-        let absorbed = self
-            .commands
-            .absorb(snap, &self.fleet, act, self.settings.mig_manager, &mut r.commands);
+        let absorbed = self.commands.absorb(
+            snap,
+            &self.fleet,
+            act,
+            self.settings.mig_manager,
+            &mut r.commands,
+        );
         r.events.extend(absorbed.events);
         r.metrics.commands.extend(absorbed.metrics);
         for (node, reason) in absorbed.fail {
@@ -77,6 +81,7 @@ impl Decider {
             .collect();
         self.commands.settled(&agreeing);
         self.scheduler_drift_events(&scheduler_drift, &mut r.events);
+        self.say_driver_partitions(&seen);
         self.scheduler_drift = scheduler_drift;
         let (mut demand, check_capacity) = split_check_capacity(snap);
         // Buffers' and warm placeholders are planned after the real

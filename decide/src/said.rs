@@ -43,6 +43,7 @@ pub(super) const POWER_OFF_KEPT: &str = "power_off_kept";
 pub(super) const UNKNOWN_NODE: &str = "unknown_node";
 pub(super) const SCHEDULER_DRIFT: &str = "scheduler_drift";
 pub(super) const NOT_PLANNED: &str = "not_planned";
+pub(super) const DRIVER_PARTITIONS: &str = "driver_partitions";
 
 /// What was said that still holds.
 #[derive(Debug, Default)]

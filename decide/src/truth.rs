@@ -85,6 +85,27 @@ impl Decider {
         changed
     }
 
+    /// Says once per node which GPUs the DRA driver partitions on
+    /// allocation (dynamic MIG): their layout is the driver's.
+    pub(super) fn say_driver_partitions(&mut self, seen: &accord::fleet::Fleet) {
+        for n in &seen.nodes {
+            let gpus: Vec<String> = n
+                .gpus
+                .iter()
+                .filter(|g| g.driver_partitions)
+                .map(|g| g.nvml_index.to_string())
+                .collect();
+            if gpus.is_empty() {
+                continue;
+            }
+            let text = format!("GPU {}", gpus.join(", "));
+            self.say_once(
+                SaidKey::new(said::DRIVER_PARTITIONS, &n.name, text.clone()),
+                format!("node {}: the NVIDIA DRA driver partitions {text} on allocation (dynamic MIG); Accord plans MIG requests on its counters and never repartitions them", n.name),
+            );
+        }
+    }
+
     /// A Warning event on the Node when its model and the scheduler's
     /// view start to differ (once per difference).
     pub(super) fn scheduler_drift_events(

@@ -71,13 +71,16 @@ pub(crate) fn install(api: &crate::cluster::Cluster, settings: &GpuOperatorSetti
                     "schema": {"openAPIV3Schema": {"type": "object",
                         "x-kubernetes-preserve-unknown-fields": true}}}]}}));
     }
-    let mut mig_manager = serde_json::json!({"enabled": true, "config": {"default": "all-disabled"}});
+    let mut mig_manager =
+        serde_json::json!({"enabled": true, "config": {"default": "all-disabled"}});
     if !settings.mig_config.is_empty() {
         mig_manager["config"]["name"] = Value::from(settings.mig_config.as_str());
     }
-    api.apply(serde_json::json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+    api.apply(
+        serde_json::json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
         "metadata": {"name": CLUSTER_POLICY},
-        "spec": {"migManager": mig_manager}}));
+        "spec": {"migManager": mig_manager}}),
+    );
     // accordd's permission on its ConfigMap, as an admin grants it
     // (deploy/).
     if api.upstream().is_some() {
@@ -165,7 +168,11 @@ pub(super) async fn run(ctx: Ctx) {
         let named = ctx
             .api
             .get("nvidia.com/v1", "ClusterPolicy", "", CLUSTER_POLICY)
-            .and_then(|p| p["spec"]["migManager"]["config"]["name"].as_str().map(str::to_owned));
+            .and_then(|p| {
+                p["spec"]["migManager"]["config"]["name"]
+                    .as_str()
+                    .map(str::to_owned)
+            });
         if let Some(name) = &named {
             let text = ctx
                 .api
@@ -216,7 +223,8 @@ async fn step(
     if let Some(a) = applied.get(name).filter(|a| started && a.read == want) {
         // Nothing new to read: keep the state label showing the last
         // outcome (another writer of the Node may have replaced it).
-        if !a.state.is_empty() && node["metadata"]["labels"][STATE_LABEL].as_str() != Some(a.state) {
+        if !a.state.is_empty() && node["metadata"]["labels"][STATE_LABEL].as_str() != Some(a.state)
+        {
             set_state(ctx, name, a.state);
         }
         return;
@@ -275,7 +283,8 @@ async fn reconfigure(
     // -c CONFIG` against the file as mig-manager's volume holds it.
     let configs: BTreeMap<String, Vec<Entry>> = match source {
         Source::Custom(cm, text) => {
-            let shown = format!("ConfigMap {CONFIGMAP_NAMESPACE}/{cm} key {CONFIGMAP_KEY} (its volume)");
+            let shown =
+                format!("ConfigMap {CONFIGMAP_NAMESPACE}/{cm} key {CONFIGMAP_KEY} (its volume)");
             let text = text.as_deref().ok_or_else(|| format!("{shown}: missing"))?;
             serde_yaml_ng::from_str::<ConfigsFile>(text)
                 .map_err(|e| format!("{shown}: {e}"))?
@@ -295,7 +304,9 @@ async fn reconfigure(
     set_state(ctx, name, "pending");
     if *failures_left > 0 {
         *failures_left -= 1;
-        return Err("applyMigConfig: the lab's injected failure (lab.gpu_operator.fail_first)".to_owned());
+        return Err(
+            "applyMigConfig: the lab's injected failure (lab.gpu_operator.fail_first)".to_owned(),
+        );
     }
     let changed = targets.len();
     let g = gpus.clone();
@@ -330,7 +341,11 @@ fn generated(gpus: &ReplayedGpus) -> BTreeMap<String, Vec<Entry>> {
     out.insert("all-disabled".to_owned(), all(false, BTreeMap::new()));
     out.insert("all-enabled".to_owned(), all(true, BTreeMap::new()));
     let snap = gpus.snapshot();
-    if let Some(mig) = snap.devices.iter().find_map(|d| d.mig.as_ref().filter(|m| m.capable)) {
+    if let Some(mig) = snap
+        .devices
+        .iter()
+        .find_map(|d| d.mig.as_ref().filter(|m| m.capable))
+    {
         for p in &mig.profiles {
             out.insert(
                 format!("all-{}", p.name),

@@ -180,6 +180,7 @@ impl Node {
             self.counters.insert(set.clone(), counters.clone());
         }
         drift.extend(self.apply_device_plugin(&view.allocatable));
+        crate::device::mark_driver_partitions(&mut self.gpus, &self.devices);
         drift.sort_by_key(|d| d.what);
         drift
     }

@@ -76,7 +76,12 @@ pub(super) fn options(p: &Planner<'_>, pods: &[PodItem<'_>], candidates: &[usize
             continue;
         }
         let node = &p.nodes[i];
-        for g in node.gpus.iter().filter(|g| !g.withheld) {
+        // A GPU the DRA driver partitions on allocation is its to lay out.
+        for g in node
+            .gpus
+            .iter()
+            .filter(|g| !g.withheld && !g.driver_partitions)
+        {
             let Some(base) = g
                 .mig
                 .as_ref()

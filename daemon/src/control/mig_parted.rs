@@ -88,7 +88,9 @@ pub async fn check_cluster_policy(kube: &kube::Client, cm: &ConfigMapRef) -> Vec
     }
     policies
         .iter()
-        .filter_map(|p| cluster_policy_problem(&p.data, p.metadata.name.as_deref().unwrap_or("?"), cm))
+        .filter_map(|p| {
+            cluster_policy_problem(&p.data, p.metadata.name.as_deref().unwrap_or("?"), cm)
+        })
         .collect()
 }
 

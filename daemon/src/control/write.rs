@@ -79,7 +79,15 @@ impl KubeWriter {
         let task = tokio::spawn(async move {
             let mut said = BTreeSet::new();
             while let Some(w) = rx.recv().await {
-                write(&kube, &topology, w, &mut said, &leadership, &mig_configs_written).await;
+                write(
+                    &kube,
+                    &topology,
+                    w,
+                    &mut said,
+                    &leadership,
+                    &mig_configs_written,
+                )
+                .await;
             }
         });
         KubeWriter { tx, task }

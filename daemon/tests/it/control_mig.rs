@@ -486,7 +486,12 @@ fn gpu_operator_mode_sets_the_label_once_mig_manager_can_read_it_and_hands_the_a
     // The configuration goes into the ConfigMap under its three names (one
     // per label try), and no label names it yet: mig-manager reads the
     // ConfigMap through a volume the kubelet has not synced.
-    let names: Vec<&str> = d.commands.mig_configs.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = d
+        .commands
+        .mig_configs
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
     assert_eq!(
         names,
         [name.clone(), format!("{name}-r1"), format!("{name}-r2")]
@@ -542,7 +547,10 @@ fn a_failed_repartition_moves_the_label_so_mig_manager_acts_again() {
     // Failed at once (the configuration not in its file yet), no pending.
     t.mig_manager_shows("r1-n1", &name, "failed");
     let d = t.round(1);
-    assert!(d.commands.labels.is_empty(), "a failed state is taken only once fresh");
+    assert!(
+        d.commands.labels.is_empty(),
+        "a failed state is taken only once fresh"
+    );
     let d = t.round(5);
     assert_eq!(
         d.commands.labels,
@@ -595,7 +603,10 @@ fn a_failed_repartition_moves_the_label_so_mig_manager_acts_again() {
     let CommandResult::Failed { reason } = result else {
         panic!("{result:?}");
     };
-    assert!(reason.contains("after 3 labels") && reason.contains("nvidia-mig-manager"), "{reason}");
+    assert!(
+        reason.contains("after 3 labels") && reason.contains("nvidia-mig-manager"),
+        "{reason}"
+    );
 }
 
 /// A repartition back to a layout the Node's label names already (a
@@ -814,4 +825,77 @@ fn the_gpu_operators_operands_are_paused_around_an_agent_repartition() {
     // Said again only after RELABEL_S while the Node does not show it.
     assert!(labels_of(&t.round(2)).is_empty());
     assert_eq!(labels_of(&t.round(30)).len(), 2);
+}
+
+/// The DRA driver publishes r1-n1's GPUs with dynamic MIG (NVIDIA's
+/// `DynamicMIG` gate: every MIG placement a device drawing on its GPU's
+/// shared counters, `cmd/gpu-kubelet-plugin/partitions.go`; played here by
+/// Accord's own publication of such a GPU, which follows it), though the
+/// fleet file does not declare `mig_dynamic`: claims for MIG partitions
+/// are placed on the driver's counters, and no MIG request (claim or
+/// device-plugin resource) ever repartitions those GPUs.
+#[test]
+fn with_dynamic_mig_partitions_are_planned_on_the_drivers_counters_and_never_repartitioned() {
+    let mut t = Twin::new();
+    let published = accord::device::devices_from_hardware(&reported(), None, true);
+    assert!(published.gpus.iter().all(|g| g.driver_partitions));
+    let view = t.world.views.entry("r1-n1".into()).or_default();
+    // Its partitions but the 1g.10gb ones (what the driver offers is its
+    // choice): a repartition could make those; Accord must not.
+    view.devices = Some(
+        published
+            .devices
+            .iter()
+            .filter(|d| d.mig_profile() != Some("1g.10gb"))
+            .cloned()
+            .collect(),
+    );
+    view.counters = published.counters.clone();
+    // Three 3g.40gb partitions by claim, and pods asking for 1g.10gb.
+    t.world.demand = Demand::from_json(
+        &serde_json::json!({"workloads": [
+            {"name": "halves", "namespace": "ml", "pod_sets": [{"name": "p", "count": 3,
+                "pod": {"requests": {"cpu": "1"}, "claims": [{"name": "mig", "requests": [
+                    {"name": "mig", "exactly": {"device_class": "mig.nvidia.com",
+                        "selectors": ["device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"]}}]}]}}]},
+            {"name": "infer", "namespace": "ml", "pod_sets": [{"name": "w", "count": 3,
+                "pod": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/mig-1g.10gb": "1"}}}]}
+        ]})
+        .to_string(),
+        "demand.json",
+    )
+    .unwrap();
+    let mut said = Vec::new();
+    for _ in 0..5 {
+        let d = t.round(1);
+        said.extend(
+            d.said
+                .added
+                .iter()
+                .filter(|k| k.kind == "driver_partitions")
+                .cloned(),
+        );
+        assert!(d.commands.open.is_empty(), "{:?}", d.commands.open);
+        assert!(
+            !d.status
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::ReconfigureMig { .. })),
+            "{:?}",
+            d.status.actions
+        );
+        let halves = d
+            .status
+            .workloads
+            .iter()
+            .find(|w| w.workload == "ml/halves")
+            .unwrap();
+        assert_eq!(halves.state, WorkloadState::Placed, "{halves:?}");
+        assert_eq!(halves.nodes, ["r1-n1"], "{halves:?}");
+    }
+    assert!(t.world.commands.is_empty(), "{:?}", t.world.commands);
+    // Said once, naming the node and its GPUs.
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0].object, "r1-n1");
+    assert_eq!(said[0].what, "GPU 0, 1, 2, 3, 4, 5, 6, 7");
 }

@@ -237,7 +237,11 @@ async fn with_the_gpu_operator_the_label_follows_the_synced_configmap_and_a_fail
     // The second label, after mig-manager's failure under the first.
     let node = lab.api.get("v1", "Node", "", "r1-n1").unwrap();
     let labels = &node["metadata"]["labels"];
-    assert_eq!(labels["nvidia.com/mig.config"], format!("{name}-r1").as_str(), "{labels}");
+    assert_eq!(
+        labels["nvidia.com/mig.config"],
+        format!("{name}-r1").as_str(),
+        "{labels}"
+    );
     assert_eq!(labels["nvidia.com/mig.config.state"], "success", "{labels}");
     let events = lab.api.list("events.k8s.io/v1", "Event");
     assert!(
@@ -255,7 +259,12 @@ async fn with_the_gpu_operator_the_label_follows_the_synced_configmap_and_a_fail
     // by it with NVIDIA's stock configurations and every name of its own.
     let cm = lab
         .api
-        .get("v1", "ConfigMap", "gpu-operator", "accord-mig-parted-config")
+        .get(
+            "v1",
+            "ConfigMap",
+            "gpu-operator",
+            "accord-mig-parted-config",
+        )
         .expect("accordd's ConfigMap");
     let file = cm["data"]["config.yaml"].as_str().unwrap_or_default();
     for n in [name.clone(), format!("{name}-r1"), "all-disabled".into()] {
@@ -274,7 +283,9 @@ async fn with_the_gpu_operator_the_label_follows_the_synced_configmap_and_a_fail
         "{requests:?}"
     );
     assert!(
-        requests.iter().any(|r| r.starts_with("PATCH /api/v1/nodes/r1-n1")),
+        requests
+            .iter()
+            .any(|r| r.starts_with("PATCH /api/v1/nodes/r1-n1")),
         "{requests:?}"
     );
     let summary = lab.summary(None);
@@ -284,7 +295,12 @@ async fn with_the_gpu_operator_the_label_follows_the_synced_configmap_and_a_fail
         "{}",
         summary.render()
     );
-    assert_eq!(summary.mig_repartitions.get("agent"), None, "{}", summary.render());
+    assert_eq!(
+        summary.mig_repartitions.get("agent"),
+        None,
+        "{}",
+        summary.render()
+    );
 }
 
 /// The same world with accordd's old handshake (the ConfigMap and the
@@ -325,7 +341,10 @@ async fn with_the_gpu_operator_a_label_set_with_the_configmap_write_fails() {
     else {
         panic!("{c:?}");
     };
-    assert!(reason.contains("nvidia.com/mig.config.state=failed"), "{reason}");
+    assert!(
+        reason.contains("nvidia.com/mig.config.state=failed"),
+        "{reason}"
+    );
     let machine = lab.machine_gpus("r1-n1").expect("r1-n1 is on");
     assert_eq!(machine.repartitions(), 0);
 }
