@@ -899,3 +899,70 @@ fn with_dynamic_mig_partitions_are_planned_on_the_drivers_counters_and_never_rep
     assert_eq!(said[0].object, "r1-n1");
     assert_eq!(said[0].what, "GPU 0, 1, 2, 3, 4, 5, 6, 7");
 }
+
+/// A running pod that asked for `nvidia.com/gpu: 1` where a DeviceClass
+/// maps that resource to DRA (`extendedResourceName`): kube-scheduler made
+/// it a claim, named only in the pod's `status.extendedResourceClaimStatus`
+/// (the pod and claim as kubernetes v1.37's
+/// `extendeddynamicresources.go` writes them), allocated GPU 1. That GPU
+/// is held, and only it: the repartition takes GPU 0. Read as a device
+/// plugin's GPU instead, the pod would be guessed on GPU 0 and GPU 1
+/// repartitioned under it.
+#[test]
+fn a_gpu_held_through_a_dra_backed_extended_resource_is_never_repartitioned() {
+    let manifests = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  namespace: ml
+  name: train-0-extended-resources-x7k2p
+  annotations: {resource.kubernetes.io/extended-resource-claim: "true"}
+spec:
+  devices:
+    requests:
+    - name: container-0-request-0
+      exactly: {deviceClassName: gpu.nvidia.com, allocationMode: ExactCount, count: 1}
+status:
+  allocation:
+    devices:
+      results:
+      - {request: container-0-request-0, driver: gpu.nvidia.com, pool: r1-n1, device: gpu-1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {namespace: ml, name: train-0, uid: u1}
+spec:
+  nodeName: r1-n1
+  containers:
+  - name: c
+    image: x
+    resources: {limits: {nvidia.com/gpu: 1}, requests: {cpu: 1, memory: 1Gi}}
+status:
+  phase: Running
+  extendedResourceClaimStatus:
+    resourceClaimName: train-0-extended-resources-x7k2p
+    requestMappings:
+    - {containerName: c, resourceName: nvidia.com/gpu, requestName: container-0-request-0}
+"#;
+    let fleet = Fleet::from_toml(FLEET, "fleet.toml", &mut |_| Err("none".into())).unwrap();
+    let options = accord_kube::Options::for_topology(&fleet.topology);
+    let m = accord_kube::Manifests::parse(manifests, "world.yaml").unwrap();
+    let translated = accord_kube::translate(&m, &options);
+    let bound = &translated.demand.bound;
+    assert_eq!(bound.len(), 1, "{translated:?}");
+    assert_eq!(bound[0].devices.len(), 1, "{:?}", bound[0]);
+    assert_eq!(bound[0].devices[0].name, "gpu-1");
+    // The claim serves the resource: no device-plugin GPU besides it.
+    assert!(
+        !bound[0].requests.contains_key("nvidia.com/gpu"),
+        "{:?}",
+        bound[0].requests
+    );
+    let mut t = Twin::new();
+    t.world.demand = mig_pods(3);
+    t.world.demand.bound = bound.clone();
+    for _ in 0..3 {
+        t.round(1);
+    }
+    assert_eq!(targets(&t.command("r1-n1")), [(0, 7)]);
+}

@@ -187,10 +187,10 @@ pub(super) fn pod_unit<'a>(
             Ok(requests) => out.demand.bound.push(BoundPod {
                 node: node.clone(),
                 devices: held_devices(p, &ns, index),
+                requests: without_dra_backed(requests, p),
                 namespace: ns,
                 name,
                 labels: p.metadata.labels.clone().unwrap_or_default(),
-                requests,
                 node_agent: is_node_agent(&p.metadata),
                 daemon_set: controller(&p.metadata, "DaemonSet")
                     .map(|ds| format!("{}/{ds}", ns_of(&p.metadata))),
@@ -568,6 +568,26 @@ fn extended_as_claims(pod: &mut PodSpec, index: &Index) -> Result<(), String> {
     Ok(())
 }
 
+/// A bound pod's `requests` without the extended resources a DRA claim
+/// serves (its `status.extendedResourceClaimStatus.requestMappings`): the
+/// claim's devices are what it holds ([`held_devices`]), not a device
+/// plugin's.
+fn without_dra_backed(
+    mut requests: BTreeMap<String, String>,
+    p: &core::Pod,
+) -> BTreeMap<String, String> {
+    if let Some(e) = p
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+    {
+        for m in &e.request_mappings {
+            requests.remove(&m.resource_name);
+        }
+    }
+    requests
+}
+
 /// The DRA devices a bound pod holds: the allocation results of its
 /// ResourceClaims (by name, or made from a template: the name in the pod's
 /// `status.resourceClaimStatuses`), as kube-scheduler wrote them; each
@@ -576,6 +596,14 @@ fn extended_as_claims(pod: &mut PodSpec, index: &Index) -> Result<(), String> {
 /// allocator treats it); consumed capacity is a share of a device that
 /// allows multiple allocations. A claim not found or not allocated holds
 /// nothing yet.
+///
+/// A pod whose extended resource (`nvidia.com/gpu`) a DeviceClass maps to
+/// DRA (`extendedResourceName`, the `DRAExtendedResource` gate) holds the
+/// devices of the claim kube-scheduler made for it, named only in
+/// `status.extendedResourceClaimStatus` (kubernetes v1.37
+/// `pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go`,
+/// `patchPodExtendedResourceClaimStatus`, called at binding): read like the others, so the GPU it holds is known, not
+/// guessed.
 pub(super) fn held_devices(p: &core::Pod, ns: &str, index: &Index) -> Vec<BoundDevice> {
     let mut out = Vec::new();
     // Every claim of a pod the scheduler bound holds its devices, however
@@ -587,16 +615,22 @@ pub(super) fn held_devices(p: &core::Pod, ns: &str, index: &Index) -> Vec<BoundD
         .flat_map(|s| s.resource_claim_statuses.iter().flatten())
         .filter_map(|s| Some((s.name.as_str(), s.resource_claim_name.as_deref()?)))
         .collect();
-    for rc in p
+    let extended = p
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+        .map(|e| e.resource_claim_name.clone());
+    let names = p
         .spec
         .iter()
         .flat_map(|s| s.resource_claims.iter().flatten())
-    {
-        let name = rc
-            .resource_claim_name
-            .clone()
-            .or_else(|| statuses.get(rc.name.as_str()).map(|n| (*n).to_owned()));
-        let Some(name) = name else { continue };
+        .filter_map(|rc| {
+            rc.resource_claim_name
+                .clone()
+                .or_else(|| statuses.get(rc.name.as_str()).map(|n| (*n).to_owned()))
+        })
+        .chain(extended);
+    for name in names {
         let key = (ns.to_owned(), name);
         let Some(claim) = index.claims.get(&key) else {
             continue;
