@@ -405,6 +405,11 @@ pub struct BoundPod {
     /// controller is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon_set: Option<String>,
+    /// A DaemonSet's pod: the keys of its `nodeSelector` (the Node labels
+    /// that start and stop it there, as the GPU Operator's
+    /// `nvidia.com/gpu.deploy.*`). Empty for other pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_selector_keys: Vec<String>,
     /// Its required anti-affinity and host ports: what keeps other pods
     /// off its node or topology domain.
     #[serde(default, skip_serializing_if = "PodRelations::is_empty")]

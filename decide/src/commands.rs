@@ -82,6 +82,10 @@ pub struct CommandEffects {
     pub mig_configs: Vec<(String, Vec<DeviceConfig>)>,
     /// (node, key, value): labels to set.
     pub labels: Vec<(String, String, String)>,
+    /// (namespace, name): the GPU Operator's validator pods to delete
+    /// around an agent's repartition (mig-manager does,
+    /// [`gpu_clients`]).
+    pub delete_pods: Vec<(String, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -365,6 +369,11 @@ impl Commands {
         let running = gpu_clients::running(&snap.demand.bound, node);
         if running.is_empty() {
             info!(node = %node, command = rec.generation, "the GPU Operator's operands are paused; handing the agent its repartition");
+            effects.delete_pods.extend(gpu_clients::pods_of(
+                &snap.demand.bound,
+                node,
+                &gpu_clients::VALIDATORS_BEFORE,
+            ));
             effects.release.push((node.clone(), rec.generation));
         }
     }
@@ -394,6 +403,11 @@ impl Commands {
             effects
                 .labels
                 .extend(restore.into_iter().map(|(k, v)| (node.clone(), k, v)));
+            effects.delete_pods.extend(gpu_clients::pods_of(
+                &snap.demand.bound,
+                node,
+                &gpu_clients::VALIDATORS_AFTER,
+            ));
         }
     }
 

@@ -1,18 +1,28 @@
 //! The GPU Operator's operands paused around a repartition through the
 //! agent, as mig-manager pauses them around its own (NVIDIA/mig-parted
-//! `pkg/mig/reconfigure/reconfigure.go`: `shutdownKubernetesGPUClients`,
-//! `waitForPodsToBeDeleted`, `restartKubernetesGPUClients`):
+//! v0.15 `pkg/mig/reconfigure/reconfigure.go`, `Run`):
 //!
 //! 1. each `nvidia.com/gpu.deploy.<operand>` label of the Node that is not
-//!    `false` is set to `paused-for-mig-change` (the operator's
-//!    DaemonSets select nodes on `…=true`, so their pods there go);
-//! 2. the command is handed to the agent only once no operand pod runs on
-//!    the node (`app=nvidia-device-plugin-daemonset`,
-//!    `gpu-feature-discovery`, `nvidia-dcgm-exporter`, `nvidia-dcgm`);
+//!    `false` is set to `paused-for-mig-change` (`shutdownKubernetesGPUClients`;
+//!    the operator's DaemonSets select nodes on `…=true`, so their pods
+//!    there go): mig-manager's five, `gpu.deploy.client` where the Node
+//!    has it (third-party GPU clients), and the operator's DRA operands
+//!    (`gpu.deploy.dra-driver`, `dcgm-dra`, `dcgm-exporter-dra`,
+//!    gpu-operator v26 `controllers/state_manager.go`), which mig-manager
+//!    leaves running: the DRA driver publishes its ResourceSlices when it
+//!    starts, so it must start again to show the new devices;
+//! 2. the command is handed to the agent only once none of those pods
+//!    runs on the node (`waitForPodsToBeDeleted`: the operand pods by
+//!    their `app` label, and every DaemonSet pod selecting a paused label,
+//!    as `waitForPodsWithNodeSelector` does for `gpu.deploy.client`), and
+//!    the CUDA and plugin validator pods there are deleted (same
+//!    function);
 //! 3. when the command has ended (done, refused, failed or timed out),
-//!    every label showing `paused-for-mig-change` is set back to `true`;
-//!    the device plugin and GFD start again and publish the new MIG
-//!    devices, which is when the work counts as placed.
+//!    every label showing `paused-for-mig-change` is set back to `true`
+//!    (`restartKubernetesGPUClients`) and the operator's validator pod
+//!    there deleted (`restartValidatorPod`); the device plugin, GFD and
+//!    the DRA driver start again and publish the new MIG devices, which is
+//!    when the work counts as placed.
 //!
 //! A Node with none of these labels (no GPU Operator: a device plugin
 //! installed on its own) is repartitioned at once, as before. Step 3 needs
@@ -24,13 +34,19 @@ use std::collections::BTreeMap;
 
 use accord::demand::BoundPod;
 
-/// The operands' deploy labels mig-manager pauses (its `*DeployLabel`).
-pub const DEPLOY_LABELS: [&str; 5] = [
+/// The operands' deploy labels paused: mig-manager's `*DeployLabel`
+/// (`gpu.deploy.client` among them, paused only where set, as it does),
+/// then the operator's DRA operands.
+pub const DEPLOY_LABELS: [&str; 9] = [
     "nvidia.com/gpu.deploy.device-plugin",
     "nvidia.com/gpu.deploy.gpu-feature-discovery",
     "nvidia.com/gpu.deploy.dcgm-exporter",
     "nvidia.com/gpu.deploy.dcgm",
     "nvidia.com/gpu.deploy.nvsm",
+    "nvidia.com/gpu.deploy.client",
+    "nvidia.com/gpu.deploy.dra-driver",
+    "nvidia.com/gpu.deploy.dcgm-dra",
+    "nvidia.com/gpu.deploy.dcgm-exporter-dra",
 ];
 
 /// The value that pauses one (mig-manager's `maybeSetPaused`).
@@ -44,6 +60,12 @@ pub const CLIENT_APPS: [&str; 4] = [
     "nvidia-dcgm-exporter",
     "nvidia-dcgm",
 ];
+
+/// The validator pods deleted before the repartition (`app` labels,
+/// `waitForPodsToBeDeleted`) and after it (`restartValidatorPod`).
+pub const VALIDATORS_BEFORE: [&str; 2] =
+    ["nvidia-cuda-validator", "nvidia-device-plugin-validator"];
+pub const VALIDATORS_AFTER: [&str; 1] = ["nvidia-operator-validator"];
 
 /// The deploy labels to set to [`PAUSED`] on a Node with `labels`: those
 /// it has, not `false`, not paused yet.
@@ -72,7 +94,8 @@ pub fn to_restore(labels: &BTreeMap<String, String>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The operand pods still bound to `node`, by name.
+/// The operand and GPU-client pods still bound to `node`, by name: the
+/// operands by `app`, and every DaemonSet pod selecting a deploy label.
 pub fn running<'a>(bound: &'a [BoundPod], node: &str) -> Vec<&'a str> {
     bound
         .iter()
@@ -81,8 +104,26 @@ pub fn running<'a>(bound: &'a [BoundPod], node: &str) -> Vec<&'a str> {
             p.labels
                 .get("app")
                 .is_some_and(|a| CLIENT_APPS.contains(&a.as_str()))
+                || p.node_selector_keys
+                    .iter()
+                    .any(|k| DEPLOY_LABELS.contains(&k.as_str()))
         })
         .map(|p| p.name.as_str())
+        .collect()
+}
+
+/// The pods on `node` whose `app` label is one of `apps`, as
+/// (namespace, name).
+pub fn pods_of(bound: &[BoundPod], node: &str, apps: &[&str]) -> Vec<(String, String)> {
+    bound
+        .iter()
+        .filter(|p| p.node == node)
+        .filter(|p| {
+            p.labels
+                .get("app")
+                .is_some_and(|a| apps.contains(&a.as_str()))
+        })
+        .map(|p| (p.namespace.clone(), p.name.clone()))
         .collect()
 }
 

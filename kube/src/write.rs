@@ -218,6 +218,22 @@ pub async fn update_configmap_key(
 /// again). For labels another component reads and Accord sets on request,
 /// such as the GPU Operator's `nvidia.com/mig.config`: Accord never
 /// removes them.
+/// Deletes pod `namespace/name` (a pod already gone is no error): the
+/// GPU Operator's validator pods, which its DaemonSet starts again, as
+/// mig-manager deletes them around a repartition.
+pub async fn delete_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<PublishOutcome, kube::Error> {
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => Ok(PublishOutcome::Written),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(PublishOutcome::NotFound),
+        Err(e) => Err(e),
+    }
+}
+
 pub async fn set_node_label(
     client: &kube::Client,
     node: &str,

@@ -65,7 +65,7 @@ pub(super) async fn watch(ctx: Ctx, name: String, gpus: ReplayedGpus) {
         .get(&name)
         .is_some_and(|m| m.gpu_operator_operands);
     if operator {
-        return operator_device_plugin(ctx, name, gpus).await;
+        return operator_operands(ctx, name, gpus).await;
     }
     let mut changes = gpus.subscribe();
     // The handle holds the sender: this never ends by itself.
@@ -83,9 +83,32 @@ pub(super) async fn watch(ctx: Ctx, name: String, gpus: ReplayedGpus) {
     }
 }
 
+/// What an NVIDIA component publishes when it enumerates the GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Publishes {
+    /// The device plugin and GFD: the Node's `nvidia.com/*` resources and
+    /// labels.
+    NodeResources,
+    /// The DRA driver's kubelet plugin: its ResourceSlice (where DRA is
+    /// served).
+    Slice,
+    /// Both (the lab's plain machine: its plugins follow every change).
+    Both,
+    /// Nothing (a GPU client, a validator).
+    Nothing,
+}
+
 /// The Node's `nvidia.com/*` resources and labels, and its ResourceSlice
 /// where DRA is served, from the GPUs as they are now; said once.
 pub(super) async fn republish(ctx: &Ctx, name: &str, gpus: &ReplayedGpus) {
+    publish(ctx, name, gpus, Publishes::Both).await
+}
+
+/// [`republish`], `what` of it.
+pub(super) async fn publish(ctx: &Ctx, name: &str, gpus: &ReplayedGpus, what: Publishes) {
+    if what == Publishes::Nothing {
+        return;
+    }
     let Some(rec) = ctx.recordings.get(name).map(|m| m.recording.clone()) else {
         return;
     };
@@ -102,25 +125,31 @@ pub(super) async fn republish(ctx: &Ctx, name: &str, gpus: &ReplayedGpus) {
             return;
         }
     };
-    let fresh = crate::kubelet::node_object(name, &machine);
-    let updated = ctx.api.update("v1", "Node", "", name, |n| {
-        crate::kubelet::republish_node(n, &fresh)
-    });
-    if !updated {
+    if ctx.api.get("v1", "Node", "", name).is_none() {
         // Not registered yet: registering publishes the GPUs as they are.
         return;
     }
     let mut said = Vec::new();
-    for (k, v) in fresh["status"]["allocatable"]
-        .as_object()
-        .into_iter()
-        .flatten()
-    {
-        if k.starts_with("nvidia.com/") {
-            said.push(format!("{k} {}", v.as_str().unwrap_or("?")));
+    if matches!(what, Publishes::NodeResources | Publishes::Both) {
+        let fresh = crate::kubelet::node_object(name, &machine);
+        ctx.api.update("v1", "Node", "", name, |n| {
+            crate::kubelet::republish_node(n, &fresh)
+        });
+        for (k, v) in fresh["status"]["allocatable"]
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            if k.starts_with("nvidia.com/") {
+                said.push(format!("{k} {}", v.as_str().unwrap_or("?")));
+            }
         }
     }
-    if let Some(api) = ctx.kube.dra_api_version() {
+    let api = ctx
+        .kube
+        .dra_api_version()
+        .filter(|_| matches!(what, Publishes::Slice | Publishes::Both));
+    if let Some(api) = api {
         if let Some(slice) = crate::kubelet::resource_slice(name, &machine, api) {
             let slice_name = crate::kubelet::slice_name(name);
             let devices = slice["spec"]["devices"].as_array().map_or(0, Vec::len);
@@ -133,80 +162,213 @@ pub(super) async fn republish(ctx: &Ctx, name: &str, gpus: &ReplayedGpus) {
             said.push(format!("ResourceSlice with {devices} devices"));
         }
     }
-    say!(ctx, node = %name, "its GPUs changed (MIG): the device plugin, GFD and DRA driver publish {}", said.join(", "));
+    if !said.is_empty() {
+        say!(ctx, node = %name, "its GPUs as they are now published: {}", said.join(", "));
+    }
 }
 
-/// The GPU Operator's device-plugin DaemonSet on one machine: the
-/// operator labels the Node `nvidia.com/gpu.deploy.device-plugin=true`,
-/// its DaemonSet selects nodes on that label, so the plugin's pod runs
-/// while it is `true` and goes while it is anything else (mig-manager's
-/// `paused-for-mig-change`). NVIDIA's plugin enumerates devices when it
-/// starts and not after: a MIG change is published only when its pod
-/// starts again. A change while the pod runs is counted (what pausing
-/// it avoids). Ends when the machine goes off (the caller selects).
-async fn operator_device_plugin(ctx: Ctx, name: String, gpus: ReplayedGpus) {
-    const LABEL: &str = "nvidia.com/gpu.deploy.device-plugin";
+/// One of the GPU Operator's DaemonSets as it runs on a machine.
+#[derive(Debug, Clone, Copy)]
+struct Operand {
+    /// The Node label its DaemonSet selects on (`…=true`).
+    label: &'static str,
+    /// Its pods' `app` label (and the pod's name, with the node's).
+    app: &'static str,
+    image: &'static str,
+    publishes: Publishes,
+    /// Its pods run by the operator in its namespace (else a third party's
+    /// GPU client, in `default`).
+    operator: bool,
+}
+
+/// The device plugin: NVIDIA's enumerates devices when it starts and not
+/// after.
+pub const DEVICE_PLUGIN_APP: &str = "nvidia-device-plugin-daemonset";
+/// The DRA driver's kubelet plugin: publishes its ResourceSlices when it
+/// starts (NVIDIA/k8s-dra-driver-gpu `cmd/gpu-kubelet-plugin/driver.go`,
+/// `NewDriver` → `PublishResources`), not on a MIG change under it.
+pub const DRA_DRIVER_APP: &str = "nvidia-dra-driver-gpu-kubelet-plugin";
+/// A third party's GPU client DaemonSet (mig-parted's
+/// `gpu.deploy.client` convention).
+pub const CLIENT_APP: &str = "lab-gpu-client";
+
+const OPERANDS: [Operand; 3] = [
+    Operand {
+        label: "nvidia.com/gpu.deploy.device-plugin",
+        app: DEVICE_PLUGIN_APP,
+        image: "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
+        publishes: Publishes::NodeResources,
+        operator: true,
+    },
+    Operand {
+        label: "nvidia.com/gpu.deploy.dra-driver",
+        app: DRA_DRIVER_APP,
+        image: "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0",
+        publishes: Publishes::Slice,
+        operator: true,
+    },
+    Operand {
+        label: "nvidia.com/gpu.deploy.client",
+        app: CLIENT_APP,
+        image: "lab/gpu-client",
+        publishes: Publishes::Nothing,
+        operator: false,
+    },
+];
+
+/// The validator pods the operator runs on each node (its
+/// `nvidia-operator-validator` DaemonSet and the CUDA workload it starts):
+/// made again when deleted, as their DaemonSet does.
+const VALIDATORS: [&str; 2] = ["nvidia-operator-validator", "nvidia-cuda-validator"];
+
+/// The GPU Operator's operands on one machine: each DaemonSet's pod runs
+/// while its Node label is `true` and goes while it is anything else
+/// (`paused-for-mig-change`); each publishes what it enumerated when its
+/// pod starts, and a MIG change while it runs is counted (what pausing it
+/// avoids). The validators run and come back when deleted. Ends when the
+/// machine goes off (the caller selects).
+async fn operator_operands(ctx: Ctx, name: String, gpus: ReplayedGpus) {
     const NAMESPACE: &str = "gpu-operator";
-    const APP: &str = "nvidia-device-plugin-daemonset";
-    let pod_name = format!("{APP}-{name}");
-    // What the running plugin enumerated (the GPUs' version then).
-    let mut enumerated: Option<u64> = None;
-    // A pod left from before this boot is not this boot's plugin.
-    ctx.api.delete("v1", "Pod", NAMESPACE, &pod_name);
+    let pod = |o: &Operand| {
+        (
+            if o.operator { NAMESPACE } else { "default" },
+            format!("{}-{name}", o.app),
+        )
+    };
+    // What each running operand enumerated (the GPUs' version then).
+    let mut enumerated: [Option<u64>; OPERANDS.len()] = [None; OPERANDS.len()];
+    // Pods left from before this boot are not this boot's.
+    for o in &OPERANDS {
+        let (ns, pod_name) = pod(o);
+        ctx.api.delete("v1", "Pod", ns, &pod_name);
+    }
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let Some(node) = ctx.api.get("v1", "Node", "", &name) else {
             continue;
         };
-        let label = node["metadata"]["labels"][LABEL]
-            .as_str()
-            .map(str::to_owned);
-        let Some(label) = label else {
-            // The operator's node labeller.
-            ctx.api.update("v1", "Node", "", &name, |n| {
-                n["metadata"]["labels"][LABEL] = serde_json::json!("true");
-            });
-            continue;
-        };
-        let running = ctx.api.get("v1", "Pod", NAMESPACE, &pod_name).is_some();
-        if let (true, Some(v)) = (running, enumerated) {
-            if gpus.version() != v {
-                enumerated = Some(gpus.version());
-                count(&ctx, &name, |s| s.changed_under_it += 1);
-                say!(ctx, node = %name, "its GPUs changed under the running device plugin: it does not see the change");
+        for v in VALIDATORS {
+            let pod_name = format!("{v}-{name}");
+            if ctx.api.get("v1", "Pod", NAMESPACE, &pod_name).is_none() {
+                ctx.api.apply(daemon_pod(
+                    NAMESPACE,
+                    &pod_name,
+                    v,
+                    v,
+                    &name,
+                    None,
+                    "nvcr.io/nvidia/gpu-operator-validator",
+                ));
+                count(&ctx, &name, v, |s| s.starts += 1);
             }
         }
-        match (label == "true", running) {
-            (true, false) => {
-                ctx.api.apply(serde_json::json!({
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"namespace": NAMESPACE, "name": pod_name,
-                        "labels": {"app": APP},
-                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
-                            "name": APP, "uid": format!("lab-{APP}"), "controller": true}]},
-                    "spec": {"nodeName": name, "tolerations": [{"operator": "Exists"}],
-                        "containers": [{"name": "nvidia-device-plugin",
-                            "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"}]},
-                    "status": {"phase": "Running"}
-                }));
-                enumerated = Some(gpus.version());
-                count(&ctx, &name, |s| s.starts += 1);
-                republish(&ctx, &name, &gpus).await;
-                say!(ctx, node = %name, "the GPU Operator's device plugin started ({LABEL}=true) and enumerated the GPUs");
+        for (i, o) in OPERANDS.iter().enumerate() {
+            let Some(label) = node["metadata"]["labels"][o.label]
+                .as_str()
+                .map(str::to_owned)
+            else {
+                // The operator's node labeller.
+                ctx.api.update("v1", "Node", "", &name, |n| {
+                    n["metadata"]["labels"][o.label] = serde_json::json!("true");
+                });
+                continue;
+            };
+            let (ns, pod_name) = pod(o);
+            let running = ctx.api.get("v1", "Pod", ns, &pod_name).is_some();
+            if let (true, Some(v)) = (running, enumerated[i]) {
+                if gpus.version() != v {
+                    enumerated[i] = Some(gpus.version());
+                    if o.publishes != Publishes::Nothing {
+                        count(&ctx, &name, o.app, |s| s.changed_under_it += 1);
+                        say!(ctx, node = %name, "its GPUs changed under the running {}: it does not see the change", o.app);
+                    }
+                }
             }
-            (false, true) => {
-                ctx.api.delete("v1", "Pod", NAMESPACE, &pod_name);
-                enumerated = None;
-                count(&ctx, &name, |s| s.stops += 1);
-                say!(ctx, node = %name, "the GPU Operator's device plugin stopped ({LABEL}={label})");
+            match (label == "true", running) {
+                (true, false) => {
+                    ctx.api.apply(daemon_pod(
+                        ns,
+                        &pod_name,
+                        o.app,
+                        o.app,
+                        &name,
+                        Some(o.label),
+                        o.image,
+                    ));
+                    enumerated[i] = Some(gpus.version());
+                    count(&ctx, &name, o.app, |s| s.starts += 1);
+                    if o.publishes == Publishes::Slice {
+                        // Registered and enumerated a while after its start
+                        // (if its pod still runs then).
+                        let (ctx, name, gpus, ns, pod_name) = (
+                            ctx.clone(),
+                            name.clone(),
+                            gpus.clone(),
+                            ns.to_owned(),
+                            pod_name.clone(),
+                        );
+                        // It enumerates at its start: GPUs changed since are
+                        // not what it publishes (it shows what it saw).
+                        let enumerated = gpus.version();
+                        tokio::spawn(async move {
+                            let delay = ctx.scenario.lab.gpu_operator.dra_driver_start_ms;
+                            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                            let up = crate::machine_gpus(&ctx, &name).is_some();
+                            let same = gpus.version() == enumerated;
+                            if up && same && ctx.api.get("v1", "Pod", &ns, &pod_name).is_some() {
+                                publish(&ctx, &name, &gpus, Publishes::Slice).await;
+                            }
+                        });
+                    } else {
+                        publish(&ctx, &name, &gpus, o.publishes).await;
+                    }
+                    say!(ctx, node = %name, "{} started ({}=true) and enumerated the GPUs", o.app, o.label);
+                }
+                (false, true) => {
+                    ctx.api.delete("v1", "Pod", ns, &pod_name);
+                    enumerated[i] = None;
+                    count(&ctx, &name, o.app, |s| s.stops += 1);
+                    say!(ctx, node = %name, "{} stopped ({}={label})", o.app, o.label);
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
 }
 
-/// Notes what the device plugin stand-in saw on `name`.
-fn count(ctx: &Ctx, name: &str, change: impl FnOnce(&mut crate::DevicePluginSeen)) {
+/// A DaemonSet's pod on `node`, running; selecting `selector=true` where
+/// given.
+fn daemon_pod(
+    ns: &str,
+    pod_name: &str,
+    app: &str,
+    daemon_set: &str,
+    node: &str,
+    selector: Option<&str>,
+    image: &str,
+) -> serde_json::Value {
+    let mut spec = serde_json::json!({"nodeName": node, "tolerations": [{"operator": "Exists"}],
+        "containers": [{"name": app, "image": image}]});
+    if let Some(key) = selector {
+        spec["nodeSelector"] = serde_json::json!({key: "true"});
+    }
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": ns, "name": pod_name,
+            "labels": {"app": app},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "name": daemon_set, "uid": format!("lab-{daemon_set}"), "controller": true}]},
+        "spec": spec,
+        "status": {"phase": "Running"}
+    })
+}
+
+/// Notes what an operand stand-in (`app`) saw on `name`.
+fn count(ctx: &Ctx, name: &str, app: &str, change: impl FnOnce(&mut crate::DevicePluginSeen)) {
     let mut r = ctx.record.lock().expect("lock");
-    change(r.device_plugin.entry(name.to_owned()).or_default());
+    change(
+        r.operands
+            .entry((name.to_owned(), app.to_owned()))
+            .or_default(),
+    );
 }

@@ -52,6 +52,7 @@ pub mod cluster;
 mod daemon;
 pub mod fixtures;
 mod gpus;
+pub use gpus::{CLIENT_APP, DEVICE_PLUGIN_APP, DRA_DRIVER_APP};
 pub mod ha;
 pub mod kubelet;
 mod kubelets;
@@ -192,7 +193,9 @@ struct Record {
     mig_operator: BTreeMap<String, u64>,
     /// Per machine with the GPU Operator's operands: how often its device
     /// plugin started, and how often its GPUs changed while it ran.
-    device_plugin: BTreeMap<String, DevicePluginSeen>,
+    /// (node, operand `app`) → what the GPU Operator's operand stand-in
+    /// saw there.
+    operands: BTreeMap<(String, String), DevicePluginSeen>,
     /// Every pod the binder bound, from when until deleted or evicted:
     /// what the busy-node count is judged against.
     bindings: Vec<chaos::safety::BindingSpan>,
@@ -746,8 +749,17 @@ impl Lab {
     /// What the GPU Operator's device plugin stand-in saw on `node`
     /// (`lab.machines.NODE.gpu_operator_operands`).
     pub fn device_plugin(&self, node: &str) -> DevicePluginSeen {
+        self.operand(node, gpus::DEVICE_PLUGIN_APP)
+    }
+
+    /// What the GPU Operator's operand `app` stand-in saw on `node`
+    /// (`gpus::DRA_DRIVER_APP`, `gpus::CLIENT_APP`, a validator's).
+    pub fn operand(&self, node: &str, app: &str) -> DevicePluginSeen {
         let r = self.record.lock().expect("lock");
-        r.device_plugin.get(node).copied().unwrap_or_default()
+        r.operands
+            .get(&(node.to_owned(), app.to_owned()))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// MIG repartitions a machine's GPUs carried out since the lab started

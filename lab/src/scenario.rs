@@ -139,6 +139,10 @@ pub struct GpuOperatorSettings {
     /// mig-manager fails (state `failed`) its first this many
     /// reconfigurations, as when mig-parted cannot apply one.
     pub fail_first: u32,
+    /// How long the DRA driver's kubelet plugin takes from its pod's start
+    /// to its ResourceSlice (`lab.machines.*.gpu_operator_operands`): it
+    /// registers with the kubelet and enumerates the GPUs first.
+    pub dra_driver_start_ms: u64,
 }
 
 impl Default for GpuOperatorSettings {
@@ -147,6 +151,7 @@ impl Default for GpuOperatorSettings {
             mig_config: "accord-mig-parted-config".to_owned(),
             volume_sync_ms: 2_000,
             fail_first: 0,
+            dra_driver_start_ms: 3_000,
         }
     }
 }
@@ -232,11 +237,13 @@ pub struct MachineSettings {
     pub admin_taints: Vec<String>,
     #[serde(default)]
     pub admin_annotations: BTreeMap<String, String>,
-    /// The GPU Operator runs its device plugin there (`gpus.rs`,
-    /// `operator_device_plugin`): the Node is labelled
-    /// `nvidia.com/gpu.deploy.device-plugin=true`, the plugin's pod runs
-    /// while the label is `true`, and it enumerates MIG devices only when
-    /// it starts, as NVIDIA's does.
+    /// The GPU Operator runs its operands there (`gpus.rs`,
+    /// `operator_operands`): the device plugin, the DRA driver's kubelet
+    /// plugin and a third party's GPU client, each a DaemonSet pod that
+    /// runs while its Node label (`nvidia.com/gpu.deploy.device-plugin`,
+    /// `.dra-driver`, `.client`) is `true` and publishes what it
+    /// enumerated only when it starts, as NVIDIA's do; and the operator's
+    /// validator pods.
     #[serde(default)]
     pub gpu_operator_operands: bool,
 }

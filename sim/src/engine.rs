@@ -433,6 +433,7 @@ fn bind(p: &WorkloadPlacement, w: &Workload, bound: &mut Vec<BoundPod>) {
             .and_then(|(set, _)| w.pod_sets.iter().find(|s| s.name == set));
         let b = BoundPod {
             daemon_set: Default::default(),
+            node_selector_keys: Vec::new(),
             csi_volumes: set.map(|s| s.pod.volumes.csi.clone()).unwrap_or_default(),
             node: pod.node.clone(),
             namespace: w.namespace.clone(),

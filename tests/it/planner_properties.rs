@@ -205,6 +205,7 @@ fn build(
         let take = gpus.min(n.gpus);
         demand.bound.push(BoundPod {
             daemon_set: Default::default(),
+            node_selector_keys: Vec::new(),
             csi_volumes: Vec::new(),
             node: format!("n{}", node % nodes.len()),
             namespace: "old".into(),

@@ -432,6 +432,7 @@ mod tests {
     fn bound(node: &str, name: &str) -> BoundPod {
         BoundPod {
             daemon_set: Default::default(),
+            node_selector_keys: Vec::new(),
             csi_volumes: Vec::new(),
             node: node.into(),
             namespace: "ml".into(),

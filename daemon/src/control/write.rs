@@ -36,6 +36,9 @@ pub struct Writes {
     pub restores: Vec<(String, accord::truth::KeptNode)>,
     /// Dark machines' Nodes to delete (their copies already kept).
     pub deletes: Vec<accord_decide::dark::NodeDelete>,
+    /// (namespace, name): the GPU Operator's validator pods, deleted
+    /// around an agent's repartition (after this round's labels).
+    pub pod_deletes: Vec<(String, String)>,
 }
 
 /// mig-parted configurations by name.
@@ -51,6 +54,7 @@ impl Writes {
             && self.mig_configs.is_none()
             && self.restores.is_empty()
             && self.deletes.is_empty()
+            && self.pod_deletes.is_empty()
     }
 }
 
@@ -250,6 +254,21 @@ async fn write(
             Err(err) => warn_once(
                 format!("label {node} {key} {err}"),
                 format!("Node {node}: cannot set label {key}={value}: {err}"),
+            ),
+        }
+    }
+    for (ns, name) in &w.pod_deletes {
+        if !may_write() {
+            return;
+        }
+        match accord_kube::write::delete_pod(kube, ns, name).await {
+            Ok(outcome) => {
+                tracing::info!(pod = %format!("{ns}/{name}"), ?outcome, "validator pod deleted (its DaemonSet starts it again)")
+            }
+            // Best effort, as mig-manager's own: the repartition goes on.
+            Err(err) => warn_once(
+                format!("delete pod {ns}/{name} {err}"),
+                format!("Pod {ns}/{name}: cannot delete it: {err}"),
             ),
         }
     }

@@ -656,6 +656,7 @@ fn a_leftover_mig_manager_state_is_not_taken_for_the_new_configurations() {
 fn the_gpus_the_kubelet_assigned_a_running_pod_are_never_repartitioned() {
     let bound = |ids: &[&str]| accord::demand::BoundPod {
         daemon_set: Default::default(),
+        node_selector_keys: Vec::new(),
         csi_volumes: Vec::new(),
         node: "r1-n1".into(),
         namespace: "ml".into(),
@@ -744,6 +745,7 @@ fn the_gpu_operators_operands_are_paused_around_an_agent_repartition() {
     const PAUSED: &str = "paused-for-mig-change";
     let plugin_pod = accord::demand::BoundPod {
         daemon_set: Default::default(),
+        node_selector_keys: Vec::new(),
         csi_volumes: Vec::new(),
         node: "r1-n1".into(),
         namespace: "gpu-operator".into(),

@@ -406,40 +406,137 @@ async fn a_busy_gpu_is_never_repartitioned_the_agent_refuses_and_accordd_plans_a
     );
 }
 
-/// Through the agent on a machine whose device plugin the GPU Operator
-/// runs (the lab's stand-in: its pod runs while the Node's
-/// `nvidia.com/gpu.deploy.device-plugin` is `true`, and it enumerates MIG
-/// devices only when it starts): accordd pauses the label, hands the agent
-/// the repartition once the plugin's pod is gone, and sets the label back
-/// to `true`; the restarted plugin publishes the new devices and the pods
-/// bind. Without the pause the plugin would never show them, and the
-/// pods would stay Pending.
+/// The slice's MIG devices on `node` now (the DRA driver's).
+fn slice_mig_devices(lab: &Lab, node: &str) -> usize {
+    lab.api
+        .list("resource.k8s.io/v1", "ResourceSlice")
+        .into_iter()
+        .filter(|o| o["spec"]["nodeName"] == node)
+        .flat_map(|o| o["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .filter(|d| d["name"].as_str().is_some_and(|n| n.contains("-mig-")))
+        .count()
+}
+
+/// Through the agent on a machine the GPU Operator serves (the lab's
+/// stand-ins: the device plugin, the DRA driver's kubelet plugin and a
+/// third party's GPU client each run while their Node label
+/// `nvidia.com/gpu.deploy.*` is `true`, and publish what they enumerated
+/// only when they start, the DRA driver 3 s after; the operator's
+/// validator pods), for a ProvisioningRequest of three MIG pods: accordd
+/// pauses the three labels, hands the agent the repartition once their
+/// pods are gone, deletes the CUDA and plugin validators before and the
+/// operator's validator after, and sets the labels back to `true`. The
+/// request is Provisioned only once the restarted DRA driver's slice shows
+/// the new devices, not when the device plugin already does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_gpu_operator_node_the_device_plugin_is_paused_around_the_agents_repartition() {
+async fn on_a_gpu_operator_node_its_operands_are_paused_around_the_agents_repartition_and_its_slices_show_it_first(
+) {
     let _one = ONE_LAB_AT_A_TIME.lock().await;
     let settings = format!("{QUICK}\n[lab.machines.r1-n1]\ngpu_operator_operands = true\n");
-    let lab = start_mig("mig_agent_operator_operands", &settings, FLEET).await;
-    bound_on_the_repartitioned_node(&lab, "mig_agent").await;
-    let seen = lab.device_plugin("r1-n1");
-    assert_eq!(
-        (seen.starts, seen.stops, seen.changed_under_it),
-        (2, 1, 0),
-        "the device plugin: started at the boot and after the repartition, stopped once before it, and the GPUs never changed under it"
+    let request = "{apiVersion: v1, kind: PodTemplate, metadata: {namespace: ml, name: infer-main}, template: {spec: {containers: [{name: c, image: c, resources: {requests: {cpu: 100m, memory: 1Gi}, limits: {nvidia.com/mig-1g.10gb: \"1\"}}}]}}}\n---\n\
+        {apiVersion: autoscaling.x-k8s.io/v1, kind: ProvisioningRequest, metadata: {namespace: ml, name: infer}, \
+        spec: {provisioningClassName: best-effort-atomic-scale-up.autoscaling.x-k8s.io, podSets: [{podTemplateRef: {name: infer-main}, count: 3}]}}\n";
+    let lab = start(
+        "mig_agent_operator_operands",
+        scenario(&settings, FLEET, &[("infer", request.to_owned(), 600_000)]),
+    )
+    .await;
+    lab.wait_status(
+        "r1-n1 up and planned with its agent's report",
+        Duration::from_secs(60),
+        |s| {
+            s.nodes.iter().any(|n| {
+                n.name == "r1-n1"
+                    && n.model == accord_api::control::ModelSource::Reported
+                    && matches!(
+                        n.stage,
+                        accord::lifecycle::Stage::Idle | accord::lifecycle::Stage::Ready
+                    )
+            })
+        },
+    )
+    .await
+    .unwrap();
+    lab.release("infer").unwrap();
+    // Until Provisioned: never before the DRA driver's slice shows the
+    // new devices, and seen waiting while the device plugin shows them
+    // and the slice does not yet.
+    let end = tokio::time::Instant::now() + Duration::from_secs(120);
+    let mut waited_for_the_slice = false;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "never Provisioned: {}",
+            lab.daemon_report()
+        );
+        let provisioned = super::lab::condition(&lab, "ml", "infer", "Provisioned")
+            .is_some_and(|(status, _)| status == "True");
+        let shown = slice_mig_devices(&lab, "r1-n1");
+        if provisioned {
+            assert_eq!(
+                shown, 7,
+                "Provisioned before the DRA driver's slice shows the new devices"
+            );
+            break;
+        }
+        if shown == 0 && mig_allocatable(&lab, "r1-n1") == "7" {
+            waited_for_the_slice = true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        waited_for_the_slice,
+        "the device plugin never showed the devices before the slice did"
     );
+    assert!(
+        lab.nodes_powered_on().is_empty(),
+        "{:?}",
+        lab.nodes_powered_on()
+    );
+    assert_eq!(
+        lab.machine_gpus("r1-n1")
+            .expect("r1-n1 is on")
+            .repartitions(),
+        1
+    );
+    for app in [
+        accord_lab::DEVICE_PLUGIN_APP,
+        accord_lab::DRA_DRIVER_APP,
+        accord_lab::CLIENT_APP,
+    ] {
+        let seen = lab.operand("r1-n1", app);
+        assert_eq!(
+            (seen.starts, seen.stops, seen.changed_under_it),
+            (2, 1, 0),
+            "{app}: started at the boot and after the repartition, stopped once before it, and the GPUs never changed under it"
+        );
+    }
     let node = lab.api.get("v1", "Node", "", "r1-n1").unwrap();
-    assert_eq!(
-        node["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"], "true",
-        "{}",
-        node["metadata"]["labels"]
-    );
-    // accordd paused it, then set it going again (its own writes).
-    let patches = lab
+    for label in ["device-plugin", "dra-driver", "client"] {
+        assert_eq!(
+            node["metadata"]["labels"][format!("nvidia.com/gpu.deploy.{label}")],
+            "true",
+            "{}",
+            node["metadata"]["labels"]
+        );
+    }
+    // accordd paused them, then set them going again (its own writes),
+    // and deleted the validators as mig-manager does.
+    let requests = lab
         .api
         .fake()
         .expect("these tests run on the fake API")
-        .requests()
+        .requests();
+    let patches = requests
         .iter()
         .filter(|r| r.starts_with("PATCH /api/v1/nodes/r1-n1"))
         .count();
     assert!(patches >= 2, "{patches} Node patches");
+    for v in ["nvidia-cuda-validator", "nvidia-operator-validator"] {
+        let path = format!("DELETE /api/v1/namespaces/gpu-operator/pods/{v}-r1-n1");
+        assert!(
+            requests.iter().any(|r| r.starts_with(&path)),
+            "no {path} in {requests:?}"
+        );
+    }
 }

@@ -194,6 +194,11 @@ pub(super) fn pod_unit<'a>(
                 node_agent: is_node_agent(&p.metadata),
                 daemon_set: controller(&p.metadata, "DaemonSet")
                     .map(|ds| format!("{}/{ds}", ns_of(&p.metadata))),
+                node_selector_keys: if controller(&p.metadata, "DaemonSet").is_some() {
+                    spec.node_selector.iter().flatten().map(|(k, _)| k.clone()).collect()
+                } else {
+                    Vec::new()
+                },
                 do_not_disrupt: asks_not_to_be_disrupted(&p.metadata),
                 // The node's agent says (accordd fills them in observe).
                 device_ids: Vec::new(),

@@ -175,12 +175,13 @@ fn rbac_grants_the_lease_and_accord_nodes_in_accordds_namespace_only() {
     );
 }
 
-/// GPU Operator MIG mode: mig-manager's ConfigMap in the operator's
+/// GPU Operator: accordd's mig-parted ConfigMap in the operator's
 /// namespace only, by name for reads and updates (a create cannot be
-/// limited by name), bound to accordd's ServiceAccount; the lab applies it
-/// on the upstream control plane.
+/// limited by name), pod deletes there (the validator pods), and reading
+/// ClusterPolicies, all bound to accordd's ServiceAccount; the lab applies
+/// it on the upstream control plane.
 #[test]
-fn rbac_for_the_gpu_operator_grants_only_mig_managers_configmap() {
+fn rbac_for_the_gpu_operator_grants_only_its_configmap_validators_and_cluster_policies() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rbac-gpu-operator.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
@@ -191,21 +192,34 @@ fn rbac_for_the_gpu_operator_grants_only_mig_managers_configmap() {
     let rules = role["rules"].as_array().unwrap();
     for r in rules {
         assert_eq!(r["apiGroups"], serde_json::json!([""]));
-        assert_eq!(r["resources"], serde_json::json!(["configmaps"]));
     }
     let named: Vec<&Value> = rules
         .iter()
         .filter(|r| r["resourceNames"].is_array())
         .collect();
     assert_eq!(named.len(), 1);
+    assert_eq!(named[0]["resources"], serde_json::json!(["configmaps"]));
     assert_eq!(
         named[0]["resourceNames"],
-        serde_json::json!(["default-mig-parted-config"])
+        serde_json::json!(["accord-mig-parted-config"])
     );
     assert_eq!(named[0]["verbs"], serde_json::json!(["get", "update"]));
-    let binding = docs.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
-    assert_eq!(binding["subjects"][0]["name"], "accordd");
-    assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+    let pods: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["resources"] == serde_json::json!(["pods"]))
+        .collect();
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0]["verbs"], serde_json::json!(["delete"]));
+    let cluster = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    assert_eq!(
+        cluster["rules"],
+        serde_json::json!([{"apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["get", "list"]}])
+    );
+    for kind in ["RoleBinding", "ClusterRoleBinding"] {
+        let binding = docs.iter().find(|d| d["kind"] == kind).unwrap();
+        assert_eq!(binding["subjects"][0]["name"], "accordd");
+        assert_eq!(binding["subjects"][0]["namespace"], NAMESPACE);
+    }
 }
 
 /// The delete of Nodes (deploy/rbac.yaml) is narrowed by a

@@ -80,6 +80,7 @@ impl Controller {
                 mig_configs,
                 restores: d.dark.restores,
                 deletes: if kept_ok { d.dark.deletes } else { Vec::new() },
+                pod_deletes: d.commands.delete_pods.clone(),
             })
             .await;
         shared.metrics.record_round(&d.metrics);
