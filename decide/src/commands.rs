@@ -684,11 +684,11 @@ impl Commands {
         plan: &Plan,
         seen: &Fleet,
         now: u64,
-        deadline_s: u64,
-        mig_manager: MigManager,
+        settings: &crate::Settings,
         effects: &mut CommandEffects,
         said: &mut Absorbed,
     ) -> BTreeSet<String> {
+        let (deadline_s, mig_manager) = (settings.command_deadline_s, settings.mig_manager);
         // Node → (GPU position, layout) and the workloads they are for.
         type Wanted = (Vec<(usize, Vec<String>)>, BTreeSet<String>);
         let mut per_node: BTreeMap<&str, Wanted> = BTreeMap::new();

@@ -152,8 +152,7 @@ impl Decider {
                 plan,
                 seen,
                 snap.now,
-                self.settings.command_deadline_s,
-                self.settings.mig_manager,
+                &self.settings,
                 &mut r.commands,
                 &mut said,
             ));
