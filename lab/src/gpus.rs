@@ -83,6 +83,16 @@ pub(super) async fn watch(ctx: Ctx, name: String, gpus: ReplayedGpus) {
     }
 }
 
+/// Whether `node`'s DRA driver runs with dynamic MIG
+/// (`lab.machines.NODE.dra_dynamic_mig`).
+pub(super) fn dynamic_mig(ctx: &Ctx, node: &str) -> bool {
+    ctx.scenario
+        .lab
+        .machines
+        .get(node)
+        .is_some_and(|m| m.dra_dynamic_mig)
+}
+
 /// What an NVIDIA component publishes when it enumerates the GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Publishes {
@@ -150,8 +160,12 @@ pub(super) async fn publish(ctx: &Ctx, name: &str, gpus: &ReplayedGpus, what: Pu
         .dra_api_version()
         .filter(|_| matches!(what, Publishes::Slice | Publishes::Both));
     if let Some(api) = api {
-        if let Some(slice) = crate::kubelet::resource_slice(name, &machine, api) {
-            let slice_name = crate::kubelet::slice_name(name);
+        let slices = crate::kubelet::resource_slices(name, &machine, api, dynamic_mig(ctx, name));
+        for slice in slices {
+            let slice_name = slice["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             let devices = slice["spec"]["devices"].as_array().map_or(0, Vec::len);
             let updated = ctx.api.update(api, "ResourceSlice", "", &slice_name, |s| {
                 crate::kubelet::republish_slice(s, &slice)
@@ -159,7 +173,9 @@ pub(super) async fn publish(ctx: &Ctx, name: &str, gpus: &ReplayedGpus, what: Pu
             if !updated {
                 ctx.api.apply(slice);
             }
-            said.push(format!("ResourceSlice with {devices} devices"));
+            if devices > 0 {
+                said.push(format!("ResourceSlice with {devices} devices"));
+            }
         }
     }
     if !said.is_empty() {

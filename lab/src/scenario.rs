@@ -246,6 +246,12 @@ pub struct MachineSettings {
     /// validator pods.
     #[serde(default)]
     pub gpu_operator_operands: bool,
+    /// Its DRA driver runs with NVIDIA's `DynamicMIG` feature gate: it
+    /// publishes every MIG placement as a device drawing on its GPU's
+    /// shared counters (`kubelet::resource_slices`) and creates instances
+    /// at allocation, so nobody repartitions its GPUs.
+    #[serde(default)]
+    pub dra_dynamic_mig: bool,
 }
 
 /// Which Kubernetes the lab runs (`lab.kubernetes`).

@@ -349,21 +349,22 @@ async fn register_node(ctx: &Ctx, name: &str) {
         });
         say!(ctx, node = %name, "an admin cordons the Node (maintenance)");
     }
-    let slice = ctx
+    let dynamic = crate::gpus::dynamic_mig(ctx, name);
+    let slices = ctx
         .kube
         .dra_api_version()
-        .and_then(|api| crate::kubelet::resource_slice(name, &machine, api));
-    let devices = slice
-        .as_ref()
-        .map(|s| {
-            let d = &s["spec"]["devices"];
-            format!(
-                ", ResourceSlice with {} devices",
-                d.as_array().map_or(0, Vec::len)
-            )
-        })
+        .map(|api| crate::kubelet::resource_slices(name, &machine, api, dynamic))
         .unwrap_or_default();
-    if let Some(s) = slice {
+    let count: usize = slices
+        .iter()
+        .map(|s| s["spec"]["devices"].as_array().map_or(0, Vec::len))
+        .sum();
+    let devices = if slices.is_empty() {
+        String::new()
+    } else {
+        format!(", ResourceSlice with {count} devices")
+    };
+    for s in slices {
         ctx.api.apply(s);
     }
     say!(ctx, node = %name, "Kubernetes Node registered Ready (nvidia.com/gpu {gpus}{devices})");

@@ -5,6 +5,7 @@
 //! because the lab's kubelet and device plugin republish them from the
 //! machine's new state. Nothing is powered on for it.
 
+use std::path::Path;
 use std::time::Duration;
 
 use accord::hardware::MigMode;
@@ -539,4 +540,97 @@ async fn on_a_gpu_operator_node_its_operands_are_paused_around_the_agents_repart
             "no {path} in {requests:?}"
         );
     }
+}
+
+/// r1-n1's DRA driver runs with dynamic MIG (the lab's stand-in publishes
+/// each GPU's MIG placements as devices drawing on its shared counters, as
+/// NVIDIA's `partitions.go` does), and the fleet file does not say so:
+/// pods claiming `3g.40gb` partitions are planned on those counters on
+/// r1-n1, Accord says the driver partitions those GPUs, and it never
+/// repartitions one nor powers anything on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_dynamic_mig_dra_driver_partitions_are_planned_on_its_counters_and_nothing_is_repartitioned(
+) {
+    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let settings = format!("{QUICK}\n[lab.machines.r1-n1]\ndra_dynamic_mig = true\n");
+    let claims: String = (0..3)
+        .map(|i| {
+            format!(
+                "---\n{{apiVersion: resource.k8s.io/v1, kind: ResourceClaim, metadata: {{namespace: ml, name: half-{i}}}, spec: {{devices: {{requests: [{{name: mig, exactly: {{deviceClassName: mig.nvidia.com, selectors: [{{cel: {{expression: \"device.attributes['gpu.nvidia.com'].profile == '3g.40gb'\"}}}}]}}}}]}}}}}}\n\
+                 ---\n{{apiVersion: v1, kind: Pod, metadata: {{namespace: ml, name: half-{i}}}, spec: {{resourceClaims: [{{name: mig, resourceClaimName: half-{i}}}], containers: [{{name: c, image: c, resources: {{requests: {{cpu: 100m, memory: 1Gi}}, claims: [{{name: mig}}]}}}}]}}}}\n"
+            )
+        })
+        .collect();
+    let lab = start(
+        "mig_dynamic_dra_driver",
+        scenario(&settings, FLEET, &[("halves", claims, 600_000)]),
+    )
+    .await;
+    lab.wait_status(
+        "r1-n1 up and planned with its agent's report",
+        Duration::from_secs(60),
+        |s| {
+            s.nodes.iter().any(|n| {
+                n.name == "r1-n1"
+                    && n.model == accord_api::control::ModelSource::Reported
+                    && matches!(
+                        n.stage,
+                        accord::lifecycle::Stage::Idle | accord::lifecycle::Stage::Ready
+                    )
+            })
+        },
+    )
+    .await
+    .unwrap();
+    lab.release("halves").unwrap();
+    let st = lab
+        .wait_status("the three claims planned", Duration::from_secs(60), |s| {
+            (0..3).all(|i| {
+                s.workloads.iter().any(|w| {
+                    w.workload == format!("ml/half-{i}")
+                        && w.state == accord_api::control::WorkloadState::Placed
+                        && w.nodes == ["r1-n1"]
+                })
+            })
+        })
+        .await
+        .unwrap();
+    let st = rounds_after(&lab, &st, 3).await;
+    assert!(st.commands.is_empty(), "{:?}", st.commands);
+    assert!(
+        !st.actions
+            .iter()
+            .any(|a| matches!(a, accord::plan::Action::ReconfigureMig { .. })),
+        "{:?}",
+        st.actions
+    );
+    assert!(
+        lab.nodes_powered_on().is_empty(),
+        "{:?}",
+        lab.nodes_powered_on()
+    );
+    assert_eq!(
+        lab.machine_gpus("r1-n1")
+            .expect("r1-n1 is on")
+            .repartitions(),
+        0
+    );
+    // The slices as NVIDIA's driver publishes them: counters apart.
+    let slices = lab.api.list("resource.k8s.io/v1", "ResourceSlice");
+    assert!(
+        slices.iter().any(|s| s["spec"]["sharedCounters"]
+            .as_array()
+            .is_some_and(|c| c.len() == 8)),
+        "{slices:#?}"
+    );
+    let log = std::fs::read_to_string(
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("lab-mig_dynamic_dra_driver.accordd.log"),
+    )
+    .unwrap();
+    assert!(
+        log.contains(
+            "node r1-n1: the NVIDIA DRA driver partitions GPU 0, 1, 2, 3, 4, 5, 6, 7 on allocation"
+        ),
+        "{log}"
+    );
 }
