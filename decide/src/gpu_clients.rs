@@ -94,19 +94,25 @@ pub fn to_restore(labels: &BTreeMap<String, String>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether pod `p` is on `node` with an `app` label among `apps`.
+fn app_on(p: &BoundPod, node: &str, apps: &[&str]) -> bool {
+    p.node == node
+        && p.labels
+            .get("app")
+            .is_some_and(|a| apps.contains(&a.as_str()))
+}
+
 /// The operand and GPU-client pods still bound to `node`, by name: the
 /// operands by `app`, and every DaemonSet pod selecting a deploy label.
 pub fn running<'a>(bound: &'a [BoundPod], node: &str) -> Vec<&'a str> {
     bound
         .iter()
-        .filter(|p| p.node == node)
         .filter(|p| {
-            p.labels
-                .get("app")
-                .is_some_and(|a| CLIENT_APPS.contains(&a.as_str()))
-                || p.node_selector_keys
-                    .iter()
-                    .any(|k| DEPLOY_LABELS.contains(&k.as_str()))
+            app_on(p, node, &CLIENT_APPS)
+                || (p.node == node
+                    && p.node_selector_keys
+                        .iter()
+                        .any(|k| DEPLOY_LABELS.contains(&k.as_str())))
         })
         .map(|p| p.name.as_str())
         .collect()
@@ -117,12 +123,7 @@ pub fn running<'a>(bound: &'a [BoundPod], node: &str) -> Vec<&'a str> {
 pub fn pods_of(bound: &[BoundPod], node: &str, apps: &[&str]) -> Vec<(String, String)> {
     bound
         .iter()
-        .filter(|p| p.node == node)
-        .filter(|p| {
-            p.labels
-                .get("app")
-                .is_some_and(|a| apps.contains(&a.as_str()))
-        })
+        .filter(|p| app_on(p, node, apps))
         .map(|p| (p.namespace.clone(), p.name.clone()))
         .collect()
 }

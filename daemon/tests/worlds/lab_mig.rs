@@ -72,6 +72,13 @@ async fn start_mig_with(
     for (k, v) in control {
         s.control.insert((*k).to_owned(), v.clone());
     }
+    start_and_release(test, s, "infer").await
+}
+
+/// Starts the lab of scenario `s` and waits until accordd plans r1-n1 with
+/// its agent's report, then releases submission `name` (so the demand
+/// meets the machine as it is).
+async fn start_and_release(test: &str, s: accord_lab::Scenario, name: &str) -> Lab {
     let lab = start(test, s).await;
     lab.wait_status(
         "r1-n1 up and planned with its agent's report",
@@ -89,7 +96,7 @@ async fn start_mig_with(
     )
     .await
     .unwrap();
-    lab.release("infer").unwrap();
+    lab.release(name).unwrap();
     lab
 }
 
@@ -437,28 +444,12 @@ async fn on_a_gpu_operator_node_its_operands_are_paused_around_the_agents_repart
     let request = "{apiVersion: v1, kind: PodTemplate, metadata: {namespace: ml, name: infer-main}, template: {spec: {containers: [{name: c, image: c, resources: {requests: {cpu: 100m, memory: 1Gi}, limits: {nvidia.com/mig-1g.10gb: \"1\"}}}]}}}\n---\n\
         {apiVersion: autoscaling.x-k8s.io/v1, kind: ProvisioningRequest, metadata: {namespace: ml, name: infer}, \
         spec: {provisioningClassName: best-effort-atomic-scale-up.autoscaling.x-k8s.io, podSets: [{podTemplateRef: {name: infer-main}, count: 3}]}}\n";
-    let lab = start(
+    let lab = start_and_release(
         "mig_agent_operator_operands",
         scenario(&settings, FLEET, &[("infer", request.to_owned(), 600_000)]),
+        "infer",
     )
     .await;
-    lab.wait_status(
-        "r1-n1 up and planned with its agent's report",
-        Duration::from_secs(60),
-        |s| {
-            s.nodes.iter().any(|n| {
-                n.name == "r1-n1"
-                    && n.model == accord_api::control::ModelSource::Reported
-                    && matches!(
-                        n.stage,
-                        accord::lifecycle::Stage::Idle | accord::lifecycle::Stage::Ready
-                    )
-            })
-        },
-    )
-    .await
-    .unwrap();
-    lab.release("infer").unwrap();
     // Until Provisioned: never before the DRA driver's slice shows the
     // new devices, and seen waiting while the device plugin shows them
     // and the slice does not yet.
@@ -561,28 +552,12 @@ async fn with_a_dynamic_mig_dra_driver_partitions_are_planned_on_its_counters_an
             )
         })
         .collect();
-    let lab = start(
+    let lab = start_and_release(
         "mig_dynamic_dra_driver",
         scenario(&settings, FLEET, &[("halves", claims, 600_000)]),
+        "halves",
     )
     .await;
-    lab.wait_status(
-        "r1-n1 up and planned with its agent's report",
-        Duration::from_secs(60),
-        |s| {
-            s.nodes.iter().any(|n| {
-                n.name == "r1-n1"
-                    && n.model == accord_api::control::ModelSource::Reported
-                    && matches!(
-                        n.stage,
-                        accord::lifecycle::Stage::Idle | accord::lifecycle::Stage::Ready
-                    )
-            })
-        },
-    )
-    .await
-    .unwrap();
-    lab.release("halves").unwrap();
     let st = lab
         .wait_status("the three claims planned", Duration::from_secs(60), |s| {
             (0..3).all(|i| {
