@@ -86,6 +86,9 @@ pub struct CommandEffects {
     pub mig_configs: Vec<(String, Vec<DeviceConfig>)>,
     /// (node, key, value): labels to set.
     pub labels: Vec<(String, String, String)>,
+    /// (node, configuration): mig-manager said `failed` there; *effect*
+    /// reads its reason from mig-manager's log and says it (an event).
+    pub mig_manager_failed: Vec<(String, String)>,
     /// (namespace, name): the GPU Operator's validator pods to delete
     /// around an agent's repartition (mig-manager does,
     /// [`gpu_clients`]).

@@ -218,6 +218,62 @@ pub async fn update_configmap_key(
 /// again). For labels another component reads and Accord sets on request,
 /// such as the GPU Operator's `nvidia.com/mig.config`: Accord never
 /// removes them.
+/// The reason mig-manager gave for its last failure on `node`: the last
+/// `level=error` line of its pod's log there (pods labelled
+/// `app=nvidia-mig-manager`, the GPU Operator's DaemonSet), its `msg`.
+/// mig-manager writes no event: `cmd/nvidia-mig-manager/main.go` logs
+/// `Error: <why>` (logrus) and sets `nvidia.com/mig.config.state=failed`.
+/// `Ok(None)`: no such pod, or no error line in its last 200.
+pub async fn mig_manager_error(
+    client: &kube::Client,
+    node: &str,
+) -> Result<Option<String>, kube::Error> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::all(client.clone());
+    let params = kube::api::ListParams::default()
+        .labels("app=nvidia-mig-manager")
+        .fields(&format!("spec.nodeName={node}"));
+    let Some(pod) = pods.list(&params).await?.items.into_iter().next() else {
+        return Ok(None);
+    };
+    let (Some(ns), Some(name)) = (pod.metadata.namespace, pod.metadata.name) else {
+        return Ok(None);
+    };
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let text = api
+        .logs(
+            &name,
+            &kube::api::LogParams {
+                tail_lines: Some(200),
+                ..Default::default()
+            },
+        )
+        .await?;
+    Ok(last_error(&text))
+}
+
+/// The `msg` of the last logrus `level=error` line of `text` (the line
+/// itself when it has none), at most 1000 characters.
+pub fn last_error(text: &str) -> Option<String> {
+    let line = text.lines().rev().find(|l| l.contains("level=error"))?;
+    let msg = match line.split_once("msg=\"") {
+        Some((_, rest)) => {
+            let mut out = String::new();
+            let mut chars = rest.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => out.extend(chars.next()),
+                    '"' => break,
+                    c => out.push(c),
+                }
+            }
+            out
+        }
+        None => line.to_owned(),
+    };
+    Some(msg.chars().take(1000).collect())
+}
+
 /// Deletes pod `namespace/name` (a pod already gone is no error): the
 /// GPU Operator's validator pods, which its DaemonSet starts again, as
 /// mig-manager deletes them around a repartition.
@@ -643,4 +699,27 @@ pub(crate) fn merged_conditions(
         conditions = kept;
     }
     (conditions, changed)
+}
+
+#[cfg(test)]
+mod mig_manager_log_tests {
+    use super::last_error;
+
+    #[test]
+    fn the_last_error_lines_message_is_the_reason() {
+        // As mig-manager (logrus, text formatter) writes them.
+        let log = "time=\"2026-12-07T10:00:00Z\" level=info msg=\"Updating to MIG config: accord-1\"\n\
+                   time=\"2026-12-07T10:00:01Z\" level=error msg=\"Error: failed to validate MIG configuration: exit status 1\"\n\
+                   time=\"2026-12-07T10:00:02Z\" level=error msg=\"Error: failed to apply: \\\"3g.40gb\\\" does not fit\"\n\
+                   time=\"2026-12-07T10:00:03Z\" level=info msg=\"Waiting for change to 'nvidia.com/mig.config' label\"\n";
+        assert_eq!(
+            last_error(log).as_deref(),
+            Some("Error: failed to apply: \"3g.40gb\" does not fit")
+        );
+        assert_eq!(last_error("level=info msg=\"fine\"\n"), None);
+        assert_eq!(
+            last_error("E1207 level=error boom").as_deref(),
+            Some("E1207 level=error boom")
+        );
+    }
 }

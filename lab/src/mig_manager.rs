@@ -217,6 +217,23 @@ async fn step(
         applied.remove(name);
         return;
     };
+    // Its pod there (the operator's DaemonSet), whose log says why it
+    // failed.
+    let pod = format!("nvidia-mig-manager-{name}");
+    if ctx
+        .api
+        .get("v1", "Pod", CONFIGMAP_NAMESPACE, &pod)
+        .is_none()
+    {
+        ctx.api.apply(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": CONFIGMAP_NAMESPACE, "name": pod,
+                "labels": {"app": "nvidia-mig-manager"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                    "name": "nvidia-mig-manager", "uid": "lab-nvidia-mig-manager", "controller": true}]},
+            "spec": {"nodeName": name, "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "nvidia-mig-manager", "image": "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0"}]},
+            "status": {"phase": "Running"}}));
+    }
     let started = applied
         .get(name)
         .is_some_and(|a| gpus.version() >= a.version);
@@ -254,6 +271,18 @@ async fn step(
         }
         Err(e) => {
             tracing::warn!(target: "lab", node = %name, config = %want, error = %e, "mig-manager: failed");
+            // As its main loop logs it (`log.Errorf("Error: %s", err)`,
+            // logrus' text format).
+            if let Some(fake) = ctx.api.fake() {
+                let msg = format!("Error: {e}")
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"");
+                fake.append_pod_log(
+                    CONFIGMAP_NAMESPACE,
+                    &pod,
+                    &format!("time=\"{}\" level=error msg=\"{msg}\"", unix_now()),
+                );
+            }
             "failed"
         }
     };
@@ -431,4 +460,11 @@ fn targets(gpus: &ReplayedGpus, entries: &[Entry]) -> Vec<MigTarget> {
         });
     }
     out
+}
+
+/// Unix seconds now (the log's `time`).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -490,6 +490,9 @@ struct Inner {
     writes_slowed: u64,
     /// Watches answered 410 Gone (resuming from a compacted version).
     gone_answered: u64,
+    /// Containers' output by pod (namespace, name), as the kubelet would
+    /// serve it through `pods/log` ([`FakeApi::append_pod_log`]).
+    pod_logs: BTreeMap<(String, String), String>,
 }
 
 /// A change to one object (resource, namespace, name) that lands just
@@ -900,6 +903,17 @@ impl FakeApi {
     /// 1.26 (or a proxy that drops the `Accept` parameters) does.
     pub fn set_aggregated_discovery(&self, on: bool) {
         self.shared.aggregated.store(on, Ordering::Relaxed);
+    }
+
+    /// Adds `line` to what pod `namespace/name` wrote (its `pods/log`).
+    pub fn append_pod_log(&self, namespace: &str, name: &str, line: &str) {
+        let mut inner = self.shared.inner.lock().expect("lock");
+        let log = inner
+            .pod_logs
+            .entry((namespace.to_owned(), name.to_owned()))
+            .or_default();
+        log.push_str(line);
+        log.push('\n');
     }
 
     /// Requests so far, as `METHOD path?query`, on every listener.
@@ -1383,6 +1397,24 @@ async fn handle(
             watch(shared, t.resource, t.namespace.clone(), &query)
         }
         (Method::GET, None) => list(&shared, t.resource, t.namespace.as_deref(), &query),
+        // A pod's output, as text (the kubelet's, through the API
+        // server): its last `tailLines` lines.
+        (Method::GET, Some(name)) if t.subresource.as_deref() == Some("log") => {
+            let inner = shared.inner.lock().expect("lock");
+            let key = (ns_key(&t), name.clone());
+            if !inner.objects[t.resource].contains_key(&key) {
+                return not_found(spec.plural, name);
+            }
+            let text = inner.pod_logs.get(&key).cloned().unwrap_or_default();
+            let tail = query.get("tailLines").and_then(|n| n.parse::<usize>().ok());
+            let lines: Vec<&str> = text.lines().collect();
+            let from = tail.map_or(0, |n| lines.len().saturating_sub(n));
+            let mut body = lines[from..].join("\n");
+            if !body.is_empty() {
+                body.push('\n');
+            }
+            (StatusCode::OK, [("content-type", "text/plain")], body).into_response()
+        }
         (Method::GET, Some(name)) => {
             let inner = shared.inner.lock().expect("lock");
             match inner.objects[t.resource].get(&(ns_key(&t), name.clone())) {

@@ -39,6 +39,9 @@ pub struct Writes {
     /// (namespace, name): the GPU Operator's validator pods, deleted
     /// around an agent's repartition (after this round's labels).
     pub pod_deletes: Vec<(String, String)>,
+    /// (node, configuration): mig-manager failed there; its reason is read
+    /// from its log and said in an event.
+    pub mig_manager_failed: Vec<(String, String)>,
 }
 
 /// mig-parted configurations by name.
@@ -55,6 +58,7 @@ impl Writes {
             && self.restores.is_empty()
             && self.deletes.is_empty()
             && self.pod_deletes.is_empty()
+            && self.mig_manager_failed.is_empty()
     }
 }
 
@@ -272,7 +276,11 @@ async fn write(
             ),
         }
     }
-    for e in w.events {
+    let mut events = w.events;
+    for (node, config) in &w.mig_manager_failed {
+        events.push(mig_manager_failure(kube, node, config).await);
+    }
+    for e in events {
         if !may_write() {
             return;
         }
@@ -356,5 +364,30 @@ async fn write(
                 format!("ProvisioningRequest {key}: cannot set {}: {err}", c.type_),
             );
         }
+    }
+}
+
+/// The event saying why mig-manager failed `config` on `node`: the reason
+/// its log gives ([`accord_kube::write::mig_manager_error`]), or why that
+/// could not be read. Logged too.
+async fn mig_manager_failure(kube: &kube::Client, node: &str, config: &str) -> Event {
+    let read = tokio::time::timeout(
+        Duration::from_secs(10),
+        accord_kube::write::mig_manager_error(kube, node),
+    )
+    .await;
+    let why = match read {
+        Ok(Ok(Some(reason))) => reason,
+        Ok(Ok(None)) => "no nvidia-mig-manager pod on the node, or no error in its log".to_owned(),
+        Ok(Err(e)) => format!("its log could not be read: {e}"),
+        Err(_) => "its log could not be read within 10 s".to_owned(),
+    };
+    warn!(node = %node, config = %config, reason = %why, "mig-manager failed");
+    Event {
+        regarding: accord::demand::ObjectRef::new("v1", "Node", "default", node),
+        reason: "MigManagerFailed",
+        action: "Repartition",
+        note: format!("mig-manager failed configuration {config}: {why}"),
+        warning: true,
     }
 }

@@ -258,6 +258,15 @@ async fn with_the_gpu_operator_the_label_follows_the_synced_configmap_and_a_fail
             && e["regarding"]["name"] == "r1-n1"),
         "{events:#?}"
     );
+    // Why, as mig-manager's log says it.
+    assert!(
+        events.iter().any(|e| e["reason"] == "MigManagerFailed"
+            && e["regarding"]["name"] == "r1-n1"
+            && e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains(&name) && n.contains("the lab's injected failure"))),
+        "{events:#?}"
+    );
     let m = metrics(&lab).await;
     assert!(
         m.contains("accord_actions_total{kind=\"mig_gpu_operator\",result=\"retried\"} 1"),
@@ -355,6 +364,25 @@ async fn with_the_gpu_operator_a_label_set_with_the_configmap_write_fails() {
     );
     let machine = lab.machine_gpus("r1-n1").expect("r1-n1 is on");
     assert_eq!(machine.repartitions(), 0);
+    // Why: its volume did not hold the configuration yet (the event is
+    // written by accordd's writer after the round that closed it).
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = lab.api.list("events.k8s.io/v1", "Event");
+        if events.iter().any(|e| {
+            e["reason"] == "MigManagerFailed"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("(its volume): missing"))
+        }) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no MigManagerFailed event: {events:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -122,6 +122,9 @@ impl Commands {
                 effects.release.push((node.clone(), rec.generation));
             }
             Some("failed") if fresh && h.attempt + 1 < tries => {
+                effects
+                    .mig_manager_failed
+                    .push((node.clone(), name.clone()));
                 h.attempt += 1;
                 h.shown_at = None;
                 h.working = false;
@@ -149,6 +152,9 @@ impl Commands {
                 self.labelled.insert(node.clone(), (rec.generation, now));
             }
             Some("failed") if fresh => {
+                effects
+                    .mig_manager_failed
+                    .push((node.clone(), name.clone()));
                 let reason = format!(
                     "mig-manager reports {}=failed for configuration {name}, after {tries} labels (its reason is in the log of the nvidia-mig-manager pod on {node})",
                     mig_parted::STATE_LABEL

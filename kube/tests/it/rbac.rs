@@ -210,6 +210,12 @@ fn rbac_for_the_gpu_operator_grants_only_its_configmap_validators_and_cluster_po
         .collect();
     assert_eq!(pods.len(), 1);
     assert_eq!(pods[0]["verbs"], serde_json::json!(["delete"]));
+    let logs: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["resources"] == serde_json::json!(["pods/log"]))
+        .collect();
+    assert_eq!(logs.len(), 1);
+    assert_eq!(logs[0]["verbs"], serde_json::json!(["get"]));
     let cluster = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     assert_eq!(
         cluster["rules"],

@@ -81,6 +81,7 @@ impl Controller {
                 restores: d.dark.restores,
                 deletes: if kept_ok { d.dark.deletes } else { Vec::new() },
                 pod_deletes: d.commands.delete_pods.clone(),
+                mig_manager_failed: d.commands.mig_manager_failed.clone(),
             })
             .await;
         shared.metrics.record_round(&d.metrics);
