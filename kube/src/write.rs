@@ -245,6 +245,8 @@ pub async fn mig_manager_error(
             &name,
             &kube::api::LogParams {
                 tail_lines: Some(200),
+                // Bounded, whatever the lines hold.
+                limit_bytes: Some(64 * 1024),
                 ..Default::default()
             },
         )

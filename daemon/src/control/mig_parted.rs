@@ -16,8 +16,6 @@
 //! name accordd's ConfigMap.
 
 use accord_api::mig_parted::DeviceConfig;
-#[cfg(test)]
-use accord_api::mig_parted::MigPartedFile;
 
 /// Where mig-manager reads its configurations: the mig-parted ConfigMap
 /// the GPU Operator's ClusterPolicy names (`spec.migManager.config.name`),
@@ -202,13 +200,19 @@ mod tests {
         assert!(two.contains("1g.10gb: 1"), "{two}");
         let back: serde_yaml_ng::Value = serde_yaml_ng::from_str(&two).unwrap();
         assert_eq!(back["mig-configs"]["all-disabled"][0]["devices"], "all");
-        let parsed: MigPartedFile = serde_yaml_ng::from_str(
+        // A new ConfigMap: NVIDIA's stock configurations (the operator's
+        // default label names `all-disabled`) and Accord's.
+        let new: serde_yaml_ng::Value = serde_yaml_ng::from_str(
             &merged(None, &[("accord-a".into(), a.clone())])
                 .unwrap()
                 .unwrap(),
         )
         .unwrap();
-        assert_eq!(parsed.mig_configs["accord-a"], a);
+        let accord: Vec<accord_api::mig_parted::DeviceConfig> =
+            serde_yaml_ng::from_value(new["mig-configs"]["accord-a"].clone()).unwrap();
+        assert_eq!(accord, a);
+        assert_eq!(new["mig-configs"]["all-disabled"][0]["mig-enabled"], false);
+        assert_eq!(new["mig-configs"]["all-enabled"][0]["devices"], "all");
         // Already there: nothing to write.
         assert_eq!(
             merged(Some(&two), &[("accord-b".into(), b.clone())]).unwrap(),
@@ -227,5 +231,45 @@ mod tests {
         for bad in ["nope", "a/B", "a.b/c", "/c", "a/"] {
             assert!(ConfigMapRef::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_cluster_policy_must_name_accordds_configmap() {
+        let cm = ConfigMapRef::parse("gpu-operator/accord-mig-parted-config").unwrap();
+        let policy = |mm: serde_json::Value| serde_json::json!({"spec": {"migManager": mm}});
+        assert_eq!(
+            cluster_policy_problem(
+                &policy(serde_json::json!({"config": {"name": "accord-mig-parted-config"}})),
+                "cluster-policy",
+                &cm
+            ),
+            None
+        );
+        // v26's defaults: no custom ConfigMap named.
+        let unset =
+            cluster_policy_problem(&policy(serde_json::json!({})), "cluster-policy", &cm).unwrap();
+        assert!(
+            unset.contains("is unset")
+                && unset.contains("kubectl patch clusterpolicies.nvidia.com cluster-policy"),
+            "{unset}"
+        );
+        let own = cluster_policy_problem(
+            &policy(serde_json::json!({"config": {"name": "default-mig-parted-config"}})),
+            "cluster-policy",
+            &cm,
+        )
+        .unwrap();
+        assert!(own.contains("rewrites"), "{own}");
+        let off = cluster_policy_problem(&policy(serde_json::json!({"enabled": false})), "p", &cm)
+            .unwrap();
+        assert!(off.contains("enabled is false"), "{off}");
+        // accordd's own name set to the operator's: still said.
+        let cm = ConfigMapRef::parse("gpu-operator/default-mig-parted-config").unwrap();
+        assert!(cluster_policy_problem(
+            &policy(serde_json::json!({"config": {"name": "default-mig-parted-config"}})),
+            "p",
+            &cm
+        )
+        .is_some());
     }
 }
