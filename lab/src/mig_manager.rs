@@ -158,6 +158,15 @@ impl Volume {
 
 /// The loop: every 300 ms, the volume, then each Node.
 pub(super) async fn run(ctx: Ctx) {
+    // Only where the lab installed the GPU Operator (`install`).
+    if !ctx
+        .fleet
+        .nodes
+        .iter()
+        .any(|n| n.mig_via == accord::fleet::MigVia::GpuOperator)
+    {
+        return;
+    }
     let settings = ctx.scenario.lab.gpu_operator.clone();
     let mut applied: BTreeMap<String, Applied> = BTreeMap::new();
     let mut volume = Volume::default();
@@ -218,12 +227,14 @@ async fn step(
         return;
     };
     // Its pod there (the operator's DaemonSet), whose log says why it
-    // failed.
+    // failed: on the fake API, which serves pods' logs (upstream has no
+    // kubelet to, and would collect a pod whose DaemonSet is not there).
     let pod = format!("nvidia-mig-manager-{name}");
-    if ctx
-        .api
-        .get("v1", "Pod", CONFIGMAP_NAMESPACE, &pod)
-        .is_none()
+    if ctx.api.fake().is_some()
+        && ctx
+            .api
+            .get("v1", "Pod", CONFIGMAP_NAMESPACE, &pod)
+            .is_none()
     {
         ctx.api.apply(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"namespace": CONFIGMAP_NAMESPACE, "name": pod,
