@@ -3,6 +3,7 @@
 //! clock but the `now` a caller passes in.
 
 pub mod backoff;
+pub mod conditions;
 pub mod config_file;
 pub mod demand;
 pub mod device;

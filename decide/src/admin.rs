@@ -98,7 +98,7 @@ impl Decider {
         self.admin.requested.clear();
         let mut round = AdminRound::default();
         for node in self.admin.cycles.clone() {
-            let stage = self.lives.get(&node).map(|l| l.stage);
+            let stage = self.life.nodes.get(&node).map(|l| l.stage);
             match stage {
                 Some(Stage::Off) => {
                     self.admin.cycles.remove(&node);
@@ -109,7 +109,7 @@ impl Decider {
                     round.now.push(power_on(&node));
                 }
                 Some(Stage::PoweringOff) => {}
-                _ if self.admin.offs.contains(&node) || self.drains.contains(&node) => {}
+                _ if self.admin.offs.contains(&node) || self.dark.drains.contains(&node) => {}
                 // Its off was cancelled, or it came on another way.
                 _ => {
                     self.admin.cycles.remove(&node);
@@ -161,7 +161,7 @@ impl Decider {
         round: &mut AdminRound,
         events: &mut Vec<Event>,
     ) -> AdminReply {
-        let Some(stage) = self.lives.get(node).map(|l| l.stage) else {
+        let Some(stage) = self.life.nodes.get(node).map(|l| l.stage) else {
             return Err(AdminRefusal {
                 kind: RefusalKind::UnknownNode,
                 reason: format!("node {node} is not in the fleet"),
@@ -224,7 +224,7 @@ impl Decider {
             round.now.push(power_on(node));
         } else if force {
             self.admin.offs.remove(node);
-            self.drains.forget(node);
+            self.dark.drains.forget(node);
             self.admin.requested.insert(node.to_owned(), requested);
             round.now.push(Action::PowerOff {
                 node: node.to_owned(),
@@ -277,7 +277,7 @@ impl Decider {
             }
             _ => {
                 let mut why = format!("it is already on ({})", stage_label(stage));
-                if self.drains.contains(node) || self.admin.offs.contains(node) {
+                if self.dark.drains.contains(node) || self.admin.offs.contains(node) {
                     why.push_str(&format!(
                         "; a power-off waits for its {POWERING_OFF_TAINT_KEY} taint: annotate the Node {DO_NOT_DISRUPT} to keep it on"
                     ));
@@ -341,7 +341,7 @@ impl Decider {
         let how = if snap.views.contains_key(node) {
             format!(
                 "tainted {POWERING_OFF_TAINT_KEY}; powered off once the Node shows the taint and {} s pass with no work pod (a work pod that comes cancels it)",
-                self.drains.settle_s()
+                self.dark.drains.settle_s()
             )
         } else {
             "powered off this round (no Kubernetes Node is registered for it)".to_owned()
@@ -400,7 +400,8 @@ impl Decider {
                 .any(|f| f.name == n && f.rack.as_deref() == Some(rack.as_str()))
         };
         let coming_up = self
-            .lives
+            .life
+            .nodes
             .iter()
             .filter(|(n, l)| {
                 matches!(l.stage, Stage::PoweringOn | Stage::Booting | Stage::AgentUp) && in_rack(n)
@@ -430,7 +431,7 @@ impl Decider {
         skipped: &mut BTreeMap<String, String>,
     ) {
         for node in self.admin.offs.clone() {
-            let stage = self.lives.get(&node).map(|l| l.stage);
+            let stage = self.life.nodes.get(&node).map(|l| l.stage);
             if matches!(stage, None | Some(Stage::Off | Stage::PoweringOff)) {
                 self.admin.offs.remove(&node);
                 continue;

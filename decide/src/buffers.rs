@@ -60,16 +60,8 @@ pub struct Unresolved {
     pub message: String,
 }
 
-/// A buffer's status as written (and as read back).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BufferStatus {
-    pub replicas: Option<u32>,
-    pub pod_template: Option<String>,
-    pub pod_template_generation: Option<i64>,
-    pub strategy: Option<String>,
-    /// `ReadyForProvisioning`, then `Provisioning`.
-    pub conditions: Vec<Condition>,
-}
+/// A buffer's status as written (and as read back): the core's one type.
+pub use accord::conditions::BufferStatus;
 
 /// A CapacityBuffer as the round sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,15 +271,20 @@ impl Buffers {
         let kept_off = |n: &Node| stage(&n.name) == Some(Stage::Off) && n.failed.is_none();
         // First: nodes ready and off, or being made ready.
         let preparing = &self.preparing;
-        let (first, _) = plan_on(seen, base, &standby, now, |n| {
-            !used.contains(&n.name)
-                && ((kept_off(n) && ready(n)) || preparing.contains_key(&n.name))
+        // No standby buffer: no plan to make (a copy of the fleet and a
+        // planner run every round otherwise).
+        let first = (!standby.is_empty()).then(|| {
+            plan_on(seen, base, &standby, now, |n| {
+                !used.contains(&n.name)
+                    && ((kept_off(n) && ready(n)) || preparing.contains_key(&n.name))
+            })
+            .0
         });
         let mut chosen: BTreeSet<String> = BTreeSet::new();
         let mut short = Vec::new();
-        for w in &standby {
+        for (w, first) in standby.iter().zip(first.iter().cycle()) {
             let key = w.key();
-            let nodes = nodes_of(&first, &key);
+            let nodes = nodes_of(first, &key);
             let placed = self.placed.entry(key.clone()).or_default();
             for n in &nodes {
                 if self.preparing.contains_key(n) {
@@ -374,6 +371,9 @@ impl Buffers {
 
     /// When a node last held an active buffer's placeholders.
     pub(crate) fn held_at(&self, node: &str) -> Option<u64> {
+        if self.held.is_empty() {
+            return None;
+        }
         self.held.get(node).copied()
     }
 

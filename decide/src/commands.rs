@@ -480,6 +480,17 @@ impl Commands {
         }
     }
 
+    /// Whether a command is under way on the node, settling, or holds
+    /// one of its GPUs (the fleet as seen overlays it).
+    pub(super) fn touches(&self, node: &str) -> bool {
+        if self.latest.is_empty() && self.settling.is_empty() && self.holds.is_empty() {
+            return false;
+        }
+        self.latest.get(node).is_some_and(CommandRecord::is_open)
+            || self.settling.contains_key(node)
+            || self.holds.keys().any(|(n, _)| n == node)
+    }
+
     /// A settling node whose scheduler view now agrees is settled.
     pub(super) fn settled(&mut self, agreeing: &BTreeSet<String>) {
         self.settling.retain(|n, _| !agreeing.contains(n));

@@ -33,7 +33,7 @@
 use std::collections::BTreeMap;
 
 use accord::fleet::DarkNodes;
-use accord::lifecycle::Stage;
+use accord::lifecycle::{NodeLife, Stage};
 use accord::truth::{KeptNode, NodeKeys, SchedulerView, POWERING_OFF_TAINT_KEY};
 use accord_api::control::WouldWrite;
 use tracing::info;
@@ -71,6 +71,8 @@ pub struct DarkEffects {
 /// The kept copies and what was sent, between rounds.
 #[derive(Debug, Clone, Default)]
 pub(super) struct DarkBook {
+    /// Nodes tainted for a power-off not sent yet (`power_off`).
+    pub(super) drains: super::power_off::Drains,
     kept: BTreeMap<String, KeptNode>,
     /// Node → (uid, resourceVersion) of the delete sent, and when.
     deleted: BTreeMap<String, (String, String, u64)>,
@@ -100,14 +102,26 @@ impl Decider {
     /// Accord powered `node` off and its Node is (or will be) deleted:
     /// the planner counts it as no topology domain.
     pub(super) fn node_deleted(&self, node: &str) -> bool {
+        self.life
+            .nodes
+            .get(node)
+            .is_some_and(|l| self.node_deleted_in(node, l))
+    }
+
+    /// [`Decider::node_deleted`], with the node's lifecycle at hand.
+    pub(super) fn node_deleted_in(&self, node: &str, life: &NodeLife) -> bool {
         self.deletes_nodes()
-            && self.lives.get(node).is_some_and(|l| l.stage == Stage::Off)
-            && (self.dark.has_kept(node) || self.views.get(node).is_some_and(shows_powering_off))
+            && life.stage == Stage::Off
+            && (self.dark.has_kept(node)
+                || self.truth.views.get(node).is_some_and(shows_powering_off))
     }
 
     /// A node whose Node came back without all its kept keys yet: held
     /// behind the starting taint until it shows them.
     pub(super) fn restoring(&self, node: &str, snap: &Snapshot) -> bool {
+        if self.dark.kept.is_empty() {
+            return false;
+        }
         let (Some(kept), Some(obj)) = (self.dark.kept.get(node), snap.node_objects.get(node))
         else {
             return false;
@@ -174,7 +188,7 @@ impl Decider {
     pub(super) fn dark_round(&mut self, snap: &Snapshot) -> DarkEffects {
         let act = self.settings.mode == accord_api::control::Mode::Act;
         let mut out = DarkEffects::default();
-        let names: Vec<String> = self.lives.keys().cloned().collect();
+        let names: Vec<String> = self.life.nodes.keys().cloned().collect();
         for node in names {
             let (Some(view), Some(obj)) = (snap.views.get(&node), snap.node_objects.get(&node))
             else {
@@ -193,7 +207,7 @@ impl Decider {
                     continue;
                 }
             }
-            let stage = self.lives.get(&node).map(|l| l.stage);
+            let stage = self.life.nodes.get(&node).map(|l| l.stage);
             if stage != Some(Stage::Off) {
                 // Running again with the same Node (powered on before the
                 // delete): nothing to put back.
@@ -286,13 +300,14 @@ impl Decider {
         let what =
             "delete the Node: Accord powered the machine off (policy.dark_nodes = \"delete\")";
         if self
+            .said
             .would_write
             .iter()
             .any(|w| w.regarding.name == node && w.what == what)
         {
             return;
         }
-        self.would_write.push(WouldWrite {
+        self.said.would_write.push(WouldWrite {
             regarding: node_ref(node),
             what: what.to_owned(),
         });

@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use accord::demand::{Demand, ObjectRef};
-use accord::fleet::{Fleet, OnDrift, PowerState};
+use accord::fleet::Fleet;
 use accord::hardware::NodeHardware;
 use accord::lifecycle::{Deadlines, NodeLife, Observation, Stage, Transition};
 use accord::plan::{Action, Plan};
-use accord::truth::{Drift, Publication, SchedulerView};
+use accord::truth::{Publication, SchedulerView};
 use accord_api::agent::CommandRecord;
 use accord_api::control::{
     describe, stage_label, CannotPlan, ControlStatus, Intent, IntentAction, KindWatch, Mode,
@@ -29,7 +29,6 @@ pub use provisioning::Booking;
 use provisioning::{Condition, ProvisioningSeen};
 pub use results::{BiosCheck, BiosRead, Executed, Failure};
 pub use said::SaidKey;
-use truth::drift_text;
 
 mod admin;
 mod bios;
@@ -46,6 +45,7 @@ pub mod provisioning;
 mod results;
 mod round;
 mod said;
+mod seen;
 mod truth;
 pub mod warm;
 mod workloads;
@@ -262,72 +262,48 @@ impl Default for Repair {
 /// How many unmade observe-mode writes the status keeps.
 const WOULD_WRITE_KEPT: usize = 100;
 
-/// The loop's memory between rounds: lifecycles, bookings, what was said.
+/// The loop's memory between rounds: the fleet, the settings, the clock,
+/// and one book per concern (docs/ARCHITECTURE.md, "A new rule").
 #[derive(Debug)]
 pub struct Decider {
     fleet: Fleet,
     settings: Settings,
-    lives: BTreeMap<String, NodeLife>,
-    /// Workload → when it was first seen pending (monotonic).
-    pending_since: BTreeMap<String, Duration>,
-    /// Workload → nodes powered on for it, until they are Ready.
-    waiting_ready: BTreeMap<String, BTreeSet<String>>,
-    /// Provisioned request (`ns/name`) → its nodes and when the booking ends.
-    booked: BTreeMap<String, (BTreeSet<String>, u64)>,
-    /// This round's pods per node that keep it busy ([`busy_pods`]).
-    busy: BTreeMap<String, u32>,
-    round: u64,
-    recent: Vec<String>,
-    /// Things said that still hold (events and warnings are not repeated
-    /// while they do).
+    clock: Clock,
+    /// Lifecycles, boots, this round's busy pods (`lifecycles`).
+    life: lifecycles::Lifecycles,
+    /// How long workloads wait (`workloads`).
+    latency: workloads::Latency,
+    /// Provisioned requests' nodes (`provisioning`).
+    bookings: provisioning::Bookings,
+    /// Power cycles of Unhealthy nodes (`power`).
+    repair: power::Repairs,
+    /// Declared and scheduler drift, views, publications (`truth`).
+    truth: truth::Truth,
+    /// Things said that still hold; observe mode's unmade writes (`said`).
     said: said::Said,
-    /// Observe mode: the Kubernetes writes it did not make.
-    would_write: Vec<WouldWrite>,
-    /// Node → where its agent's report differs from its declaration.
-    declared_drift: BTreeMap<String, Vec<Drift>>,
-    /// Node → where its model differs from the scheduler's view (last round).
-    scheduler_drift: BTreeMap<String, Vec<Drift>>,
-    /// Node → the scheduler's view last seen (kept while the node is off).
-    views: BTreeMap<String, SchedulerView>,
-    /// Node → the publication last sent, with the view it corrected and
-    /// when: not sent again until one of them changes, or a write that
-    /// did not land has had `truth::REPUBLISH_S` to show.
-    published: BTreeMap<String, (Publication, SchedulerView, u64)>,
     /// Agent commands: in flight, settling, held GPUs.
     commands: commands::Commands,
     /// BIOS profiles: staged, verified, failed.
     bios: bios::BiosBook,
-    repair: Repair,
-    /// Nodes tainted for a power-off not sent yet (`power_off`).
-    drains: power_off::Drains,
     /// Admins' power requests (`admin`).
     admin: admin::AdminBook,
-    /// The lifecycles and bookings as last handed to the store.
-    saved_lives: BTreeMap<String, NodeLife>,
-    saved_bookings: BTreeMap<String, (BTreeSet<String>, u64)>,
-    /// Node → power cycles done to repair it.
-    repair_cycles: BTreeMap<String, u32>,
-    /// Nodes powered off to repair them: powered on again once Off.
-    repairing: BTreeSet<String>,
-    /// Node → since when its current boot runs (its power-on asked for,
-    /// or it was last seen Off before coming on outside Accord): only an
-    /// agent report from then on makes its agent up.
-    booted_at: BTreeMap<String, u64>,
-    /// The time of the round (or start-up) under way, for `note`.
-    clock: u64,
-    /// Times the planner for the status and metrics (never a decision);
-    /// none: reported as 0 (the simulator, whose bytes must repeat).
-    stopwatch: Option<Stopwatch>,
     /// Warm capacity ahead of demand: the arrivals seen, the budget spent.
     warmth: warm::Warmth,
-    /// This round's warm capacity.
-    warm_round: warm::WarmRound,
     /// CapacityBuffers' placeholders and the nodes they hold.
     buffers: buffers::Buffers,
-    /// The boots seen per profile (time to capacity).
-    boot_times: boot_times::BootTimes,
-    /// Dark machines' Nodes: kept copies, deletes and restores sent.
+    /// Machines going dark: the powering-off taints, the Nodes deleted
+    /// and restored (`power_off`, `dark`).
     dark: dark::DarkBook,
+}
+
+/// The time of the round under way (or start-up, for `note`), the rounds
+/// taken, and the planner's stopwatch (none: reported as 0, for the
+/// simulator, whose bytes must repeat).
+#[derive(Debug, Default)]
+struct Clock {
+    now: u64,
+    round: u64,
+    stopwatch: Option<Stopwatch>,
 }
 
 /// A monotonic clock the caller owns (time since some start), given to
@@ -345,43 +321,32 @@ impl Decider {
         Decider {
             fleet,
             settings,
-            lives,
-            pending_since: BTreeMap::new(),
-            waiting_ready: BTreeMap::new(),
-            booked: BTreeMap::new(),
-            busy: BTreeMap::new(),
-            round: 0,
-            recent: Vec::new(),
-            said: said::Said::default(),
-            would_write: Vec::new(),
-            declared_drift: BTreeMap::new(),
-            scheduler_drift: BTreeMap::new(),
-            views: BTreeMap::new(),
-            published: BTreeMap::new(),
-            commands: commands::Commands::default(),
-            bios: bios::BiosBook::default(),
-            repair: Repair::default(),
-            drains: power_off::Drains::default(),
-            admin: admin::AdminBook::default(),
-            saved_lives: BTreeMap::new(),
-            saved_bookings: BTreeMap::new(),
-            repair_cycles: BTreeMap::new(),
-            repairing: BTreeSet::new(),
-            booted_at: BTreeMap::new(),
-            clock: now,
-            stopwatch: None,
-            warmth: warm::Warmth::default(),
-            warm_round: warm::WarmRound::default(),
-            buffers: buffers::Buffers::default(),
-            boot_times: boot_times::BootTimes::default(),
-            dark: dark::DarkBook::default(),
+            clock: Clock {
+                now,
+                ..Clock::default()
+            },
+            life: lifecycles::Lifecycles {
+                nodes: lives,
+                ..Default::default()
+            },
+            latency: Default::default(),
+            bookings: Default::default(),
+            repair: Default::default(),
+            truth: Default::default(),
+            said: Default::default(),
+            commands: Default::default(),
+            bios: Default::default(),
+            admin: Default::default(),
+            warmth: Default::default(),
+            buffers: Default::default(),
+            dark: Default::default(),
         }
     }
 
     /// The copies of deleted Nodes kept from before a restart (the
     /// store's): put back when their kubelets register them again.
     pub fn seed_kept_nodes(&mut self, kept: BTreeMap<String, accord::truth::KeptNode>) {
-        let known: BTreeSet<&String> = self.lives.keys().collect();
+        let known: BTreeSet<&String> = self.life.nodes.keys().collect();
         self.dark.seed(
             kept.into_iter()
                 .filter(|(n, _)| known.contains(n))
@@ -392,8 +357,8 @@ impl Decider {
     /// Scheduler views kept from before a restart (the store's): nodes
     /// that are off are planned with what the scheduler last showed.
     pub fn seed_views(&mut self, views: BTreeMap<String, SchedulerView>) {
-        let known: BTreeSet<&String> = self.lives.keys().collect();
-        self.views = views
+        let known: BTreeSet<&String> = self.life.nodes.keys().collect();
+        self.truth.views = views
             .into_iter()
             .filter(|(n, _)| known.contains(n))
             .collect();
@@ -408,16 +373,16 @@ impl Decider {
         bookings: BTreeMap<String, Booking>,
     ) {
         for (node, life) in lives {
-            if let Some(l) = self.lives.get_mut(&node) {
+            if let Some(l) = self.life.nodes.get_mut(&node) {
                 *l = life;
             }
         }
-        self.saved_lives = self.lives.clone();
-        self.booked = bookings
+        self.life.saved = self.life.nodes.clone();
+        self.bookings.booked = bookings
             .into_iter()
             .map(|(k, b)| (k, (b.nodes, b.until)))
             .collect();
-        self.saved_bookings = self.booked.clone();
+        self.bookings.saved = self.bookings.booked.clone();
     }
 
     /// What was said before a restart and still held then (the store's):
@@ -433,30 +398,30 @@ impl Decider {
 
     /// How many workloads wait for nodes powered on for them to be up.
     pub fn waiting_len(&self) -> usize {
-        self.waiting_ready.len()
+        self.latency.waiting_ready.len()
     }
 
     /// Sets how Unhealthy nodes are repaired (default: not at all).
     pub fn set_repair(&mut self, repair: Repair) {
-        self.repair = repair;
+        self.repair.policy = repair;
     }
 
     /// How long the powering-off taint stands, once the Node shows it,
     /// before the power-off is sent (default
     /// [`DEFAULT_POWER_OFF_SETTLE_S`]).
     pub fn set_power_off_settle_s(&mut self, s: u64) {
-        self.drains.set_settle_s(s);
+        self.dark.drains.set_settle_s(s);
     }
 
     /// Times the planner with `stopwatch` (status `planner_ms`, metric
     /// `accord_planner_seconds`).
     pub fn set_stopwatch(&mut self, stopwatch: Stopwatch) {
-        self.stopwatch = Some(stopwatch);
+        self.clock.stopwatch = Some(stopwatch);
     }
 
     /// The last round's warm capacity (`policy.warm`).
     pub fn warm_round(&self) -> &warm::WarmRound {
-        &self.warm_round
+        &self.warmth.round
     }
 
     pub fn fleet(&self) -> &Fleet {
@@ -465,16 +430,16 @@ impl Decider {
 
     /// A node's lifecycle.
     pub fn life(&self, node: &str) -> Option<&NodeLife> {
-        self.lives.get(node)
+        self.life.nodes.get(node)
     }
 
     /// Intents found open at start: their nodes are on their way (the
     /// executor reconciles them before the first round).
     pub fn resume_intents(&mut self, open: &[Intent], now: u64) {
-        self.clock = now;
+        self.clock.now = now;
         for i in open {
             self.resume_bios(i);
-            if let Some(life) = self.lives.get_mut(&i.node) {
+            if let Some(life) = self.life.nodes.get_mut(&i.node) {
                 let t = match i.action {
                     IntentAction::PowerOn => life.power_on_requested(now),
                     IntentAction::PowerOff { .. } => life.power_off_requested(now),
@@ -489,9 +454,9 @@ impl Decider {
     /// and what to say, publish and keep follows.
     pub fn decide(&mut self, snap: &Snapshot) -> Decision {
         let now = snap.now;
-        self.clock = now;
-        self.round += 1;
-        self.busy = busy_pods(snap);
+        self.clock.now = now;
+        self.clock.round += 1;
+        self.life.busy = busy_pods(snap);
         let act = self.settings.mode == Mode::Act;
         let mut r = Round::default();
         let views_changed = self.absorb_round(snap, &mut r);
@@ -532,6 +497,7 @@ impl Decider {
             .max()
             .unwrap_or(0) as f64;
         r.metrics.boot_ready_seconds = self
+            .life
             .boot_times
             .status()
             .into_iter()
@@ -565,17 +531,19 @@ impl Decider {
     #[allow(clippy::type_complexity)]
     fn state_changes(&mut self) -> (Vec<(String, NodeLife)>, Option<BTreeMap<String, Booking>>) {
         let lives: Vec<(String, NodeLife)> = self
-            .lives
+            .life
+            .nodes
             .iter()
-            .filter(|(n, l)| self.saved_lives.get(*n) != Some(*l))
+            .filter(|(n, l)| self.life.saved.get(*n) != Some(*l))
             .map(|(n, l)| (n.clone(), l.clone()))
             .collect();
         for (n, l) in &lives {
-            self.saved_lives.insert(n.clone(), l.clone());
+            self.life.saved.insert(n.clone(), l.clone());
         }
-        let bookings = (self.booked != self.saved_bookings).then(|| {
-            self.saved_bookings = self.booked.clone();
-            self.booked
+        let bookings = (self.bookings.booked != self.bookings.saved).then(|| {
+            self.bookings.saved = self.bookings.booked.clone();
+            self.bookings
+                .booked
                 .iter()
                 .map(|(k, (nodes, until))| {
                     (
@@ -600,7 +568,7 @@ impl Decider {
         buffers: Vec<buffers::BufferStatusWrite>,
     ) {
         for e in events {
-            self.would_write.push(WouldWrite {
+            self.said.would_write.push(WouldWrite {
                 regarding: e.regarding,
                 what: format!(
                     "{} event {}: {}",
@@ -611,7 +579,7 @@ impl Decider {
             });
         }
         for c in conditions {
-            self.would_write.push(WouldWrite {
+            self.said.would_write.push(WouldWrite {
                 regarding: c.request,
                 what: format!(
                     "condition {}={}: {}: {}",
@@ -636,7 +604,7 @@ impl Decider {
                     )
                 })
                 .collect();
-            self.would_write.push(WouldWrite {
+            self.said.would_write.push(WouldWrite {
                 regarding: b.buffer,
                 what: format!(
                     "status replicas {:?}, {}",
@@ -645,8 +613,8 @@ impl Decider {
                 ),
             });
         }
-        let excess = self.would_write.len().saturating_sub(WOULD_WRITE_KEPT);
-        self.would_write.drain(..excess);
+        let excess = self.said.would_write.len().saturating_sub(WOULD_WRITE_KEPT);
+        self.said.would_write.drain(..excess);
     }
 
     /// Logs `line` the first time `key` holds (again); true then.
@@ -657,6 +625,15 @@ impl Decider {
         }
         first
     }
+}
+
+/// Differences as one line.
+fn drift_text(drift: &[accord::truth::Drift]) -> String {
+    drift
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Events about a node go to its Kubernetes Node.

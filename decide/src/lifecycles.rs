@@ -4,6 +4,25 @@
 
 use super::*;
 
+/// Each node's lifecycle and what the store was last given of them;
+/// boots measured from power-on to Ready; this round's busy pods.
+#[derive(Debug, Default)]
+pub(super) struct Lifecycles {
+    pub(super) nodes: BTreeMap<String, NodeLife>,
+    /// The lifecycles as last handed to the store.
+    pub(super) saved: BTreeMap<String, NodeLife>,
+    /// Node → since when its current boot runs (its power-on asked for,
+    /// or it was last seen Off before coming on outside Accord): only an
+    /// agent report from then on makes its agent up.
+    pub(super) booted_at: BTreeMap<String, u64>,
+    /// The boots seen per profile (time to capacity).
+    pub(super) boot_times: boot_times::BootTimes,
+    /// This round's pods per node that keep it busy ([`busy_pods`]).
+    pub(super) busy: BTreeMap<String, u32>,
+    /// The latest transitions, for the status.
+    pub(super) recent: Vec<String>,
+}
+
 impl Decider {
     /// Power results: a failed power action fails its node at once (this
     /// round plans around it).
@@ -15,7 +34,7 @@ impl Decider {
             if let Err(err) = &e.result {
                 let reason = accord::config_file::error_chain(err);
                 warn!(node = %e.node, intent = e.intent, error = %reason, "power action failed; the node is marked Failed and its demand re-planned");
-                if let Some(life) = self.lives.get_mut(&e.node) {
+                if let Some(life) = self.life.nodes.get_mut(&e.node) {
                     let t = life.fail(now, format!("power action failed: {reason}"));
                     self.note(&e.node, &t);
                 }
@@ -25,9 +44,9 @@ impl Decider {
 
     pub(super) fn step_lifecycles(&mut self, snap: &Snapshot, events: &mut Vec<Event>) {
         let observe_mode = self.settings.mode == Mode::Observe;
-        let names: Vec<String> = self.lives.keys().cloned().collect();
+        let names: Vec<String> = self.life.nodes.keys().cloned().collect();
         for name in &names {
-            let (stage, since) = (self.lives[name].stage, self.lives[name].since);
+            let (stage, since) = (self.life.nodes[name].stage, self.life.nodes[name].since);
             let kube_ready = snap.kube_ready.get(name).copied().unwrap_or(false);
             let heard = snap.agents.get(name);
             // Since when this boot runs: a node Off now would boot from
@@ -35,9 +54,9 @@ impl Decider {
             let booted = match stage {
                 Stage::Off => since,
                 Stage::PoweringOn | Stage::Booting => {
-                    self.booted_at.get(name).copied().unwrap_or(since)
+                    self.life.booted_at.get(name).copied().unwrap_or(since)
                 }
-                _ => self.booted_at.get(name).copied().unwrap_or(0),
+                _ => self.life.booted_at.get(name).copied().unwrap_or(0),
             };
             // The agent counts once it has reported (a heartbeat is not
             // enough: only a report proves the machine) since this boot,
@@ -66,7 +85,7 @@ impl Decider {
                 agent_alive: heard.is_some(),
                 cordoned: snap.cordoned.contains(name),
             };
-            let t = self.lives.get_mut(name).expect("listed").observe(
+            let t = self.life.nodes.get_mut(name).expect("listed").observe(
                 &o,
                 snap.now,
                 &self.settings.deadlines,
@@ -74,7 +93,7 @@ impl Decider {
             if t.first().is_some_and(|t| t.from == Stage::Off) {
                 // Came on outside Accord: this boot began after it was
                 // last seen Off.
-                self.booted_at.insert(name.clone(), booted);
+                self.life.booted_at.insert(name.clone(), booted);
             }
             self.note(name, &t);
             if t.iter().any(|t| t.to == Stage::Failed) {
@@ -82,19 +101,19 @@ impl Decider {
                     regarding: node_ref(name),
                     reason: "NodeFailed",
                     action: "Fail",
-                    note: self.lives[name].reason.clone().unwrap_or_default(),
+                    note: self.life.nodes[name].reason.clone().unwrap_or_default(),
                     warning: true,
                 });
             }
             if t.iter().any(|t| t.to == Stage::Unhealthy) {
-                warn!(node = %name, reason = ?self.lives[name].reason, "node unhealthy: not used for planning; its demand is planned again");
+                warn!(node = %name, reason = ?self.life.nodes[name].reason, "node unhealthy: not used for planning; its demand is planned again");
                 events.push(Event {
                     regarding: node_ref(name),
                     reason: "NodeUnhealthy",
                     action: "Check",
                     note: format!(
                         "{}; Accord plans its demand elsewhere",
-                        self.lives[name].reason.clone().unwrap_or_default()
+                        self.life.nodes[name].reason.clone().unwrap_or_default()
                     ),
                     warning: true,
                 });
@@ -102,73 +121,10 @@ impl Decider {
         }
     }
 
-    /// The fleet as the lifecycles show it: booting nodes are committed
-    /// (powering on), failed ones never used, idle ones carry
-    /// `idle_since`; in act mode a node whose BMC cannot be read is not
-    /// powered on (nor counted as dark capacity) until it can be.
-    pub(super) fn fleet_as_seen(&self, snap: &Snapshot) -> (Fleet, BTreeMap<String, Vec<Drift>>) {
-        let mut f = self.fleet.clone();
-        let hold = f.policy.on_drift == OnDrift::Hold;
-        let mut scheduler_drift = BTreeMap::new();
-        for n in &mut f.nodes {
-            let Some(life) = self.lives.get(&n.name) else {
-                continue;
-            };
-            // The scheduler's view (now, or last seen), then the keys
-            // Accord publishes: what kube-scheduler will see.
-            let mut agrees = false;
-            if let Some(view) = self.views.get(&n.name) {
-                let view = self.view_to_plan(&n.name, view, snap);
-                let d = n.apply_scheduler_view(&view);
-                agrees = d.is_empty();
-                if !d.is_empty() {
-                    scheduler_drift.insert(n.name.clone(), d);
-                }
-            }
-            // A repartition in flight or just done: the node as it will
-            // be (and is, once the scheduler shows it); refused GPUs held.
-            self.commands.overlay(n, agrees);
-            // In observe mode nothing is written: the Nodes stay as they are.
-            if self.settings.mode == Mode::Act {
-                if let Some(p) = self.fleet.publication(&n.name, snap.now) {
-                    n.apply_publication(&p, &self.fleet.topology);
-                }
-            }
-            if hold && self.declared_drift.contains_key(&n.name) {
-                n.failed = Some(format!(
-                    "hardware drift ({}); held until an admin acts (policy.on_drift = \"hold\")",
-                    drift_text(&self.declared_drift[&n.name])
-                ));
-            }
-            let (power, failed) = life.planner_power();
-            n.power = power;
-            n.node_deleted = self.node_deleted(&n.name);
-            if failed {
-                n.failed = Some(life.reason.clone().unwrap_or_else(|| "failed".to_owned()));
-            }
-            // Held for a CapacityBuffer is not idle: the idle time counts
-            // from the last round it was held.
-            n.idle_since = (life.stage == Stage::Idle)
-                .then(|| life.since.max(self.buffers.held_at(&n.name).unwrap_or(0)));
-            n.expected_boot_s = self
-                .boot_times
-                .expected(n.profile.as_deref().unwrap_or(""), n.rack.as_deref());
-            self.bios_plan_with(n);
-            if self.settings.mode == Mode::Act
-                && !snap.bmc.contains_key(&n.name)
-                && n.power == PowerState::Off
-                && n.failed.is_none()
-            {
-                n.failed = Some("BMC power state unreadable".into());
-            }
-        }
-        (f, scheduler_drift)
-    }
-
     pub(super) fn note(&mut self, node: &str, transitions: &[Transition]) {
         for t in transitions {
             if t.to == Stage::PoweringOn {
-                self.booted_at.insert(node.to_owned(), self.clock);
+                self.life.booted_at.insert(node.to_owned(), self.clock.now);
             }
             // A boot Accord asked for, measured step by step (a node found
             // on, or coming back from Unhealthy, is no boot).
@@ -178,11 +134,13 @@ impl Decider {
                     | (Stage::Booting, Stage::AgentUp)
                     | (Stage::AgentUp, Stage::Ready)
             );
-            if let (true, Some(&at)) = (booting, self.booted_at.get(node)) {
+            if let (true, Some(&at)) = (booting, self.life.booted_at.get(node)) {
                 let n = self.fleet.node(node);
                 let profile = n.and_then(|n| n.profile.as_deref()).unwrap_or("");
                 let rack = n.and_then(|n| n.rack.as_deref());
-                self.boot_times.reached(profile, rack, t.to, at, self.clock);
+                self.life
+                    .boot_times
+                    .reached(profile, rack, t.to, at, self.clock.now);
             }
             let line = format!("{node}: {:?} → {:?} ({})", t.from, t.to, t.reason);
             if t.to == Stage::Failed {
@@ -190,9 +148,9 @@ impl Decider {
             } else {
                 info!(node, from = ?t.from, to = ?t.to, reason = %t.reason, "node stage");
             }
-            self.recent.push(line);
+            self.life.recent.push(line);
         }
-        let excess = self.recent.len().saturating_sub(50);
-        self.recent.drain(..excess);
+        let excess = self.life.recent.len().saturating_sub(50);
+        self.life.recent.drain(..excess);
     }
 }

@@ -5,6 +5,16 @@ use accord::truth::DO_NOT_DISRUPT;
 
 use super::*;
 
+/// Power-cycling Unhealthy nodes: the policy and what it did.
+#[derive(Debug, Default)]
+pub(super) struct Repairs {
+    pub(super) policy: Repair,
+    /// Node → power cycles done to repair it.
+    pub(super) cycles: BTreeMap<String, u32>,
+    /// Nodes powered off to repair them: powered on again once Off.
+    pub(super) nodes: BTreeSet<String>,
+}
+
 impl Decider {
     /// The plan's power-ons, and its power-offs that pass every check:
     /// never a node with pods, never one that is not Idle now, never one
@@ -43,7 +53,11 @@ impl Decider {
                 Action::PowerOn { .. } => ons.push(a.clone()),
                 Action::PowerOff { node, reason } => {
                     let pods = self.busy_on(node);
-                    let idle = self.lives.get(node).is_some_and(|l| l.stage == Stage::Idle);
+                    let idle = self
+                        .life
+                        .nodes
+                        .get(node)
+                        .is_some_and(|l| l.stage == Stage::Idle);
                     // Debug: a booked node is skipped every round it is booked.
                     if self.is_booked(node, snap.now) {
                         debug!(node = %node, "planned power-off skipped: node booked for a ProvisioningRequest");
@@ -101,14 +115,14 @@ impl Decider {
         metrics: &mut RoundMetrics,
     ) -> Vec<Action> {
         let mut out = Vec::new();
-        if !self.repair.enabled {
+        if !self.repair.policy.enabled {
             return out;
         }
         // Those powered off for repair come back once Off.
-        for node in self.repairing.clone() {
-            match self.lives.get(&node).map(|l| l.stage) {
+        for node in self.repair.nodes.clone() {
+            match self.life.nodes.get(&node).map(|l| l.stage) {
                 Some(Stage::Off) => {
-                    self.repairing.remove(&node);
+                    self.repair.nodes.remove(&node);
                     out.push(Action::PowerOn {
                         node,
                         wave: 0,
@@ -117,38 +131,39 @@ impl Decider {
                 }
                 Some(Stage::PoweringOff | Stage::Unhealthy) => {}
                 _ => {
-                    self.repairing.remove(&node);
+                    self.repair.nodes.remove(&node);
                 }
             }
         }
-        let total = self.lives.len().max(1);
+        let total = self.life.nodes.len().max(1);
         let unhealthy: Vec<String> = self
-            .lives
+            .life
+            .nodes
             .iter()
             .filter(|(_, l)| l.stage == Stage::Unhealthy)
             .map(|(n, _)| n.clone())
             .collect();
         let percent = unhealthy.len() * 100 / total;
         for node in unhealthy {
-            if self.repairing.contains(&node) {
+            if self.repair.nodes.contains(&node) {
                 continue;
             }
             let pods = self.busy_on(&node);
-            let cycles = self.repair_cycles.get(&node).copied().unwrap_or(0);
+            let cycles = self.repair.cycles.get(&node).copied().unwrap_or(0);
             let skip = if pods > 0 {
                 Some(format!("{pods} pod(s) bound"))
             } else if snap.cordoned.contains(&node) {
                 Some("cordoned by an admin".to_owned())
             } else if snap.do_not_disrupt.contains(&node) {
                 Some(format!("annotated {DO_NOT_DISRUPT}"))
-            } else if cycles >= self.repair.max_cycles_per_node {
+            } else if cycles >= self.repair.policy.max_cycles_per_node {
                 Some(format!(
                     "power-cycled {cycles} time(s) already (control.repair.max_cycles_per_node)"
                 ))
-            } else if percent >= self.repair.max_unhealthy_percent as usize {
+            } else if percent >= self.repair.policy.max_unhealthy_percent as usize {
                 Some(format!(
                     "{percent} % of the fleet is unhealthy (control.repair.max_unhealthy_percent = {})",
-                    self.repair.max_unhealthy_percent
+                    self.repair.policy.max_unhealthy_percent
                 ))
             } else if !snap.bmc.contains_key(&node) {
                 Some("its BMC cannot be read".to_owned())
@@ -162,12 +177,12 @@ impl Decider {
                 );
                 continue;
             }
-            self.repair_cycles.insert(node.clone(), cycles + 1);
-            self.repairing.insert(node.clone());
+            self.repair.cycles.insert(node.clone(), cycles + 1);
+            self.repair.nodes.insert(node.clone());
             let reason = format!(
                 "repair: power cycle {} of {} of an unhealthy node with no pods",
                 cycles + 1,
-                self.repair.max_cycles_per_node
+                self.repair.policy.max_cycles_per_node
             );
             warn!(node = %node, "{reason}");
             metrics.commands.push(("repair", "power_cycle"));
@@ -177,7 +192,7 @@ impl Decider {
                 action: "PowerCycle",
                 note: format!(
                     "{reason} ({})",
-                    self.lives[&node].reason.clone().unwrap_or_default()
+                    self.life.nodes[&node].reason.clone().unwrap_or_default()
                 ),
                 warning: true,
             });
@@ -187,7 +202,8 @@ impl Decider {
     }
 
     pub(super) fn is_booked(&self, node: &str, now: u64) -> bool {
-        self.booked
+        self.bookings
+            .booked
             .values()
             .any(|(nodes, until)| *until > now && nodes.contains(node))
     }
@@ -214,7 +230,7 @@ pub(super) fn busy_pods(snap: &Snapshot) -> BTreeMap<String, u32> {
 impl Decider {
     /// This round's pods that keep `node` busy.
     pub(super) fn busy_on(&self, node: &str) -> u32 {
-        self.busy.get(node).copied().unwrap_or(0)
+        self.life.busy.get(node).copied().unwrap_or(0)
     }
 
     /// Why an admin's word keeps `node` on though it is idle: its

@@ -107,6 +107,7 @@ impl Decider {
     ) -> Vec<Action> {
         let wanted: BTreeSet<String> = offs.iter().map(|a| a.node().to_owned()).collect();
         let cancelled: Vec<String> = self
+            .dark
             .drains
             .nodes
             .keys()
@@ -114,9 +115,9 @@ impl Decider {
             .cloned()
             .collect();
         for node in cancelled {
-            self.drains.nodes.remove(&node);
+            self.dark.drains.nodes.remove(&node);
             let pods = self.busy_on(&node);
-            let stage = self.lives.get(&node).map(|l| l.stage);
+            let stage = self.life.nodes.get(&node).map(|l| l.stage);
             let why = if pods > 0 {
                 format!("{pods} work pod(s) bound to it")
             } else if let Some(why) = skipped.get(&node) {
@@ -144,17 +145,17 @@ impl Decider {
             });
         }
         let now = snap.now;
-        let settle_s = self.drains.settle_s;
+        let settle_s = self.dark.drains.settle_s;
         let mut send = Vec::new();
         for a in offs {
             let node = a.node().to_owned();
             let Some(view) = snap.views.get(&node) else {
                 // Not a registered Node: nothing can be bound to it.
-                self.drains.nodes.remove(&node);
+                self.dark.drains.nodes.remove(&node);
                 send.push(a);
                 continue;
             };
-            let d = self.drains.nodes.entry(node.clone()).or_insert_with(|| {
+            let d = self.dark.drains.nodes.entry(node.clone()).or_insert_with(|| {
                 info!(node = %node, settle_s, "tainting the node {POWERING_OFF_TAINT_KEY} before its power-off");
                 Drain {
                     since: now,
@@ -166,7 +167,7 @@ impl Decider {
             }
             if d.seen.is_some_and(|at| now >= at.saturating_add(settle_s)) {
                 info!(node = %node, tainted_s = now.saturating_sub(d.since), "the Node shows the powering-off taint and no work pod came: powering off");
-                self.drains.nodes.remove(&node);
+                self.dark.drains.nodes.remove(&node);
                 send.push(a);
             }
         }
@@ -177,8 +178,8 @@ impl Decider {
     /// for it or is under way, and while the node is off if the Node still
     /// has it (lifted by the next power-on).
     pub(super) fn powering_off_taint_of(&self, node: &str, view: &SchedulerView) -> Option<Taint> {
-        let stage = self.lives.get(node)?.stage;
-        let keep = self.drains.contains(node)
+        let stage = self.life.nodes.get(node)?.stage;
+        let keep = self.dark.drains.contains(node)
             || stage == Stage::PoweringOff
             || (stage == Stage::Off && shows_taint(view));
         keep.then(powering_off_taint)
@@ -186,14 +187,14 @@ impl Decider {
 
     /// The status's word on a node waiting for its power-off.
     pub(super) fn drain_reason(&self, node: &str) -> Option<String> {
-        let d = self.drains.nodes.get(node)?;
+        let d = self.dark.drains.nodes.get(node)?;
         Some(match d.seen {
             None => format!(
                 "powering off: tainted {POWERING_OFF_TAINT_KEY}, waiting for the Node to show it"
             ),
             Some(at) => format!(
                 "powering off: the Node shows {POWERING_OFF_TAINT_KEY}; powered off at {} unless a work pod comes",
-                at.saturating_add(self.drains.settle_s)
+                at.saturating_add(self.dark.drains.settle_s)
             ),
         })
     }

@@ -72,14 +72,8 @@ impl ProvisioningSeen {
     }
 }
 
-/// A condition to write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Condition {
-    pub type_: String,
-    pub status: bool,
-    pub reason: String,
-    pub message: String,
-}
+/// A condition to write: the core's one type.
+pub use accord::conditions::Condition;
 
 /// What the round knows about one request.
 #[derive(Debug)]
@@ -241,6 +235,14 @@ pub fn conditions(s: &Seen) -> Vec<Condition> {
 
 /// A Provisioned request's nodes and until when they are held (kept by
 /// accordd's store, tree `bookings`).
+/// Provisioned requests' nodes, and what the store was last given.
+#[derive(Debug, Default)]
+pub(crate) struct Bookings {
+    /// Provisioned request (`ns/name`) → its nodes and when the booking ends.
+    pub(crate) booked: std::collections::BTreeMap<String, (BTreeSet<String>, u64)>,
+    pub(crate) saved: std::collections::BTreeMap<String, (BTreeSet<String>, u64)>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Booking {
     pub nodes: BTreeSet<String>,

@@ -52,13 +52,13 @@ impl Decider {
         r.events.extend(absorbed.events);
         r.metrics.commands.extend(absorbed.metrics);
         for (node, reason) in absorbed.fail {
-            if let Some(life) = self.lives.get_mut(&node) {
+            if let Some(life) = self.life.nodes.get_mut(&node) {
                 let t = life.fail(now, reason);
                 self.note(&node, &t);
             }
         }
         self.step_lifecycles(snap, &mut r.events);
-        let lives = &self.lives;
+        let lives = &self.life.nodes;
         self.commands
             .release_off(|n| lives.get(n).is_some_and(|l| l.stage == Stage::Off));
         views_changed
@@ -74,6 +74,7 @@ impl Decider {
     ) -> (Plan, Vec<WorkloadStatus>) {
         let (seen, scheduler_drift) = self.fleet_as_seen(snap);
         let agreeing: BTreeSet<String> = self
+            .truth
             .views
             .keys()
             .filter(|n| !scheduler_drift.contains_key(*n))
@@ -82,7 +83,7 @@ impl Decider {
         self.commands.settled(&agreeing);
         self.scheduler_drift_events(&scheduler_drift, &mut r.events);
         self.say_driver_partitions(&seen);
-        self.scheduler_drift = scheduler_drift;
+        self.truth.scheduler_drift = scheduler_drift;
         let (mut demand, check_capacity) = split_check_capacity(snap);
         // Buffers' and warm placeholders are planned after the real
         // demand (lowest priorities), then taken out of the plan but for
@@ -92,14 +93,14 @@ impl Decider {
         let real = demand.workloads.len();
         demand.workloads.extend(buffered);
         demand.workloads.extend(warm);
-        let started = self.stopwatch.map(|now| now());
+        let started = self.clock.stopwatch.map(|now| now());
         let mut plan = accord::plan::plan(&seen, &demand, &seen.policy, snap.now);
-        r.metrics.planner_seconds = match (self.stopwatch, started) {
+        r.metrics.planner_seconds = match (self.clock.stopwatch, started) {
             (Some(now), Some(started)) => now().saturating_sub(started).as_secs_f64(),
             _ => 0.0,
         };
         demand.workloads.truncate(real);
-        let lives = &self.lives;
+        let lives = &self.life.nodes;
         let stage = |n: &str| lives.get(n).map(|l| l.stage);
         self.buffers.settle(&mut plan, stage, snap.now);
         self.buffers.plan_standby(
@@ -114,12 +115,12 @@ impl Decider {
         self.warmth.settle(
             &mut plan,
             &seen,
-            &self.busy,
+            &self.life.busy,
             snap.now,
             seen.policy.warm_lookahead_s,
             &mut warm_round,
         );
-        self.warm_round = warm_round;
+        self.warmth.round = warm_round;
         let mut workloads = self.workload_status(&plan, &demand, snap.mono);
         let repartitioning = self.repartitioning(&plan, &seen, &agreeing, snap, act, r);
         for w in &mut workloads {
@@ -130,6 +131,7 @@ impl Decider {
         if !check_capacity.is_empty() {
             workloads.extend(self.check_capacity(&seen, check_capacity, snap));
         }
+        self.truth.seen.give_back(seen);
         (plan, workloads)
     }
 
@@ -145,7 +147,7 @@ impl Decider {
         r: &mut Round,
     ) -> BTreeSet<String> {
         let mut repartitioning = self.commands.waiting();
-        repartitioning.extend(self.commands.unshown(&self.views, agreeing));
+        repartitioning.extend(self.commands.unshown(&self.truth.views, agreeing));
         if act && !snap.commands_unreadable {
             let mut said = commands::Absorbed::default();
             repartitioning.extend(self.commands.issue(
@@ -224,7 +226,7 @@ impl Decider {
     ) {
         for a in power {
             let node = a.node().to_owned();
-            let life = self.lives.get_mut(&node).expect("a fleet node");
+            let life = self.life.nodes.get_mut(&node).expect("a fleet node");
             let t = match a {
                 Action::PowerOn { for_workloads, .. } => {
                     info!(node = %node, workloads = %for_workloads.join(","), "powering on");
@@ -288,7 +290,7 @@ impl Decider {
     /// The round's gauges: nodes by stage, pending by reason, drift per
     /// node. Returns the nodes on their way up or down.
     pub(super) fn count_round(&self, plan: &Plan, metrics: &mut RoundMetrics) -> BTreeSet<String> {
-        for life in self.lives.values() {
+        for life in self.life.nodes.values() {
             *metrics
                 .nodes_by_stage
                 .entry(stage_label(life.stage))
@@ -300,21 +302,22 @@ impl Decider {
                 .entry(crate::metrics::reason_class(&u.reason))
                 .or_default() += 1;
         }
-        for (node, d) in &self.declared_drift {
+        for (node, d) in &self.truth.declared_drift {
             if !d.is_empty() {
                 metrics
                     .drift
                     .insert((node.clone(), "declaration"), d.len() as u32);
             }
         }
-        for (node, d) in &self.scheduler_drift {
+        for (node, d) in &self.truth.scheduler_drift {
             if !d.is_empty() {
                 metrics
                     .drift
                     .insert((node.clone(), "scheduler"), d.len() as u32);
             }
         }
-        self.lives
+        self.life
+            .nodes
             .iter()
             .filter(|(_, l)| {
                 matches!(

@@ -54,6 +54,8 @@ pub(super) struct Said {
     /// Since the store was last given the changes.
     added: BTreeSet<SaidKey>,
     removed: BTreeSet<SaidKey>,
+    /// Observe mode: the Kubernetes writes it did not make.
+    pub(super) would_write: Vec<accord_api::control::WouldWrite>,
 }
 
 /// What the store is to keep and forget.

@@ -12,8 +12,25 @@ use accord::truth::{Drift, DriftKind, Publication, SchedulerView, STARTING_TAINT
 use accord_api::control::ModelSource;
 use tracing::{info, warn};
 
-use super::{node_ref, said, Decider, Event, Snapshot};
+use super::{drift_text, node_ref, said, Decider, Event, Snapshot};
 use crate::said::SaidKey;
+
+/// The hardware as declared, reported and shown to the scheduler.
+#[derive(Debug, Default)]
+pub(super) struct Truth {
+    /// Node → where its agent's report differs from its declaration.
+    pub(super) declared_drift: BTreeMap<String, Vec<Drift>>,
+    /// Node → where its model differs from the scheduler's view (last round).
+    pub(super) scheduler_drift: BTreeMap<String, Vec<Drift>>,
+    /// Node → the scheduler's view last seen (kept while the node is off).
+    pub(super) views: BTreeMap<String, SchedulerView>,
+    /// Node → the publication last sent, with the view it corrected and
+    /// when: not sent again until one of them changes, or a write that
+    /// did not land has had `REPUBLISH_S` to show.
+    pub(super) published: BTreeMap<String, (Publication, SchedulerView, u64)>,
+    /// The fleet as seen, kept between rounds (`seen`).
+    pub(super) seen: super::seen::Seen,
+}
 
 impl Decider {
     /// Agents' new reports: each node is planned with its reported model
@@ -29,6 +46,7 @@ impl Decider {
         events: &mut Vec<Event>,
     ) {
         for (node, hw) in reports {
+            self.truth.seen.model_changed(node);
             let Some(mut drift) = self.fleet.apply_report(node, hw) else {
                 self.say_once(
                     SaidKey::new(said::UNKNOWN_NODE, node, ""),
@@ -40,13 +58,13 @@ impl Decider {
                 drift.retain(|d| !matches!(d.what, DriftKind::MigMode | DriftKind::MigLayout));
             }
             if drift.is_empty() {
-                if self.declared_drift.remove(node).is_some() {
+                if self.truth.declared_drift.remove(node).is_some() {
                     info!(node = %node, "the report agrees with the declaration again");
                 }
                 continue;
             }
             let text = drift_text(&drift);
-            if self.declared_drift.get(node) != Some(&drift) {
+            if self.truth.declared_drift.get(node) != Some(&drift) {
                 let hold = self.fleet.policy.on_drift == OnDrift::Hold;
                 warn!(node = %node, drift = %text, hold, "hardware drift: the agent's report differs from the fleet file's declaration");
                 events.push(Event {
@@ -61,7 +79,7 @@ impl Decider {
                     warning: true,
                 });
             }
-            self.declared_drift.insert(node.clone(), drift);
+            self.truth.declared_drift.insert(node.clone(), drift);
         }
     }
 
@@ -74,11 +92,12 @@ impl Decider {
     ) -> Vec<(String, SchedulerView)> {
         let mut changed = Vec::new();
         for (node, v) in views {
-            if !self.lives.contains_key(node) {
+            if !self.life.nodes.contains_key(node) {
                 continue;
             }
-            if self.views.get(node) != Some(v) {
-                self.views.insert(node.clone(), v.clone());
+            if self.truth.views.get(node) != Some(v) {
+                self.truth.seen.changed(node);
+                self.truth.views.insert(node.clone(), v.clone());
                 changed.push((node.clone(), v.clone()));
             }
         }
@@ -119,7 +138,7 @@ impl Decider {
             }
             let text = drift_text(d);
             let key = SaidKey::new(said::SCHEDULER_DRIFT, node, text.clone());
-            if self.scheduler_drift.get(node) == Some(d) {
+            if self.truth.scheduler_drift.get(node) == Some(d) {
                 // Still so: kept, not said again.
                 self.said.hold(key);
                 continue;
@@ -146,7 +165,12 @@ impl Decider {
         let held = self.held_for_gangs(snap);
         let mut out = Vec::new();
         for (node, view) in &snap.views {
-            let Some(mut want) = self.fleet.publication(node, snap.now) else {
+            let Some(mut want) = self
+                .truth
+                .seen
+                .publication(&self.fleet, node, snap.now)
+                .cloned()
+            else {
                 continue;
             };
             want.taints.extend(self.bios_taint(node));
@@ -181,13 +205,14 @@ impl Decider {
             if labels_ok && have_taints == want_taints {
                 continue;
             }
-            if self.published.get(node).is_some_and(|(p, v, at)| {
+            if self.truth.published.get(node).is_some_and(|(p, v, at)| {
                 p == &want && v == view && snap.now.saturating_sub(*at) < REPUBLISH_S
             }) {
                 continue;
             }
             info!(node = %node, labels = want.labels.len(), taints = want.taints.len(), "publishing Accord's labels and taints on the Node");
-            self.published
+            self.truth
+                .published
                 .insert(node.clone(), (want.clone(), view.clone(), snap.now));
             out.push((node.clone(), want));
         }
@@ -206,17 +231,20 @@ impl Decider {
             .filter(|w| w.min() > 1)
             .map(|w| w.key())
             .collect();
-        self.waiting_ready
+        self.latency
+            .waiting_ready
             .iter()
             .filter(|(w, nodes)| nodes.len() > 1 && gangs.contains(*w))
             .flat_map(|(_, nodes)| nodes.iter().cloned())
             .collect()
     }
 
-    pub(super) fn model_source(&self, node: &str) -> ModelSource {
-        if self.fleet.policy.on_drift == OnDrift::Hold && self.declared_drift.contains_key(node) {
+    pub(super) fn model_source(&self, node: &accord::fleet::Node) -> ModelSource {
+        if self.fleet.policy.on_drift == OnDrift::Hold
+            && self.truth.declared_drift.contains_key(&node.name)
+        {
             ModelSource::Held
-        } else if self.fleet.is_reported(node) {
+        } else if node.is_reported() {
             ModelSource::Reported
         } else {
             ModelSource::Declared
@@ -227,12 +255,3 @@ impl Decider {
 /// A publication the Node still does not show is sent again after this
 /// long (a write that failed without the Node changing).
 pub(super) const REPUBLISH_S: u64 = 30;
-
-/// Differences as one line.
-pub(super) fn drift_text(drift: &[Drift]) -> String {
-    drift
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}

@@ -63,6 +63,8 @@ pub(crate) struct Warmth {
     spent: BTreeMap<u64, f64>,
     /// GPUs held for placeholders alone after the last round, and when.
     held: Option<(u64, u64)>,
+    /// This round's warm capacity, for the status.
+    pub(crate) round: WarmRound,
     /// This round's placeholders' keys.
     placeholders: BTreeSet<String>,
     /// Node → when it was powered on for placeholders: kept from the idle

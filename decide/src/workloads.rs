@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// How long workloads wait.
+#[derive(Debug, Default)]
+pub(super) struct Latency {
+    /// Workload → when it was first seen pending (monotonic).
+    pub(super) pending_since: BTreeMap<String, Duration>,
+    /// Workload → nodes powered on for it, until they are Ready.
+    pub(super) waiting_ready: BTreeMap<String, BTreeSet<String>>,
+}
+
 impl Decider {
     pub(super) fn workload_status(
         &self,
@@ -48,6 +57,7 @@ impl Decider {
                     reason: unsat.map(|u| u.reason.clone()),
                     approximation: w.approximation.clone(),
                     pending_s: self
+                        .latency
                         .pending_since
                         .get(&key)
                         .map(|t| mono.saturating_sub(*t).as_secs_f64())
@@ -68,11 +78,12 @@ impl Decider {
             let elapsed = if powering_on.contains(n) {
                 0
             } else {
-                match self.lives.get(n).map(|l| l.stage) {
+                match self.life.nodes.get(n).map(|l| l.stage) {
                     Some(Stage::PoweringOn | Stage::Booting | Stage::AgentUp) => self
+                        .life
                         .booted_at
                         .get(n)
-                        .map_or(0, |at| self.clock.saturating_sub(*at)),
+                        .map_or(0, |at| self.clock.now.saturating_sub(*at)),
                     _ => continue,
                 }
             };
@@ -81,7 +92,7 @@ impl Decider {
                 .node(n)
                 .and_then(|x| x.profile.as_deref())
                 .unwrap_or("");
-            worst = worst.max(self.boot_times.remaining(profile, elapsed)?);
+            worst = worst.max(self.life.boot_times.remaining(profile, elapsed)?);
         }
         Some(worst)
     }
@@ -97,36 +108,42 @@ impl Decider {
         let pending: BTreeSet<&str> = workloads.iter().map(|w| w.workload.as_str()).collect();
         // Bound: gone from the pending demand.
         let gone: Vec<String> = self
+            .latency
             .pending_since
             .keys()
             .filter(|k| !pending.contains(k.as_str()))
             .cloned()
             .collect();
         for k in gone {
-            let since = self.pending_since.remove(&k).expect("listed");
+            let since = self.latency.pending_since.remove(&k).expect("listed");
             let s = mono.saturating_sub(since).as_secs_f64();
             metrics.pending_to_bound.push(s);
             info!(workload = %k, seconds = format!("{s:.1}"), "workload no longer pending (pods bound)");
         }
         for w in workloads {
-            self.pending_since.entry(w.workload.clone()).or_insert(mono);
+            self.latency
+                .pending_since
+                .entry(w.workload.clone())
+                .or_insert(mono);
         }
         // Now exactly the workloads pending this round.
         metrics.oldest_pending_seconds = self
+            .latency
             .pending_since
             .values()
             .map(|since| mono.saturating_sub(*since).as_secs_f64())
             .fold(0.0, f64::max);
         if self.settings.mode == Mode::Act {
             for (node, w) in power_ons_for(plan) {
-                if !self.waiting_ready.contains_key(w) {
-                    if let Some(since) = self.pending_since.get(w) {
+                if !self.latency.waiting_ready.contains_key(w) {
+                    if let Some(since) = self.latency.pending_since.get(w) {
                         metrics
                             .pending_to_power_on
                             .push(mono.saturating_sub(*since).as_secs_f64());
                     }
                 }
-                self.waiting_ready
+                self.latency
+                    .waiting_ready
                     .entry(w.to_owned())
                     .or_default()
                     .insert(node.to_owned());
@@ -135,9 +152,9 @@ impl Decider {
         // A workload no longer pending (bound or gone), or one a node of
         // which failed (its demand is planned again: new power-ons wait
         // afresh), waits no more.
-        let lives = &self.lives;
-        let pending_since = &self.pending_since;
-        self.waiting_ready.retain(|w, nodes| {
+        let lives = &self.life.nodes;
+        let pending_since = &self.latency.pending_since;
+        self.latency.waiting_ready.retain(|w, nodes| {
             pending_since.contains_key(w)
                 && nodes.iter().all(|n| {
                     lives
@@ -146,14 +163,15 @@ impl Decider {
                 })
         });
         let ready: Vec<String> = self
+            .latency
             .waiting_ready
             .iter()
             .filter(|(_, nodes)| nodes.iter().all(|n| lives.get(n).is_some_and(is_up)))
             .map(|(w, _)| w.clone())
             .collect();
         for w in ready {
-            self.waiting_ready.remove(&w);
-            if let Some(since) = self.pending_since.get(&w) {
+            self.latency.waiting_ready.remove(&w);
+            if let Some(since) = self.latency.pending_since.get(&w) {
                 metrics
                     .pending_to_ready
                     .push(mono.saturating_sub(*since).as_secs_f64());
@@ -173,15 +191,18 @@ impl Decider {
         workloads: &[WorkloadStatus],
     ) -> Vec<ConditionWrite> {
         let present: BTreeSet<String> = snap.provisioning.iter().map(|p| p.request.key()).collect();
-        self.booked.retain(|k, _| present.contains(k));
+        self.bookings.booked.retain(|k, _| present.contains(k));
         let mut out = Vec::new();
         for pr in &snap.provisioning {
             let key = pr.request.key();
             let w = workloads.iter().find(|w| w.workload == key);
             let nodes_up = w.is_some_and(|w| {
-                !w.nodes.is_empty() && w.nodes.iter().all(|n| self.lives.get(n).is_some_and(is_up))
+                !w.nodes.is_empty()
+                    && w.nodes
+                        .iter()
+                        .all(|n| self.life.nodes.get(n).is_some_and(is_up))
             });
-            let booking_expired = match self.booked.get(&key) {
+            let booking_expired = match self.bookings.booked.get(&key) {
                 Some((_, until)) => *until <= snap.now,
                 // After a restart the bookings are gone: a request
                 // Provisioned longer ago than the booking time expires.
@@ -206,7 +227,7 @@ impl Decider {
                     .filter(|w| {
                         w.nodes.iter().any(|n| {
                             w.powering_on.contains(n)
-                                || self.lives.get(n).is_some_and(|l| {
+                                || self.life.nodes.get(n).is_some_and(|l| {
                                     matches!(
                                         l.stage,
                                         Stage::PoweringOn | Stage::Booting | Stage::AgentUp
@@ -226,12 +247,13 @@ impl Decider {
                     let nodes = w
                         .map(|w| w.nodes.iter().cloned().collect())
                         .unwrap_or_default();
-                    self.booked
+                    self.bookings
+                        .booked
                         .entry(key.clone())
                         .or_insert((nodes, snap.now + self.settings.booking_s));
                 }
                 if c.type_ == "BookingExpired" {
-                    self.booked.remove(&key);
+                    self.bookings.booked.remove(&key);
                 }
                 out.push(ConditionWrite {
                     request: pr.request.clone(),
@@ -297,7 +319,7 @@ impl Decider {
     ) -> ControlStatus {
         ControlStatus {
             mode: self.settings.mode,
-            round: self.round,
+            round: self.clock.round,
             at: snap.now,
             planner_ms: planner_seconds * 1000.0,
             nodes: self
@@ -305,7 +327,7 @@ impl Decider {
                 .nodes
                 .iter()
                 .map(|n| {
-                    let life = &self.lives[&n.name];
+                    let life = &self.life.nodes[&n.name];
                     NodeStatus {
                         name: n.name.clone(),
                         rack: n.rack.clone(),
@@ -321,12 +343,13 @@ impl Decider {
                         pods: snap.pods_per_node.get(&n.name).copied().unwrap_or(0),
                         gpus: n.gpus.len() as u32,
                         bmc_on: snap.bmc.get(&n.name).copied(),
-                        model: self.model_source(&n.name),
+                        model: self.model_source(n),
                         drift: self
+                            .truth
                             .declared_drift
                             .get(&n.name)
                             .into_iter()
-                            .chain(self.scheduler_drift.get(&n.name))
+                            .chain(self.truth.scheduler_drift.get(&n.name))
                             .flatten()
                             .cloned()
                             .collect(),
@@ -362,22 +385,22 @@ impl Decider {
                 .collect(),
             scheduler: snap.scheduler.clone(),
             open_intents: snap.open_intents.clone(),
-            recent: self.recent.clone(),
+            recent: self.life.recent.clone(),
             watches: snap.watches.clone(),
-            would_write: self.would_write.clone(),
+            would_write: self.said.would_write.clone(),
             commands: self.commands.latest(),
             replica: None,
             warm: (self.fleet.policy.warm == accord::fleet::Warm::Predictive).then_some(
                 accord_api::control::WarmStatus {
-                    expected_arrivals: self.warm_round.expected,
+                    expected_arrivals: self.warmth.round.expected,
                     lookahead_s: self.fleet.policy.warm_lookahead_s,
-                    placeholders: self.warm_round.placeholders,
-                    held_gpus: self.warm_round.held_gpus,
-                    spent_gpu_hours: self.warm_round.spent_gpu_hours,
+                    placeholders: self.warmth.round.placeholders,
+                    held_gpus: self.warmth.round.held_gpus,
+                    spent_gpu_hours: self.warmth.round.spent_gpu_hours,
                     budget_gpu_hours: self.fleet.policy.warm_budget_gpu_hours_per_day,
                 },
             ),
-            boot_times: self.boot_times.status(),
+            boot_times: self.life.boot_times.status(),
         }
     }
 }

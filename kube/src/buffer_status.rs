@@ -8,19 +8,11 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{json, Value};
 
 use crate::write::{
-    jiff_now, merged_conditions, patch_status_read_first, ConditionWriteError,
-    ProvisioningCondition, PublishOutcome,
+    jiff_now, merged_conditions, patch_status_read_first, ConditionWriteError, PublishOutcome,
 };
 
-/// A buffer's status as Accord writes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BufferStatus {
-    pub replicas: Option<u32>,
-    pub pod_template: Option<String>,
-    pub pod_template_generation: Option<i64>,
-    pub strategy: Option<String>,
-    pub conditions: Vec<ProvisioningCondition>,
-}
+/// A buffer's status as Accord writes it (the core's one type).
+pub use accord::conditions::BufferStatus;
 
 /// The merge patch that makes `buffer`'s status show `want` (other status
 /// fields and conditions of other types stay as they are), or `None` when
@@ -93,6 +85,7 @@ pub async fn set_buffer_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::write::ProvisioningCondition;
 
     fn cond(type_: &str, status: bool, reason: &str) -> ProvisioningCondition {
         ProvisioningCondition {

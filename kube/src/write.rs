@@ -480,14 +480,9 @@ pub const CONDITION_WRITE_ATTEMPTS: u32 = 5;
 const CONFLICT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// One ProvisioningRequest condition, as Kueue reads them: `Accepted`,
-/// `Provisioned`, `Failed`, `BookingExpired`, `CapacityRevoked`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProvisioningCondition {
-    pub type_: String,
-    pub status: bool,
-    pub reason: String,
-    pub message: String,
-}
+/// `Provisioned`, `Failed`, `BookingExpired`, `CapacityRevoked` (the
+/// core's one condition type).
+pub use accord::conditions::Condition as ProvisioningCondition;
 
 /// Why [`set_provisioning_condition`] wrote nothing.
 #[derive(Debug, thiserror::Error)]

@@ -30,13 +30,6 @@ fn micro_time_now() -> String {
         .to_string()
 }
 
-/// Kubernetes `Time` (whole seconds), UTC.
-pub(crate) fn time_now() -> String {
-    k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
 /// The machines up now (on, Node registered, not hung).
 fn nodes_up(ctx: &Ctx) -> BTreeSet<String> {
     let r = ctx.record.lock().expect("lock");
@@ -105,7 +98,7 @@ fn post_ready(ctx: &Ctx, node: &str) {
     if ready {
         return;
     }
-    let now = time_now();
+    let now = crate::world::time_now();
     ctx.api.update("v1", "Node", "", node, |n| {
         let mut conditions: Vec<Value> = n["status"]["conditions"]
             .as_array()
@@ -211,7 +204,7 @@ pub(crate) async fn pods(ctx: Ctx) {
             }
             let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
             if !terminating && up.contains(node) && phase == "Pending" {
-                let since = time_now();
+                let since = crate::world::time_now();
                 ctx.api.update("v1", "Pod", &key.0, &key.1, |p| {
                     p["status"] = running(p, &since);
                 });

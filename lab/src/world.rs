@@ -257,7 +257,7 @@ async fn register_node(ctx: &Ctx, name: &str) {
     let mut node = crate::kubelet::node_object(name, &machine);
     // As the kubelet's Ready setter (`pkg/kubelet/nodestatus/setters.go`,
     // `ReadyCondition`): the heartbeat is now.
-    let now = crate::kubelets::time_now();
+    let now = time_now();
     if let Some(c) = node["status"]["conditions"].get_mut(0) {
         c["lastHeartbeatTime"] = json!(now);
         c["lastTransitionTime"] = json!(now);
@@ -886,4 +886,11 @@ pub(super) async fn evictor(ctx: Ctx) {
             say!(ctx, node = %node, pod = %format!("{ns}/{name}"), "evicted from an unreachable node; its controller makes it again");
         }
     }
+}
+
+/// Kubernetes `Time` (whole seconds), UTC.
+pub(crate) fn time_now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }

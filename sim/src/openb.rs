@@ -239,10 +239,10 @@ pub fn parse_pods(text: &str, file: &str) -> Result<Vec<OpenbPod>, OpenbError> {
             deletion_s,
             scheduled_s,
         };
-        if pods.len() == crate::trace::MAX_JOBS {
+        if pods.len() == accord::demand::MAX_WORKLOADS_IN_FILE {
             return Err(row.problem(&format!(
                 "more than {} pods; refused while reading",
-                crate::trace::MAX_JOBS
+                accord::demand::MAX_WORKLOADS_IN_FILE
             )));
         }
         row.unique(&mut seen, &pod.name)?;

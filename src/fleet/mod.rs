@@ -163,6 +163,11 @@ impl std::fmt::Debug for NodeSource {
 }
 
 impl Node {
+    /// Whether it is planned with its agent's report (not its declaration).
+    pub fn is_reported(&self) -> bool {
+        self.source.as_deref().is_some_and(|s| s.reported)
+    }
+
     /// Usable by the planner at all (not failed, not cordoned, not going down).
     pub fn usable(&self) -> bool {
         self.schedulable && self.failed.is_none() && self.power != PowerState::PoweringOff
@@ -272,9 +277,7 @@ impl Fleet {
     /// Whether node `name` is planned with an agent's report (false when
     /// with its declaration, or when there is no such node).
     pub fn is_reported(&self, name: &str) -> bool {
-        self.node(name)
-            .and_then(|n| n.source.as_deref())
-            .is_some_and(|s| s.reported)
+        self.node(name).is_some_and(Node::is_reported)
     }
 
     /// Parses and validates a fleet TOML text. `file` names it in errors.

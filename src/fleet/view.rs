@@ -379,8 +379,13 @@ impl Node {
     pub fn apply_publication(&mut self, p: &Publication, topology: &TopologyConfig) {
         self.labels
             .retain(|k, _| !owns_label(topology, k) || p.labels.contains_key(k));
-        self.labels
-            .extend(p.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // Only what differs is written: a node already labelled (by the
+        // scheduler's view, or an earlier round) costs no allocation.
+        for (k, v) in &p.labels {
+            if self.labels.get(k) != Some(v) {
+                self.labels.insert(k.clone(), v.clone());
+            }
+        }
         self.taints.retain(|t| !owns_taint(&t.key));
         self.taints.extend(p.taints.iter().cloned());
     }

@@ -5,6 +5,7 @@
 // the core itself reads no clock (../../clippy.toml).
 #![allow(clippy::disallowed_methods)]
 
+mod code_guards;
 mod code_map;
 mod fit_and_files;
 mod hardware_model;

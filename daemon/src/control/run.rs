@@ -440,8 +440,7 @@ impl Controller {
             // hardware models stay warm for a takeover.
             if self.lead(&tx).await {
                 let decision = self.round();
-                let _ = transitional_tx.send(decision.transitional.clone());
-                self.effect(decision, &tx).await;
+                self.effect(decision, &tx, &transitional_tx).await;
                 self.mirror();
             } else {
                 self.refuse_admin_calls();

@@ -306,29 +306,12 @@ async fn write(
         if !may_write() {
             return;
         }
-        let s = &b.status;
-        let status = accord_kube::buffer_status::BufferStatus {
-            replicas: s.replicas,
-            pod_template: s.pod_template.clone(),
-            pod_template_generation: s.pod_template_generation,
-            strategy: s.strategy.clone(),
-            conditions: s
-                .conditions
-                .iter()
-                .map(|c| accord_kube::write::ProvisioningCondition {
-                    type_: c.type_.clone(),
-                    status: c.status,
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                })
-                .collect(),
-        };
         if let Err(err) = accord_kube::buffer_status::set_buffer_status(
             kube,
             &b.buffer.api_version,
             &b.buffer.namespace,
             &b.buffer.name,
-            &status,
+            &b.status,
         )
         .await
         {
@@ -343,25 +326,22 @@ async fn write(
         if !may_write() {
             return;
         }
-        let c = accord_kube::write::ProvisioningCondition {
-            type_: w.condition.type_,
-            status: w.condition.status,
-            reason: w.condition.reason,
-            message: w.condition.message,
-        };
         if let Err(err) = accord_kube::write::set_provisioning_condition(
             kube,
             &w.request.api_version,
             &w.request.namespace,
             &w.request.name,
-            &c,
+            &w.condition,
         )
         .await
         {
             let key = w.request.key();
             warn_once(
                 format!("pr {key} {err}"),
-                format!("ProvisioningRequest {key}: cannot set {}: {err}", c.type_),
+                format!(
+                    "ProvisioningRequest {key}: cannot set {}: {err}",
+                    w.condition.type_
+                ),
             );
         }
     }

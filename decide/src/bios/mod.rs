@@ -208,7 +208,7 @@ impl Decider {
     pub fn seed_bios(&mut self, records: BTreeMap<String, BiosRecord>) {
         self.bios.records = records
             .into_iter()
-            .filter(|(n, _)| self.lives.contains_key(n))
+            .filter(|(n, _)| self.life.nodes.contains_key(n))
             .collect();
         if self.settings.mode != Mode::Act {
             return;
@@ -233,7 +233,7 @@ impl Decider {
                     seen_on: true,
                 },
             );
-            if let Some(life) = self.lives.get_mut(&node) {
+            if let Some(life) = self.life.nodes.get_mut(&node) {
                 let since = life.since;
                 let t = life.fail(since, reason);
                 self.note(&node, &t);
@@ -298,6 +298,22 @@ impl Decider {
     /// not with the fleet file's statement, once there is one; a staged
     /// profile not read back, or one a running machine's BIOS was read
     /// not to have, is not applied (it is staged at the next power-on).
+    /// Whether any BIOS state is kept for the node, or a profile is
+    /// wanted on it (the fleet as seen is then worked out every round).
+    pub(super) fn bios_touches(&self, node: &str) -> bool {
+        let b = &self.bios;
+        // (The caller has the node's wanted profile at hand.)
+        if b.records.is_empty() && b.staging.is_empty() && b.held.is_empty() && b.differs.is_empty()
+        {
+            return false;
+        }
+        self.bios_wanted(node).is_some()
+            || self.bios.records.contains_key(node)
+            || self.bios.staging.contains_key(node)
+            || self.bios.held.contains_key(node)
+            || self.bios.differs.contains_key(node)
+    }
+
     pub(super) fn bios_plan_with(&self, n: &mut Node) {
         if let Some(rec) = self.bios.records.get(&n.name) {
             n.bios_profile_applied = match rec.result {
@@ -328,7 +344,7 @@ impl Decider {
     /// by Accord) its BIOS could not be read [`READ_ERRORS_AT_MOST`]
     /// times in a row (or for the boot deadline).
     fn bios_left_unverified(&self, node: &str) -> bool {
-        let on = self.lives.get(node).is_some_and(|l| is_on(l.stage));
+        let on = self.life.nodes.get(node).is_some_and(|l| is_on(l.stage));
         let staging = self.bios.staging.get(node);
         let differs = self
             .bios

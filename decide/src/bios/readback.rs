@@ -101,7 +101,11 @@ impl Decider {
             // current nor pending meanwhile (iDRAC clears the settings
             // object when it schedules the BIOS job): until the machine
             // has booted (its agent is up) they may yet take.
-            let booted = self.lives.get(&node).is_some_and(|l| has_booted(l.stage));
+            let booted = self
+                .life
+                .nodes
+                .get(&node)
+                .is_some_and(|l| has_booted(l.stage));
             if !booted {
                 info!(node = %node, profile = %profile, differ = differ.len(), "BIOS profile not read back as wanted yet while the machine is in POST; reading again");
                 self.bios.staging.get_mut(&node).expect("listed").phase = Phase::Wait {
@@ -194,7 +198,7 @@ impl Decider {
         }
         for node in off {
             self.bios.held.remove(&node);
-            let Some(life) = self.lives.get_mut(&node) else {
+            let Some(life) = self.life.nodes.get_mut(&node) else {
                 continue;
             };
             if life.stage != Stage::Failed {
@@ -247,7 +251,7 @@ impl Decider {
         self.bios.records.insert(node.to_owned(), rec.clone());
         effects.records.push((node.to_owned(), rec));
         *metrics.bios_profiles.entry(FAILED_RESULT).or_default() += 1;
-        if let Some(life) = self.lives.get_mut(node) {
+        if let Some(life) = self.life.nodes.get_mut(node) {
             let t = life.fail(now, reason.clone());
             self.note(node, &t);
         }
@@ -274,7 +278,7 @@ impl Decider {
     ) {
         self.bios_resume_reads();
         for (node, s) in &mut self.bios.staging {
-            let on = self.lives.get(node).is_some_and(|l| is_on(l.stage));
+            let on = self.life.nodes.get(node).is_some_and(|l| is_on(l.stage));
             if s.phase == Phase::PowerOn && on {
                 *metrics.bios_profiles.entry(STAGED).or_default() += 1;
                 s.phase = Phase::Read;
@@ -307,7 +311,7 @@ impl Decider {
         if self.settings.mode != Mode::Act {
             return;
         }
-        let lives = &self.lives;
+        let lives = &self.life.nodes;
         let off = |n: &String| lives.get(n).is_none_or(|l| l.stage == Stage::Off);
         self.bios.staging.retain(|n, _| !off(n));
         let mut start = Vec::new();

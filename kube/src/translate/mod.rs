@@ -638,3 +638,16 @@ fn round_limit(out: &mut Translation, limits: &Limits) {
     }
     out.demand.workloads = kept;
 }
+
+/// `v1.NodeSelectorOperator`.
+fn node_selector_operator(op: &str) -> Option<SelectorOperator> {
+    Some(match op {
+        "In" => SelectorOperator::In,
+        "NotIn" => SelectorOperator::NotIn,
+        "Exists" => SelectorOperator::Exists,
+        "DoesNotExist" => SelectorOperator::DoesNotExist,
+        "Gt" => SelectorOperator::Gt,
+        "Lt" => SelectorOperator::Lt,
+        _ => return None,
+    })
+}

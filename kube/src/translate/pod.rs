@@ -401,19 +401,6 @@ pub(super) fn container_requests(c: &core::Container) -> Result<BTreeMap<String,
         .collect()
 }
 
-/// `v1.NodeSelectorOperator`.
-pub(super) fn node_selector_operator(op: &str) -> Option<SelectorOperator> {
-    Some(match op {
-        "In" => SelectorOperator::In,
-        "NotIn" => SelectorOperator::NotIn,
-        "Exists" => SelectorOperator::Exists,
-        "DoesNotExist" => SelectorOperator::DoesNotExist,
-        "Gt" => SelectorOperator::Gt,
-        "Lt" => SelectorOperator::Lt,
-        _ => return None,
-    })
-}
-
 pub(super) fn pod_spec(
     ns: &str,
     meta: Option<&ObjectMeta>,

@@ -457,7 +457,7 @@ fn pv_affinity(pv: &core::PersistentVolume) -> Option<Vec<NodeSelectorTerm>> {
         let mut exprs = Vec::new();
         let mut valid = true;
         for e in t.match_expressions.iter().flatten() {
-            let Some(operator) = super::pod::node_selector_operator(&e.operator) else {
+            let Some(operator) = super::node_selector_operator(&e.operator) else {
                 valid = false;
                 break;
             };

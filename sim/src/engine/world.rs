@@ -199,9 +199,36 @@ impl Datacenter {
 
     /// Carries out what the decision sends: power actions (counted),
     /// commands journaled and closed, BIOS read back (as staged: the
-    /// simulation has no BMC inventory to differ from).
+    /// simulation has no BMC inventory to differ from). The decision is
+    /// taken apart whole, as accordd's *effect* does: a new effect does
+    /// not compile until the simulator says what it makes of it.
     pub fn apply(&mut self, d: &Decision, t: u64, world: &World, totals: &mut Totals) {
-        for a in &d.power {
+        let Decision {
+            power,
+            commands,
+            bios,
+            // Kubernetes writes: the stand-in scheduler reads the status
+            // (`engine`), no API server keeps them.
+            events: _,
+            conditions: _,
+            buffer_status: _,
+            publish: _,
+            dark: _,
+            // Read by `engine` for what binds and when to look again.
+            status: _,
+            transitional: _,
+            // accordd's store and metrics: the decider's own memory
+            // carries the simulation from round to round.
+            metrics: _,
+            views_changed: _,
+            lives_changed: _,
+            bookings: _,
+            said: _,
+            // No admin asks anything of a simulation.
+            admin_replies: _,
+            requested: _,
+        } = d;
+        for a in power {
             let Some(&i) = self.index.get(a.node()) else {
                 continue;
             };
@@ -228,14 +255,14 @@ impl Datacenter {
                 _ => {}
             }
         }
-        for rec in &d.commands.open {
+        for rec in &commands.open {
             self.generation += 1;
             let mut rec = rec.clone();
             rec.generation = self.generation;
             rec.state = CommandState::Open;
             self.commands.insert(rec.node.clone(), rec);
         }
-        for (node, generation, result) in &d.commands.close {
+        for (node, generation, result) in &commands.close {
             if let Some(rec) = self.commands.get_mut(node) {
                 if rec.generation == *generation && rec.is_open() {
                     rec.state = CommandState::Closed {
@@ -245,14 +272,14 @@ impl Datacenter {
                 }
             }
         }
-        for (node, generation) in &d.commands.release {
+        for (node, generation) in &commands.release {
             if let Some(rec) = self.commands.get_mut(node) {
                 if rec.generation == *generation {
                     rec.deliver = true;
                 }
             }
         }
-        for c in &d.bios.checks {
+        for c in &bios.checks {
             self.bios_reads.push(BiosRead {
                 node: c.node.clone(),
                 profile: c.profile.clone(),

@@ -5,23 +5,45 @@
 use super::*;
 
 impl Controller {
-    /// Power first, then the status, then Kubernetes, then metrics.
-    pub(super) async fn effect(&mut self, mut d: Decision, tx: &mpsc::Sender<Wake>) {
-        let round_at = d.status.at;
-        for (call, reply) in self
-            .admin_calls
-            .drain(..)
-            .zip(std::mem::take(&mut d.admin_replies))
-        {
+    /// Power first, then the status, then Kubernetes, then metrics. The
+    /// decision is taken apart whole (no `..`): a new effect does not
+    /// compile until it is carried out here and in the simulator
+    /// (`sim/src/engine/world.rs`).
+    pub(super) async fn effect(
+        &mut self,
+        d: Decision,
+        tx: &mpsc::Sender<Wake>,
+        transitional_tx: &watch::Sender<BTreeSet<String>>,
+    ) {
+        let Decision {
+            power,
+            events,
+            conditions,
+            buffer_status,
+            status,
+            metrics,
+            transitional,
+            publish,
+            views_changed,
+            commands,
+            lives_changed,
+            bookings,
+            bios,
+            said,
+            admin_replies,
+            requested,
+            dark,
+        } = d;
+        let _ = transitional_tx.send(transitional);
+        let round_at = status.at;
+        for (call, reply) in self.admin_calls.drain(..).zip(admin_replies) {
             let _ = call.reply.send(reply);
         }
-        if let (Some(ex), false) = (self.executor.clone(), d.power.is_empty()) {
+        if let (Some(ex), false) = (self.executor.clone(), power.is_empty()) {
             let tx = tx.clone();
-            let now = d.status.at;
-            let actions = d.power.clone();
-            let requested = d.requested.clone();
+            let actions = power.clone();
             self.in_flight.spawn(async move {
-                match ex.apply_requested(&actions, &requested, now).await {
+                match ex.apply_requested(&actions, &requested, round_at).await {
                     Ok(done) => {
                         let _ = tx.send(Wake::Executed(done)).await;
                     }
@@ -31,60 +53,56 @@ impl Controller {
                 }
             });
         }
-        self.retry_intents(&d, tx);
-        self.bios_effect(&d.bios, tx);
+        self.retry_intents(&power, round_at, tx);
+        self.bios_effect(&bios, tx);
         // Reap what finished (their results came as wake-ups).
         while let Some(done) = self.in_flight.try_join_next() {
             log_join(done);
         }
         let shared = self.shared.clone();
-        *shared.control.write().expect("lock") = Some(d.status);
-        if let Err(e) = shared.store.put_lives(&d.lives_changed) {
+        *shared.control.write().expect("lock") = Some(status);
+        if let Err(e) = shared.store.put_lives(&lives_changed) {
             warn!(error = %accord::config_file::error_chain(&e), "cannot keep the nodes' lifecycles");
         }
-        if let Some(b) = &d.bookings {
+        if let Some(b) = &bookings {
             if let Err(e) = shared.store.put_bookings(b) {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot keep the bookings");
             }
         }
-        if let Err(e) = shared.store.put_said(&d.said.added, &d.said.removed) {
+        if let Err(e) = shared.store.put_said(&said.added, &said.removed) {
             warn!(error = %accord::config_file::error_chain(&e), "cannot keep what was said once; after a restart it may be said again");
         }
-        for (node, view) in &d.views_changed {
+        for (node, view) in &views_changed {
             if let Err(e) = shared.store.put_scheduler_view(node, view) {
                 warn!(node = %node, error = %accord::config_file::error_chain(&e), "cannot keep the node's scheduler view");
             }
         }
         // Before any delete is sent: what a deleted Node had is durable.
-        let kept_ok = match shared.store.put_kept_nodes(&d.dark.kept) {
+        let kept_ok = match shared.store.put_kept_nodes(&dark.kept) {
             Ok(()) => true,
             Err(e) => {
                 warn!(error = %accord::config_file::error_chain(&e), "cannot keep what dark machines' Nodes have; none is deleted this round");
                 false
             }
         };
-        let labels = self.commands(&d.commands);
-        let mig_configs = (!d.commands.mig_configs.is_empty()).then(|| {
-            (
-                self.mig_parted_configmap.clone(),
-                d.commands.mig_configs.clone(),
-            )
-        });
+        let labels = self.commands(&commands);
+        let mig_configs = (!commands.mig_configs.is_empty())
+            .then(|| (self.mig_parted_configmap.clone(), commands.mig_configs));
         self.writer
             .send(Writes {
-                events: d.events,
-                conditions: d.conditions,
-                buffers: d.buffer_status,
-                nodes: d.publish,
+                events,
+                conditions,
+                buffers: buffer_status,
+                nodes: publish,
                 labels,
                 mig_configs,
-                restores: d.dark.restores,
-                deletes: if kept_ok { d.dark.deletes } else { Vec::new() },
-                pod_deletes: d.commands.delete_pods.clone(),
-                mig_manager_failed: d.commands.mig_manager_failed.clone(),
+                restores: dark.restores,
+                deletes: if kept_ok { dark.deletes } else { Vec::new() },
+                pod_deletes: commands.delete_pods,
+                mig_manager_failed: commands.mig_manager_failed,
             })
             .await;
-        shared.metrics.record_round(&d.metrics);
+        shared.metrics.record_round(&metrics);
         self.prune_journal(round_at);
     }
 
@@ -120,11 +138,16 @@ impl Controller {
     /// sent → verified, planned → sent. Never one of a node with an intent
     /// in flight in this process (the executor's claims), nor of a node
     /// this round powers on or off (its own intent goes first).
-    pub(super) fn retry_intents(&mut self, d: &Decision, tx: &mpsc::Sender<Wake>) {
+    pub(super) fn retry_intents(
+        &mut self,
+        power: &[accord::plan::Action],
+        now: u64,
+        tx: &mpsc::Sender<Wake>,
+    ) {
         let Some(ex) = self.executor.clone() else {
             return;
         };
-        let acted: BTreeSet<&str> = d.power.iter().map(|a| a.node()).collect();
+        let acted: BTreeSet<&str> = power.iter().map(|a| a.node()).collect();
         let readable: BTreeSet<String> = self
             .open_intents
             .iter()
@@ -139,7 +162,6 @@ impl Controller {
             return;
         }
         let tx = tx.clone();
-        let now = d.status.at;
         self.in_flight.spawn(async move {
             match ex.retry_open(&readable, now).await {
                 Ok(done) if done.is_empty() => {}
