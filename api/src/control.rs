@@ -545,3 +545,9 @@ impl Requested {
         }
     }
 }
+
+/// How long an admin's power request may wait for the control loop's
+/// answer (a round, after its batching window; longer only while the loop
+/// starts: first lists, every BMC read once): accordd's limit, and what
+/// accordctl waits for beyond its own.
+pub const ADMIN_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);

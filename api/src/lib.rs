@@ -9,6 +9,7 @@
 //! With the `cli` feature, what every binary sets up the same way: logging,
 //! the stop signals, and its shell completions and man pages (`cli_docs`).
 
+pub mod admin_files;
 pub mod agent;
 #[cfg(feature = "cli")]
 pub mod cli_docs;

@@ -25,7 +25,7 @@ pub(super) fn power_through_accordd(
         );
     }
     let results = daemon.with_timeout(
-        accordd::api::ADMIN_ANSWER_WITHIN + std::time::Duration::from_secs(15),
+        accord_api::control::ADMIN_ANSWER_WITHIN + std::time::Duration::from_secs(15),
         |client| async move {
             let mut out = Vec::new();
             for node in nodes {
@@ -177,7 +177,7 @@ pub(super) fn bmc_cmd(command: BmcCommand) -> anyhow::Result<()> {
     }
     let credentials = match (user, password_file) {
         (Some(username), Some(file)) => {
-            if let Some(p) = accordd::config::check_secret("--password-file", &file) {
+            if let Some(p) = accord_api::admin_files::check_secret("--password-file", &file) {
                 anyhow::bail!(p);
             }
             Some(accord_redfish::Credentials {

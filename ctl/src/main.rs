@@ -12,6 +12,7 @@ mod tables;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use accord_api::admin_files::{load_fleet, parse_demand, unix_now};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use machines::{bios_cmd, bmc_cmd, power_cmd, power_through_accordd};
@@ -285,10 +286,33 @@ struct InventoryArgs {
     config: PathBuf,
 }
 
+/// What accordctl reads of accordd's configuration: the fleet file and the
+/// BMC inventory, each where accordd's own keys say (`[fleet] file`,
+/// `[redfish] inventory`; their types checked, the rest of the file left
+/// to `accordd check-config`). accordctl links none of accordd.
+#[derive(Debug, serde::Deserialize)]
+struct AccorddFiles {
+    fleet: Option<FleetKey>,
+    redfish: Option<RedfishKey>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct FleetKey {
+    file: PathBuf,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct RedfishKey {
+    inventory: PathBuf,
+}
+
 impl InventoryArgs {
-    fn daemon_config(&self) -> anyhow::Result<accordd::config::DaemonConfig> {
+    fn daemon_config(&self) -> anyhow::Result<AccorddFiles> {
         let text = read(&self.config)?;
-        Ok(accordd::config::DaemonConfig::parse(&text, &self.config)?)
+        Ok(accord::config_file::parse(
+            &text,
+            &self.config.display().to_string(),
+        )?)
     }
 
     fn inventory(&self) -> anyhow::Result<accord_redfish::Inventory> {
@@ -320,7 +344,7 @@ impl InventoryArgs {
             },
         };
         match path {
-            Some(p) => Ok(Some(accordd::load_fleet(&p)?)),
+            Some(p) => Ok(Some(load_fleet(&p)?)),
             None if required => anyhow::bail!("racks come from the fleet file: give --fleet"),
             None => Ok(None),
         }
@@ -455,13 +479,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 return Ok(());
             };
-            let fleet = accordd::load_fleet(&fleet)?;
+            let fleet = load_fleet(&fleet)?;
             let text = read(&demand)?;
             let (demand, from_manifests) = if text.trim_start().starts_with('{') {
-                (
-                    accordd::parse_demand(&text, &demand.display().to_string())?,
-                    None,
-                )
+                (parse_demand(&text, &demand.display().to_string())?, None)
             } else {
                 let t = translate_files(std::slice::from_ref(&demand), &fleet.topology)?;
                 (t.demand.clone(), Some(t))
@@ -486,7 +507,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Some(Command::Demand { files, fleet, json }) => {
             let topology = match fleet {
-                Some(f) => accordd::load_fleet(&f)?.topology,
+                Some(f) => load_fleet(&f)?.topology,
                 None => accord::fleet::TopologyConfig::default(),
             };
             let t = translate_files(&files, &topology)?;
@@ -530,7 +551,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Nodes { daemon, json }) => {
             // Page by page: a page's nodes are printed (JSON) or kept as
             // table rows, then let go, however many nodes accordd holds.
-            let now = accordd::api::unix_now();
+            let now = unix_now();
             let rows = daemon.with(|c| async move {
                 let mut rows = Vec::new();
                 let mut after: Option<String> = None;
@@ -610,14 +631,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 accord_api::terminal::print_json(&node)?;
             } else {
-                accord_api::say!(
-                    "{}",
-                    nodes_table(std::slice::from_ref(&node), accordd::api::unix_now())
-                );
+                accord_api::say!("{}", nodes_table(std::slice::from_ref(&node), unix_now()));
                 accord_api::sayln!(
                     "generation {}, reported {}, agent {}",
                     node.record.generation,
-                    age(accordd::api::unix_now(), node.record.reported_at),
+                    age(unix_now(), node.record.reported_at),
                     node.record.agent_version.as_deref().unwrap_or("unknown")
                 );
                 accord_api::sayln!("{}", serde_json::to_string_pretty(&node.record.hardware)?);

@@ -49,7 +49,7 @@ fn fleet(path: &Path) -> anyhow::Result<Fleet> {
             Err("an openb node list names no hardware files".into())
         })?);
     }
-    accordd::load_fleet(path)
+    Ok(accord_api::admin_files::load_fleet(path)?)
 }
 
 /// Accord's trace or demand JSON, or an openb pod list.

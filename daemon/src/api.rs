@@ -605,10 +605,7 @@ async fn forget_node(
     }
 }
 
-/// How long an admin's power request may wait for the control loop's
-/// answer (a round, after its batching window; longer only while the loop
-/// starts: first lists, every BMC read once).
-pub const ADMIN_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+pub use accord_api::control::ADMIN_ANSWER_WITHIN;
 
 /// An admin's power request (`accordctl power`): handed to the control
 /// loop, which checks it as its own actions and journals what it sends.

@@ -414,26 +414,7 @@ fn default_stale() -> u64 {
     120
 }
 
-/// Problems with a secret file: unreadable, empty, or open to others.
-pub fn check_secret(key: &str, path: &Path) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) => return Some(format!("{key}: {}: {e}", path.display())),
-    };
-    let mode = meta.permissions().mode();
-    if let Some(p) = accord::config_file::secret_mode_problem(key, path, mode, meta.is_dir()) {
-        return Some(p);
-    }
-    if meta.is_dir() {
-        return None;
-    }
-    match accord_api::files::read_to_string(path, accord_api::files::limit::SECRET) {
-        Ok(t) if t.trim().is_empty() => Some(format!("{key}: {} is empty", path.display())),
-        Ok(_) => None,
-        Err(e) => Some(format!("{key}: {}: {e}", path.display())),
-    }
-}
+pub use accord_api::admin_files::check_secret;
 
 impl DaemonConfig {
     pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {

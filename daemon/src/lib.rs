@@ -19,48 +19,16 @@ use std::sync::Arc;
 use std::path::Path;
 
 use accord::fleet::Fleet;
-use accord::hardware::{NodeHardware, SCHEMA_VERSION};
 use anyhow::Context;
 
 use crate::api::{AgentTokens, ApiState};
 use crate::config::DaemonConfig;
 use crate::store::Store;
 
-/// Loads a fleet file; hardware-model paths are relative to it.
+/// Loads a fleet file; hardware-model paths are relative to it
+/// ([`accord_api::admin_files::load_fleet`], which accordctl reads too).
 pub fn load_fleet(path: &Path) -> anyhow::Result<Fleet> {
-    let text = accord_api::files::read_to_string(path, accord_api::files::limit::CONFIG)
-        .with_context(|| format!("{}: cannot read file", path.display()))?;
-    let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
-    let mut loader = |rel: &str| -> Result<NodeHardware, String> {
-        let file = dir.join(rel);
-        let text = accord_api::files::read_to_string(&file, accord_api::files::limit::MODEL)
-            .map_err(|e| format!("cannot read: {e}"))?;
-        let hw: NodeHardware = accord::json::from_str(&text).map_err(|e| e.to_string())?;
-        if hw.schema_version > SCHEMA_VERSION {
-            return Err(format!(
-                "schema_version {} is newer than this accordctl ({SCHEMA_VERSION})",
-                hw.schema_version
-            ));
-        }
-        Ok(hw)
-    };
-    Ok(Fleet::from_toml(
-        &text,
-        &path.display().to_string(),
-        &mut loader,
-    )?)
-}
-
-/// A demand file (`accordctl plan --demand FILE.json`): parsed, then every
-/// number and key checked (`Demand::validate` with the default limits), so
-/// what the planner gets is what a translation would let through.
-pub fn parse_demand(text: &str, file: &str) -> anyhow::Result<accord::demand::Demand> {
-    let demand = accord::demand::Demand::from_json(text, file)?;
-    let problems = demand.validate(&accord::demand::Limits::default());
-    if !problems.is_empty() {
-        anyhow::bail!("{file}: invalid demand:\n  {}", problems.join("\n  "));
-    }
-    Ok(demand)
+    Ok(accord_api::admin_files::load_fleet(path)?)
 }
 
 /// The first few names and how many more.

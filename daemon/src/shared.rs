@@ -164,9 +164,4 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub use accord_api::admin_files::unix_now;

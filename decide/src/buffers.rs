@@ -123,10 +123,19 @@ impl Buffers {
     pub(crate) fn split(
         &mut self,
         seen: &[BufferSeen],
-        demand: &mut Demand,
+        demand: &mut std::borrow::Cow<'_, Demand>,
     ) -> (Vec<Workload>, Vec<Workload>) {
         self.placeholders.clear();
         self.placed.clear();
+        let is_buffer = |w: &Workload| {
+            w.sources
+                .first()
+                .is_some_and(|s| s.kind == "CapacityBuffer")
+        };
+        if !demand.workloads.iter().any(is_buffer) {
+            return (Vec::new(), Vec::new());
+        }
+        let demand = demand.to_mut();
         let served: BTreeMap<&str, &BufferSeen> = seen
             .iter()
             .filter(|b| b.served() && b.resolved.is_ok())
@@ -134,11 +143,7 @@ impl Buffers {
             .collect();
         let (buffers, rest): (Vec<Workload>, Vec<Workload>) = std::mem::take(&mut demand.workloads)
             .into_iter()
-            .partition(|w| {
-                w.sources
-                    .first()
-                    .is_some_and(|s| s.kind == "CapacityBuffer")
-            });
+            .partition(is_buffer);
         demand.workloads = rest;
         let (mut active, mut standby) = (Vec::new(), Vec::new());
         for mut w in buffers {

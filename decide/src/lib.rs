@@ -37,6 +37,7 @@ pub mod buffers;
 mod commands;
 pub mod dark;
 pub mod gpu_clients;
+mod in_order;
 mod lifecycles;
 pub mod metrics;
 mod power;
@@ -426,11 +427,6 @@ impl Decider {
 
     pub fn fleet(&self) -> &Fleet {
         &self.fleet
-    }
-
-    /// A node's lifecycle.
-    pub fn life(&self, node: &str) -> Option<&NodeLife> {
-        self.life.nodes.get(node)
     }
 
     /// Intents found open at start: their nodes are on their way (the

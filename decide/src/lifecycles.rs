@@ -24,6 +24,16 @@ pub(super) struct Lifecycles {
 }
 
 impl Decider {
+    /// A node's lifecycle.
+    pub fn life(&self, node: &str) -> Option<&NodeLife> {
+        self.life.nodes.get(node)
+    }
+
+    /// Every node's lifecycle, in name order (one per fleet node).
+    pub fn lives(&self) -> impl Iterator<Item = (&str, &NodeLife)> {
+        self.life.nodes.iter().map(|(n, l)| (n.as_str(), l))
+    }
+
     /// Power results: a failed power action fails its node at once (this
     /// round plans around it).
     pub(super) fn absorb(&mut self, done: &[Executed], now: u64, metrics: &mut RoundMetrics) {
@@ -43,53 +53,18 @@ impl Decider {
     }
 
     pub(super) fn step_lifecycles(&mut self, snap: &Snapshot, events: &mut Vec<Event>) {
-        let observe_mode = self.settings.mode == Mode::Observe;
-        let names: Vec<String> = self.life.nodes.keys().cloned().collect();
-        for name in &names {
-            let (stage, since) = (self.life.nodes[name].stage, self.life.nodes[name].since);
-            let kube_ready = snap.kube_ready.get(name).copied().unwrap_or(false);
-            let heard = snap.agents.get(name);
-            // Since when this boot runs: a node Off now would boot from
-            // then on.
-            let booted = match stage {
-                Stage::Off => since,
-                Stage::PoweringOn | Stage::Booting => {
-                    self.life.booted_at.get(name).copied().unwrap_or(since)
-                }
-                _ => self.life.booted_at.get(name).copied().unwrap_or(0),
-            };
-            // The agent counts once it has reported (a heartbeat is not
-            // enough: only a report proves the machine) since this boot,
-            // and is heard from since the node's current stage began (a
-            // word from before a power-off does not count); observe mode
-            // has no power-on to date it from.
-            // A node whose BIOS profile did not take stays Failed while
-            // it runs: its coming up does not make it usable.
-            let reported = snap.agent_reports.get(name);
-            let agent_up = ((heard.is_some_and(|at| *at >= since)
-                && reported.is_some_and(|at| *at >= booted))
-                || (observe_mode && heard.is_some()))
-                && !self.bios_holds(name)
-                && !self.commands.holds_node(name);
-            let bmc_on = if observe_mode {
-                // Observe mode reads no BMC: power is inferred.
-                Some(kube_ready || heard.is_some())
-            } else {
-                snap.bmc.get(name).copied()
-            };
-            let o = Observation {
-                bmc_on,
-                agent_up,
-                kube_ready,
-                pods: self.busy_on(name),
-                agent_alive: heard.is_some(),
-                cordoned: snap.cordoned.contains(name),
-            };
-            let t = self.life.nodes.get_mut(name).expect("listed").observe(
-                &o,
-                snap.now,
-                &self.settings.deadlines,
-            );
+        let seen = self.observations(snap);
+        // Each lifecycle steps; only those that moved are followed up.
+        let deadlines = &self.settings.deadlines;
+        let mut moved = Vec::new();
+        for ((name, life), (o, booted)) in self.life.nodes.iter_mut().zip(seen) {
+            let t = life.observe(&o, snap.now, deadlines);
+            if !t.is_empty() {
+                moved.push((name.clone(), booted, t));
+            }
+        }
+        for (name, booted, t) in moved {
+            let name = &name;
             if t.first().is_some_and(|t| t.from == Stage::Off) {
                 // Came on outside Accord: this boot began after it was
                 // last seen Off.
@@ -119,6 +94,63 @@ impl Decider {
                 });
             }
         }
+    }
+
+    /// What the snapshot shows of every node, in name order (the
+    /// lifecycles' order), and since when its current boot runs.
+    fn observations(&self, snap: &Snapshot) -> Vec<(Observation, u64)> {
+        use crate::in_order::{in_order, set_in_order};
+        let observe_mode = self.settings.mode == Mode::Observe;
+        let (mut kube_ready, mut agents, mut reports) = (
+            in_order(&snap.kube_ready),
+            in_order(&snap.agents),
+            in_order(&snap.agent_reports),
+        );
+        let (mut bmc, mut cordoned) = (in_order(&snap.bmc), set_in_order(&snap.cordoned));
+        let (mut booted_at, mut busy) = (in_order(&self.life.booted_at), in_order(&self.life.busy));
+        let mut out = Vec::with_capacity(self.life.nodes.len());
+        for (name, life) in &self.life.nodes {
+            let (stage, since) = (life.stage, life.since);
+            let kube_ready = kube_ready.get(name).copied().unwrap_or(false);
+            let heard = agents.get(name);
+            let booted_at = booted_at.get(name).copied();
+            // Since when this boot runs: a node Off now would boot from
+            // then on.
+            let booted = match stage {
+                Stage::Off => since,
+                Stage::PoweringOn | Stage::Booting => booted_at.unwrap_or(since),
+                _ => booted_at.unwrap_or(0),
+            };
+            // The agent counts once it has reported (a heartbeat is not
+            // enough: only a report proves the machine) since this boot,
+            // and is heard from since the node's current stage began (a
+            // word from before a power-off does not count); observe mode
+            // has no power-on to date it from.
+            // A node whose BIOS profile did not take stays Failed while
+            // it runs: its coming up does not make it usable.
+            let reported = reports.get(name);
+            let agent_up = ((heard.is_some_and(|at| *at >= since)
+                && reported.is_some_and(|at| *at >= booted))
+                || (observe_mode && heard.is_some()))
+                && !self.bios_holds(name)
+                && !self.commands.holds_node(name);
+            let bmc_on = if observe_mode {
+                // Observe mode reads no BMC: power is inferred.
+                Some(kube_ready || heard.is_some())
+            } else {
+                bmc.get(name).copied()
+            };
+            let o = Observation {
+                bmc_on,
+                agent_up,
+                kube_ready,
+                pods: busy.get(name).copied().unwrap_or(0),
+                agent_alive: heard.is_some(),
+                cordoned: cordoned.contains(name),
+            };
+            out.push((o, booted));
+        }
+        out
     }
 
     pub(super) fn note(&mut self, node: &str, transitions: &[Transition]) {

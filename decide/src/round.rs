@@ -1,6 +1,7 @@
 //! The steps of one round of `Decider::decide`, in the order it takes them:
 //! absorb what happened, plan, choose power, request it, count.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use accord::demand::{Demand, Workload};
@@ -84,22 +85,30 @@ impl Decider {
         self.scheduler_drift_events(&scheduler_drift, &mut r.events);
         self.say_driver_partitions(&seen);
         self.truth.scheduler_drift = scheduler_drift;
-        let (mut demand, check_capacity) = split_check_capacity(snap);
+        // The snapshot's demand as it is, copied only when a workload is
+        // taken out of it or a placeholder added (most rounds: neither).
+        let mut demand = Cow::Borrowed(&snap.demand);
+        let check_capacity = take_check_capacity(snap, &mut demand);
         // Buffers' and warm placeholders are planned after the real
         // demand (lowest priorities), then taken out of the plan but for
         // the power-ons they are for.
         let (buffered, standby) = self.buffers.split(&snap.buffers, &mut demand);
         let (warm, mut warm_round) = self.warmth.placeholders(&seen.policy, &demand, snap.now);
         let real = demand.workloads.len();
-        demand.workloads.extend(buffered);
-        demand.workloads.extend(warm);
+        if !buffered.is_empty() || !warm.is_empty() {
+            let d = demand.to_mut();
+            d.workloads.extend(buffered);
+            d.workloads.extend(warm);
+        }
         let started = self.clock.stopwatch.map(|now| now());
         let mut plan = accord::plan::plan(&seen, &demand, &seen.policy, snap.now);
         r.metrics.planner_seconds = match (self.clock.stopwatch, started) {
             (Some(now), Some(started)) => now().saturating_sub(started).as_secs_f64(),
             _ => 0.0,
         };
-        demand.workloads.truncate(real);
+        if demand.workloads.len() > real {
+            demand.to_mut().workloads.truncate(real);
+        }
         let lives = &self.life.nodes;
         let stage = |n: &str| lives.get(n).map(|l| l.stage);
         self.buffers.settle(&mut plan, stage, snap.now);
@@ -348,22 +357,26 @@ fn repartitioned(snap: &Snapshot) -> BTreeSet<String> {
         .collect()
 }
 
-/// The demand to plan, and apart from it the workloads of check-capacity
-/// ProvisioningRequests: a workload is one when it came from such a request
-/// (not merely when a Job shares its name).
-fn split_check_capacity(snap: &Snapshot) -> (Demand, Vec<Workload>) {
+/// Takes the workloads of check-capacity ProvisioningRequests out of the
+/// demand to plan and returns them: a workload is one when it came from
+/// such a request (not merely when a Job shares its name).
+fn take_check_capacity(snap: &Snapshot, demand: &mut Cow<'_, Demand>) -> Vec<Workload> {
     let check_capacity: BTreeSet<String> = snap
         .provisioning
         .iter()
         .filter(|p| p.class == ProvisioningClass::CheckCapacity)
         .map(|p| p.request.key())
         .collect();
-    let mut demand = snap.demand.clone();
-    let (cc_workloads, rest): (Vec<_>, Vec<_>) = demand.workloads.drain(..).partition(|w| {
+    let is_check = |w: &Workload| {
         w.sources
             .first()
             .is_some_and(|s| s.kind == "ProvisioningRequest" && check_capacity.contains(&s.key()))
-    });
-    demand.workloads = rest;
-    (demand, cc_workloads)
+    };
+    if check_capacity.is_empty() || !demand.workloads.iter().any(is_check) {
+        return Vec::new();
+    }
+    let d = demand.to_mut();
+    let (cc_workloads, rest): (Vec<_>, Vec<_>) = d.workloads.drain(..).partition(is_check);
+    d.workloads = rest;
+    cc_workloads
 }

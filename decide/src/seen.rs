@@ -129,13 +129,13 @@ impl Decider {
         let dirty = std::mem::take(&mut self.truth.seen.dirty);
         let mut keys = std::mem::take(&mut self.truth.seen.keys);
         keys.resize(f.nodes.len(), None);
-        // The lifecycles are keyed by the fleet's node names, and both are
-        // sorted by name: walked side by side, not looked up.
         // First which nodes changed, then those worked out again.
         let mut changed: Vec<(usize, SeenKey)> = Vec::new();
-        // The lifecycles are keyed by the fleet's node names, and both are
-        // sorted by name: walked side by side, not looked up.
+        // The lifecycles and the BMC readings are keyed by the fleet's
+        // node names, and all are sorted by name: walked side by side,
+        // not looked up.
         let mut lives = self.life.nodes.iter().peekable();
+        let mut bmc = crate::in_order::in_order(&snap.bmc);
         for (i, (n, kept)) in f.nodes.iter().zip(keys.iter()).enumerate() {
             while lives
                 .next_if(|(name, _)| name.as_str() < n.name.as_str())
@@ -151,19 +151,31 @@ impl Decider {
             let touched = n.bios_profile.is_some()
                 || self.commands.touches(&n.name)
                 || self.bios_touches(&n.name);
-            let key = SeenKey {
-                life: life.clone(),
-                held_at: self.buffers.held_at(&n.name),
-                expected_boot_s,
-                deleted: self.node_deleted_in(&n.name, life),
-                bmc_read: snap.bmc.contains_key(&n.name),
-                touched,
-            };
+            let held_at = self.buffers.held_at(&n.name);
+            let deleted = self.node_deleted_in(&n.name, life);
+            let bmc_read = bmc.contains(&n.name);
+            // (Compared in place: the lifecycle is copied into a key only
+            // for a node that changed.)
             let same = !touched
-                && kept.as_ref() == Some(&key)
+                && kept.as_ref().is_some_and(|k| {
+                    k.life == *life
+                        && k.held_at == held_at
+                        && k.expected_boot_s == expected_boot_s
+                        && k.deleted == deleted
+                        && k.bmc_read == bmc_read
+                        && !k.touched
+                })
                 && (dirty.is_empty() || !dirty.contains(&n.name))
                 && !self.restoring(&n.name, snap);
             if !same {
+                let key = SeenKey {
+                    life: life.clone(),
+                    held_at,
+                    expected_boot_s,
+                    deleted,
+                    bmc_read,
+                    touched,
+                };
                 changed.push((i, key));
             }
         }

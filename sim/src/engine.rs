@@ -117,7 +117,6 @@ fn run_quietly(
         command_deadline_s: COMMAND_DEADLINE_S,
         mig_manager: accord_decide::MigManager::default(),
     };
-    let names: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
     let idle_after_s = fleet.policy.idle_power_off_after_s;
     let capacity: u64 = fleet.nodes.iter().map(|n| n.gpus.len() as u64).sum();
     let mut decider = Decider::new(fleet, settings, 0);
@@ -260,10 +259,8 @@ fn run_quietly(
         dc.apply(&d, t, world, &mut totals);
 
         // What the round leaves.
-        let stages: Vec<Stage> = names
-            .iter()
-            .map(|n| decider.life(n).map_or(Stage::Off, |l| l.stage))
-            .collect();
+        // (Counted: the order of the nodes does not matter.)
+        let stages: Vec<Stage> = decider.lives().map(|(_, l)| l.stage).collect();
         let pending_gpus: f64 = pending.iter().map(|&k| job_gpus[k]).sum();
         rounds.push(Sample {
             t_s: t,
@@ -308,10 +305,8 @@ fn run_quietly(
             }
             soon(m.mig_until);
         }
-        for n in &names {
-            if let Some(life) = decider.life(n).filter(|l| l.stage == Stage::Idle) {
-                soon(life.since.saturating_add(idle_after_s));
-            }
+        for (_, life) in decider.lives().filter(|(_, l)| l.stage == Stage::Idle) {
+            soon(life.since.saturating_add(idle_after_s));
         }
         // A decision that asked for anything, or anything on its way, is
         // looked at again next round.

@@ -78,8 +78,13 @@ pub struct PodRequest {
 
 impl PodRequest {
     pub fn parse(spec: &PodSpec) -> Result<PodRequest, String> {
+        Self::parse_requests(&spec.requests)
+    }
+
+    /// [`PodRequest::parse`] of a pod's `requests` alone (a bound pod's).
+    pub fn parse_requests(requests: &BTreeMap<String, String>) -> Result<PodRequest, String> {
         let mut r = PodRequest::default();
-        for (name, q) in &spec.requests {
+        for (name, q) in requests {
             let v = quantity::parse(q).map_err(|e| format!("requests.{name}: {e}"))?;
             match name.as_str() {
                 "cpu" => r.cpu = v,

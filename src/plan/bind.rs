@@ -3,17 +3,44 @@
 
 use super::*;
 
+/// Bound pods node by node (node, namespace, name): translations list them
+/// so already, and checking is cheaper than sorting.
+fn in_node_order(bound: &[crate::demand::BoundPod]) -> Vec<&crate::demand::BoundPod> {
+    let mut bound: Vec<&crate::demand::BoundPod> = bound.iter().collect();
+    let order = |a: &&crate::demand::BoundPod, b: &&crate::demand::BoundPod| {
+        (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name))
+    };
+    if !bound.is_sorted_by(|a, b| order(a, b).is_le()) {
+        bound.sort_by(order);
+    }
+    bound
+}
+
 impl Planner<'_> {
+    /// [`Planner::node_index`] of `name`, the node of the next pod in node
+    /// order: `last` (the one before's) answers again without a search.
+    fn node_index_of_next<'n>(
+        &self,
+        last: &mut Option<(&'n str, Option<usize>)>,
+        name: &'n str,
+    ) -> Option<usize> {
+        match *last {
+            Some((before, i)) if before == name => i,
+            _ => {
+                let i = self.node_index(name);
+                *last = Some((name, i));
+                i
+            }
+        }
+    }
+
     pub(super) fn bind(&mut self, demand: &Demand) {
-        let mut bound: Vec<&crate::demand::BoundPod> = demand.bound.iter().collect();
-        bound.sort_by(|a, b| {
-            (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name))
-        });
         let mut owner_busy = BTreeSet::new();
         // (node, DaemonSet) with its pod bound there.
         let mut bound_daemons: BTreeSet<(usize, &str)> = BTreeSet::new();
-        for pod in bound {
-            let Some(i) = self.node_index(&pod.node) else {
+        let mut last = None;
+        for pod in in_node_order(&demand.bound) {
+            let Some(i) = self.node_index_of_next(&mut last, &pod.node) else {
                 self.notes.push(format!(
                     "bound pod {}/{} is on unknown node {}",
                     pod.namespace, pod.name, pod.node
@@ -28,14 +55,10 @@ impl Planner<'_> {
             if self.nodes[i].node_deleted {
                 continue;
             }
-            let spec = PodSpec {
-                requests: pod.requests.clone(),
-                ..PodSpec::default()
-            };
             // GPUs and MIG devices the pod holds through the device plugin;
             // those it names are marked below, the rest after that.
             let mut unnamed: Vec<(Option<String>, u32)> = Vec::new();
-            match PodRequest::parse(&spec) {
+            match PodRequest::parse_requests(&pod.requests) {
                 Ok(mut req) => {
                     unnamed.push((None, req.gpus));
                     unnamed.extend(req.mig.iter().map(|(p, n)| (Some(p.clone()), *n)));

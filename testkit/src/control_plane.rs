@@ -12,7 +12,6 @@
 //! temporary directory, every process is killed when the [`ControlPlane`]
 //! is dropped, and every wait has a deadline and says what it waited for.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -262,29 +261,9 @@ where
     }
 }
 
-/// A free loopback port (bound, then released for the child to bind).
-///
-/// Drawn below Linux's ephemeral range (32768–60999): a port from there,
-/// released, could be taken as the source port of any outgoing connection
-/// (the apiserver's own, to etcd) before the child binds it; these are
-/// never handed out that way. Tried until one binds.
+/// A free loopback port for a child to bind ([`crate::ports`]).
 fn free_port() -> Result<u16, String> {
-    use std::hash::{BuildHasher, Hasher};
-    const LOW: u16 = 20_000;
-    const HIGH: u16 = 32_000;
-    for _ in 0..1000 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        let port = LOW + (h.finish() % u64::from(HIGH - LOW)) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    Err(format!("no free port in {LOW}..{HIGH} after 1000 tries"))
+    crate::ports::free_port()
 }
 
 /// Waits (up to [`READY_WITHIN`]) until `process`, serving on

@@ -11,6 +11,8 @@
 //!   hang, bounded memory; findings replay from a seed and case index);
 //! - [`fake_api`]: an in-repo Kubernetes API server (axum) with real
 //!   list/watch semantics;
+//! - [`ports`]: loopback ports for children to bind, never handed out
+//!   twice by one process and never ones the kernel gives connections.
 //! - [`sushy`]: OpenStack's `sushy-emulator --fake` and `sushy-static`
 //!   Redfish peers, started on free ports and stopped on drop;
 //! - `power` (feature `power`): `SimulatedPower`, the in-memory twin of
@@ -25,6 +27,7 @@ pub mod control_plane;
 pub mod daemon;
 pub mod fake_api;
 pub mod hostile;
+pub mod ports;
 #[cfg(feature = "power")]
 pub mod power;
 pub mod process;

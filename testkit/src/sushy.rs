@@ -35,14 +35,11 @@ pub fn sushy_bin(name: &str) -> Result<PathBuf, String> {
     ))
 }
 
-/// A free loopback port (the OS's pick; released before the caller binds
-/// it, so another process may take it in between: whoever binds it later
-/// must notice, as [`start_emulator`] and [`start_static`] do).
+/// A free loopback port ([`crate::ports::free_port`]): released before the
+/// caller binds it; whoever binds it later must still notice a failure, as
+/// [`start_emulator`] and [`start_static`] do.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    crate::ports::free_port().expect("a free loopback port")
 }
 
 /// One fake system of the emulator.

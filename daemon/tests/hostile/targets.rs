@@ -240,7 +240,8 @@ pub fn demand() -> Target {
     let fleet = scenario_fleet();
     Target::new("demand", Dialect::Json, corpus, move |input| {
         let text = text(input)?;
-        let demand = accordd::parse_demand(text, "demand.json").map_err(|e| e.to_string())?;
+        let demand = accord_api::admin_files::parse_demand(text, "demand.json")
+            .map_err(|e| e.to_string())?;
         let _ = accord::plan::plan(&fleet, &demand, &fleet.policy, 1_000);
         Ok(())
     })

@@ -19,7 +19,7 @@ use support::lab::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let lab = start_gang(
         "a_rack_gang_powers_on_exactly_its_rack_and_binds",
         QUICK,
@@ -67,7 +67,7 @@ async fn a_rack_gang_powers_on_exactly_its_rack_and_binds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let lab = start_gang(
         "a_gang_that_cannot_fit_powers_nothing_and_is_explained",
         QUICK,
@@ -149,7 +149,7 @@ async fn a_gang_that_cannot_fit_powers_nothing_and_is_explained() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     // One rack of five: the planner's first pick, r1-n1, has a BMC that
     // accepts the Reset and never powers the machine on.
     let mut fleet = FLEET[..FLEET.find("[[fleet.nodes]]").unwrap()].to_owned();
@@ -200,7 +200,7 @@ async fn a_node_that_never_powers_on_fails_and_another_is_chosen() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_nodes_are_powered_off_after_the_idle_time() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let fleet = FLEET.replace("idle_power_off_after_s = 600", "idle_power_off_after_s = 4");
     let job = "{apiVersion: v1, kind: Pod, metadata: {namespace: ml, name: job-0}, \
                spec: {containers: [{name: t, image: t, resources: {limits: {nvidia.com/gpu: \"8\"}}}]}}\n"
@@ -250,7 +250,7 @@ async fn idle_nodes_are_powered_off_after_the_idle_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let lab = start_gang(
         "kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts",
         QUICK,
@@ -281,7 +281,7 @@ async fn kill_9_mid_flight_sends_no_second_reset_and_the_gang_starts() {
 /// opens at once); restarted, it sends no second Reset and the gang starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_mid_flight_exits_0_and_the_gang_starts_after_restart() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let lab = start_gang(
         "sigterm_mid_flight_exits_0_and_the_gang_starts_after_restart",
         QUICK,
@@ -333,7 +333,7 @@ async fn sigterm_mid_flight_exits_0_and_the_gang_starts_after_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_mode_sends_nothing_to_the_bmcs() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let settings = format!("{QUICK}\nmode = \"observe\"");
     // A gang that fits r2, and one that fits nowhere (in act mode: a
     // CannotPlace event).
@@ -488,7 +488,7 @@ fn power_off_resets(lab: &Lab, nodes: &BTreeSet<String>) -> Vec<accord_lab::prox
 /// then admits the job (creates its pods), which land on the booked nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let spec = "{nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}, containers: [{name: main, image: t, resources: {requests: {cpu: \"1\", memory: 64Gi, nvidia.com/gpu: \"8\"}}}]}";
     let request = |name: &str, class: &str, count: u32| {
         format!(
@@ -658,7 +658,7 @@ async fn provisioning_requests_get_kueues_conditions_and_their_capacity() {
 /// are powered off after the idle time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_that_goes_away_releases_its_booting_nodes() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let fleet = FLEET.replace("idle_power_off_after_s = 600", "idle_power_off_after_s = 3");
     let lab = start_gang(
         "a_gang_that_goes_away_releases_its_booting_nodes",
@@ -741,7 +741,7 @@ async fn a_gang_that_goes_away_releases_its_booting_nodes() {
 /// on any BMC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bmc_sessions_survive_a_password_rotation_and_none_is_left_after_sigterm() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let s = scenario(
         &format!("bmc_sessions = true\n{QUICK}"),
         FLEET,

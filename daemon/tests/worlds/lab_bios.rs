@@ -69,7 +69,7 @@ fn bios_taint(lab: &Lab, node: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bios_profiles_are_staged_before_power_on_verified_after_and_a_failed_node_moves_the_gang()
 {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let started = tokio::time::Instant::now();
     // The planner's first picks for the two-pod gang are r1-n1 and r1-n2.
     let lab = start_gang(

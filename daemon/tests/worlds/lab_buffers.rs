@@ -134,7 +134,7 @@ fn fits(buffer: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capacity_buffer_keeps_nodes_ready_is_refilled_and_lets_them_go() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let s = Scenario::parse(BUFFERS, Path::new("buffers.toml")).unwrap();
     let lab = support::lab::start("upstream-buffers", s).await;
 

@@ -53,7 +53,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_predicted_time_to_capacity_is_the_boots_measured() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let ten: String = (0..10)
         .map(|i| single(&format!("one-{i}")))
         .collect::<Vec<_>>()

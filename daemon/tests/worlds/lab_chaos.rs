@@ -73,7 +73,7 @@ fn pair() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_chaos_run_keeps_every_safety_count_at_0_and_binds_everything() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let gang = pair();
     let solo = pod("ml", "solo", None);
     let chaos = ChaosOptions {
@@ -140,7 +140,7 @@ async fn a_small_chaos_run_keeps_every_safety_count_at_0_and_binds_everything() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_whose_answer_hangs_is_not_sent_again() {
     use accord_lab::chaos::bmc::{BmcFault, HangTarget};
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let mut s = scenario(QUICK, FLEET, &[("pair", pair(), 600_000)]);
     // Chaos with nothing scheduled: the lab's chaos plumbing (the 4 s
     // Redfish timeout, the agent proxy), the fault armed by hand.
@@ -192,7 +192,7 @@ async fn a_reset_whose_answer_hangs_is_not_sent_again() {
 /// planned nothing until the slowest intent was resolved, 20 s and more.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_intent_being_verified_holds_up_no_other_node_after_a_restart() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let fleet = FLEET.replace("idle_power_off_after_s = 5", "idle_power_off_after_s = 600");
     let second = pair().replace("pair", "more");
     let mut s = scenario(

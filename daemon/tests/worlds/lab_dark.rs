@@ -190,7 +190,7 @@ fn deletes_of(lab: &Lab, node: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dark_machines_nodes_are_deleted_and_come_back_with_the_admins_keys() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::world_alone().await;
     let lab = support::lab::start("upstream-1.37-dark", scenario()).await;
     lab.release("live").unwrap();
     lab.release("late").unwrap();

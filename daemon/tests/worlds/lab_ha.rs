@@ -119,7 +119,7 @@ fn the_other(lab: &Lab, identity: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_while_its_gang_powers_on_hands_over_within_the_lease_and_one_round() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = world_alone().await;
     // The defaults of cluster-autoscaler and Karpenter.
     let (lease, retry) = (15, 2);
     let lab = start_gang(
@@ -176,7 +176,7 @@ async fn killing_the_leader_while_its_gang_powers_on_hands_over_within_the_lease
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_paused_past_its_lease_sends_and_writes_nothing_on_resuming_and_steps_down() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = world_alone().await;
     let (lease, renew, retry) = (6, 4, 1);
     let lab = start_gang(
         "a_leader_paused_past_its_lease",
@@ -274,7 +274,7 @@ async fn a_leader_paused_past_its_lease_sends_and_writes_nothing_on_resuming_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_store_is_deleted_is_fed_again_by_the_agents_and_leads() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = world_alone().await;
     let (lease, renew, retry) = (6, 4, 1);
     let lab = start(
         "a_replica_whose_store_is_deleted",

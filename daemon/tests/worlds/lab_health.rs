@@ -30,7 +30,7 @@ fn scenario_text() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_node_becomes_unhealthy_its_gang_moves_and_repair_power_cycles_it_once() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let s = Scenario::parse(&scenario_text(), Path::new("health.toml")).expect("valid scenario");
     let lab = start("a_hung_node_becomes_unhealthy", s).await;
     lab.release("train").unwrap();
@@ -122,7 +122,7 @@ async fn a_hung_node_becomes_unhealthy_its_gang_moves_and_repair_power_cycles_it
 /// forced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accordctl_power_goes_through_accordds_checks_and_journal() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let test = "accordctl_power_goes_through_accordds_checks_and_journal";
     let lab = start(test, scenario(QUICK, FLEET, &[])).await;
     let ctl = |args: &[&str]| accordctl(&lab, args);

@@ -183,7 +183,7 @@ async fn bound_on_the_repartitioned_node(lab: &Lab, kind: &str) -> ControlStatus
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_gpu_is_repartitioned_through_the_agent_and_the_pods_bind_to_its_instances() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let lab = start_mig("mig_through_the_agent", QUICK, FLEET).await;
     let st = bound_on_the_repartitioned_node(&lab, "mig_agent").await;
     let c = &st.commands[0];
@@ -235,7 +235,7 @@ fn operator_fleet() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_gpu_operator_the_label_follows_the_synced_configmap_and_a_failure_is_retried_under_a_new_label(
 ) {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let settings = format!("{QUICK}\n[lab.gpu_operator]\nfail_first = 1\n");
     let lab = start_mig("mig_through_the_gpu_operator", &settings, &operator_fleet()).await;
     let st = bound_on_the_repartitioned_node(&lab, "mig_gpu_operator").await;
@@ -326,7 +326,7 @@ async fn with_the_gpu_operator_the_label_follows_the_synced_configmap_and_a_fail
 /// repartitioned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_gpu_operator_a_label_set_with_the_configmap_write_fails() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let settings = format!("{QUICK}\n[lab.gpu_operator]\nvolume_sync_ms = 15000\n");
     let lab = start_mig_with(
         "mig_gpu_operator_single_pass",
@@ -387,7 +387,7 @@ async fn with_the_gpu_operator_a_label_set_with_the_configmap_write_fails() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_gpu_is_never_repartitioned_the_agent_refuses_and_accordd_plans_again() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     // A process Kubernetes does not know uses r1-n1's GPU 0, the one the
     // planner would take first.
     let settings = format!("{QUICK}\n[lab.machines.r1-n1]\nbusy_gpus = [0]\n");
@@ -467,7 +467,7 @@ fn slice_mig_devices(lab: &Lab, node: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_gpu_operator_node_its_operands_are_paused_around_the_agents_repartition_and_its_slices_show_it_first(
 ) {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let settings = format!("{QUICK}\n[lab.machines.r1-n1]\ngpu_operator_operands = true\n");
     let request = "{apiVersion: v1, kind: PodTemplate, metadata: {namespace: ml, name: infer-main}, template: {spec: {containers: [{name: c, image: c, resources: {requests: {cpu: 100m, memory: 1Gi}, limits: {nvidia.com/mig-1g.10gb: \"1\"}}}]}}}\n---\n\
         {apiVersion: autoscaling.x-k8s.io/v1, kind: ProvisioningRequest, metadata: {namespace: ml, name: infer}, \
@@ -570,7 +570,7 @@ async fn on_a_gpu_operator_node_its_operands_are_paused_around_the_agents_repart
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_dynamic_mig_dra_driver_partitions_are_planned_on_its_counters_and_nothing_is_repartitioned(
 ) {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let settings = format!("{QUICK}\n[lab.machines.r1-n1]\ndra_dynamic_mig = true\n");
     let claims: String = (0..3)
         .map(|i| {

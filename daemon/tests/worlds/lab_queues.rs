@@ -143,7 +143,7 @@ fn racks(nodes: &BTreeSet<String>) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_tas_jobs_on_dark_racks_get_one_rack_each_and_quota_holds_the_rest() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let lab = support::lab::start("upstream-1.37-queues", scenario()).await;
     assert!(lab.nodes_on().is_empty(), "every machine starts dark");
     for name in ["plain", "checked", "over"] {

@@ -114,7 +114,7 @@ fn rack(node: &str) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anti_affinity_spread_and_daemonset_pods_power_on_exactly_what_kube_scheduler_uses() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let lab = support::lab::start("upstream-1.37-relations", scenario()).await;
 
     // Four 2-GPU workers, one per machine: four machines, not one.

@@ -93,7 +93,7 @@ fn node(lab: &Lab, name: &str) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_reporting_7_of_8_gpus_is_planned_around_and_accordd_labels_and_taints_nodes() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     let settings =
         format!("{QUICK}\n[lab.machines.r1-n1]\nrecording = {{ builtin = \"h100-7gpu\" }}\n");
     let lab = start(
@@ -229,7 +229,7 @@ async fn a_node_reporting_7_of_8_gpus_is_planned_around_and_accordd_labels_and_t
 /// powers on a node for the pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_starts_and_powers_on_for_a_plain_gpu_pod_on_1_31_1_34_and_1_37() {
-    let _one = ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     const SMALL: &str = r#"
 [fleet.profiles.h100]
 gpus = 8

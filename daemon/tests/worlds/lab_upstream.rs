@@ -23,7 +23,7 @@ fn default_on(minor: &str) -> Scenario {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_scenario_runs_on_upstream_1_37() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let lab = support::lab::start("upstream-1.37", default_on("1.37")).await;
 
     // kubectl works against the lab's apiserver, and the apiserver's
@@ -176,7 +176,7 @@ async fn the_default_scenario_runs_on_upstream_1_37() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_scenario_runs_to_the_end_on_upstream_1_34() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let lab = support::lab::start("upstream-1.34", default_on("1.34")).await;
     let s = lab
         .run_until_idle(true)
@@ -240,7 +240,7 @@ manifests = '''
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permission_taken_from_accordd_fails_the_lab() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let s = Scenario::parse(FLEET, Path::new("forbidden.toml")).unwrap();
     let lab = support::lab::start("upstream-forbidden", s).await;
     // The admin takes accordd's cluster-wide permissions away; the pod
@@ -315,7 +315,7 @@ fn node_taints(lab: &Lab, node: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_bound_while_a_node_waits_to_power_off_cancels_it_and_is_not_killed() {
     use accord::truth::POWERING_OFF_TAINT_KEY;
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let s = Scenario::parse(POWER_OFF, Path::new("power-off.toml")).unwrap();
     let lab = support::lab::start("upstream-power-off", s).await;
     lab.release("job").unwrap();
@@ -438,7 +438,7 @@ manifests = '''
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_claim_is_not_planned_on_gpus_a_running_claim_holds() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let s = Scenario::parse(HELD_DEVICES, Path::new("held.toml")).unwrap();
     let lab = support::lab::start("upstream-held-devices", s).await;
     lab.release("holder").unwrap();
@@ -537,7 +537,7 @@ manifests = '''
 /// binds all 4 pods there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_of_4_on_upstream_1_36_powers_on_4_nodes_and_binds() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let s = Scenario::parse(GANG_ON_1_36, Path::new("gang-1.36.toml")).unwrap();
     let lab = support::lab::start("upstream-1.36-gang", s).await;
     lab.release("train").unwrap();
@@ -623,7 +623,7 @@ manifests = '''
 /// tainted GPUs, the only ones left, and bound there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_taint_rule_moves_claims_that_do_not_tolerate_it() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let s = Scenario::parse(TAINTED_DEVICES, Path::new("tainted.toml")).unwrap();
     let lab = support::lab::start("upstream-device-taints", s).await;
     lab.release("holder").unwrap();
@@ -662,7 +662,7 @@ async fn a_device_taint_rule_moves_claims_that_do_not_tolerate_it() {
 /// check failing, so pods cannot keep the field where the API is not.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_gang_api_1_36_pods_are_planned_one_by_one() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let off = GANG_ON_1_36
         .replace("feature_gates = [\"GenericWorkload=true\"]\n", "")
         .replace("runtime_config = [\"scheduling.k8s.io/v1alpha2=true\"]\n", "")
@@ -767,7 +767,7 @@ spec:
 /// labels it), and the real scheduler binds the gang in that rack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rack_gang_on_upstream_1_37_powers_on_one_rack_labelled_before_it_binds() {
-    let _one = support::lab::ONE_LAB_AT_A_TIME.lock().await;
+    let _slot = support::lab::shared_world().await;
     let s = Scenario::parse(RACK_GANG_ON_1_37, Path::new("rack-gang-1.37.toml")).unwrap();
     let lab = support::lab::start("upstream-1.37-rack-gang", s).await;
     lab.release("train").unwrap();

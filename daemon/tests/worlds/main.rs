@@ -1,8 +1,8 @@
 //! accordd in whole worlds, one binary: the lab (its control plane,
 //! kubelets, BMCs and agents) and the upstream control plane. Each test
-//! takes `support::lab::ONE_LAB_AT_A_TIME`, so on CI's two cores no two
-//! worlds run at once, as when each file was its own binary and binaries
-//! ran one after another.
+//! holds a slot of `support::lab` for its whole world: two worlds share
+//! CI's two cores, but for those whose timing must hold, which have them
+//! alone.
 
 mod support;
 

@@ -159,11 +159,11 @@ fn daemon_set() -> Value {
 
 /// One control plane at a time, and never beside a lab: each runs etcd,
 /// three components and two accordd replicas on CI's two cores.
-use crate::support::lab::ONE_LAB_AT_A_TIME as ONE_AT_A_TIME;
+use crate::support::lab::shared_world;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accordd_runs_on_the_upstream_control_plane_with_its_own_rbac() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     accordd_on(DEFAULT_MINOR).await;
 }
 
@@ -171,7 +171,7 @@ async fn accordd_runs_on_the_upstream_control_plane_with_its_own_rbac() {
 /// `resource.k8s.io/v1`, no scheduling.k8s.io/v1beta1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accordd_runs_on_upstream_1_34_with_its_own_rbac() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _slot = shared_world().await;
     accordd_on(34).await;
 }
 

@@ -13,7 +13,35 @@ use accord_api::text::render_status;
 use accord_lab::fixtures::gang;
 use accord_lab::{Lab, LabOptions, Scenario};
 
-pub static ONE_LAB_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The machine's share of worlds: two at once, on the fake API or the
+/// upstream control plane alike (each mostly waits on boots, kubelets,
+/// rounds and controllers it runs in real time, so two together take
+/// little more than one; every wait has a deadline several times what it
+/// takes on an idle machine). A world that asserts how long something
+/// took against a tight bound (a Lease handover within a retry period)
+/// or needs its kubelets' heartbeats on time (a zone that must stay
+/// Normal) has the machine alone.
+static WORLD_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(WORLDS_AT_ONCE);
+const WORLDS_AT_ONCE: usize = 2;
+
+/// Held for the whole of a world; dropping it lets the next one start.
+pub type WorldSlot = tokio::sync::SemaphorePermit<'static>;
+
+/// A world that shares the machine with one other.
+pub async fn shared_world() -> WorldSlot {
+    WORLD_SLOTS
+        .acquire()
+        .await
+        .expect("the world slots are never closed")
+}
+
+/// A world that has the machine alone.
+pub async fn world_alone() -> WorldSlot {
+    WORLD_SLOTS
+        .acquire_many(WORLDS_AT_ONCE as u32)
+        .await
+        .expect("the world slots are never closed")
+}
 
 pub const CONTROL: &str = r#"
 [control]
