@@ -79,6 +79,13 @@ pub(super) fn simulate(args: &crate::simulate::SimulateArgs, json: bool) -> anyh
             s.energy_kwh
         );
     }
+    for p in f.policies.iter().filter(|p| p.summary.evictions > 0) {
+        accord_api::sayln!(
+            "{}: {} running workloads evicted from lent reserved nodes for their owners, started again",
+            p.name,
+            p.summary.evictions
+        );
+    }
     accord_api::sayln!("report: {}", done.report.display());
     accord_api::sayln!("figures: {}", done.json.display());
     Ok(())

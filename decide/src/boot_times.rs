@@ -25,11 +25,16 @@ struct Boots {
 
 /// The boots seen, per profile (`""`: nodes with none), and power-on →
 /// Ready per rack (racks of one profile may boot at different speeds:
-/// another BMC, another network).
+/// another BMC, another network). The medians [`BootTimes::expected`]
+/// answers are kept as boots come (it is asked for every node the fleet
+/// as seen works out, boots come a few a round at most).
 #[derive(Debug, Default)]
 pub(crate) struct BootTimes {
     per_profile: BTreeMap<String, Boots>,
     per_rack: BTreeMap<String, VecDeque<u64>>,
+    profile_median: BTreeMap<String, u64>,
+    /// Racks with [`RACK_BOOTS`] measured.
+    rack_median: BTreeMap<String, u64>,
 }
 
 /// Boots of a rack measured before its own median stands for it.
@@ -63,13 +68,24 @@ impl BootTimes {
     ) {
         let s = now.saturating_sub(powered_at);
         if let (Some(rack), Stage::Ready) = (rack, to) {
-            push(self.per_rack.entry(rack.to_owned()).or_default(), s);
+            let v = self.per_rack.entry(rack.to_owned()).or_default();
+            push(v, s);
+            if v.len() >= RACK_BOOTS {
+                if let Some(m) = percentile(v, 50) {
+                    self.rack_median.insert(rack.to_owned(), m);
+                }
+            }
         }
         let b = self.per_profile.entry(profile.to_owned()).or_default();
         match to {
             Stage::Booting => push(&mut b.bmc_on, s),
             Stage::AgentUp => push(&mut b.agent_up, s),
-            Stage::Ready => push(&mut b.ready, s),
+            Stage::Ready => {
+                push(&mut b.ready, s);
+                if let Some(m) = percentile(&b.ready, 50) {
+                    self.profile_median.insert(profile.to_owned(), m);
+                }
+            }
             _ => {}
         }
     }
@@ -99,14 +115,9 @@ impl BootTimes {
     /// The power-on → Ready expected of a node: its rack's median once
     /// [`RACK_BOOTS`] were measured there, else its profile's.
     pub(crate) fn expected(&self, profile: &str, rack: Option<&str>) -> Option<u64> {
-        rack.and_then(|r| self.per_rack.get(r))
-            .filter(|v| v.len() >= RACK_BOOTS)
-            .and_then(|v| percentile(v, 50))
-            .or_else(|| {
-                self.per_profile
-                    .get(profile)
-                    .and_then(|b| percentile(&b.ready, 50))
-            })
+        rack.and_then(|r| self.rack_median.get(r))
+            .or_else(|| self.profile_median.get(profile))
+            .copied()
     }
 
     /// Per profile, for the status and the metrics.

@@ -20,7 +20,7 @@ use accord::truth::{Publication, SchedulerView};
 use accord_api::agent::CommandRecord;
 use accord_api::control::{
     describe, stage_label, CannotPlan, ControlStatus, Intent, IntentAction, KindWatch, Mode,
-    NodeStatus, WorkloadState, WorkloadStatus, WouldWrite,
+    NodeStatus, WorkloadState, WorkloadStatus,
 };
 use tracing::{debug, info, warn};
 
@@ -42,6 +42,8 @@ mod lifecycles;
 pub mod metrics;
 mod power;
 mod power_off;
+mod reclaim;
+pub use reclaim::Eviction;
 pub mod provisioning;
 mod results;
 mod round;
@@ -194,6 +196,9 @@ pub struct Decision {
     /// Dark machines' Nodes: copies kept (stored first), deletes, restores
     /// (act mode only).
     pub dark: dark::DarkEffects,
+    /// Pods to evict through the Eviction API: borrowers of lent reserved
+    /// nodes their owner takes back (act mode only; `reclaim`).
+    pub evictions: Vec<Eviction>,
 }
 
 /// How the decider is set up (from `[control]`).
@@ -260,9 +265,6 @@ impl Default for Repair {
     }
 }
 
-/// How many unmade observe-mode writes the status keeps.
-const WOULD_WRITE_KEPT: usize = 100;
-
 /// The loop's memory between rounds: the fleet, the settings, the clock,
 /// and one book per concern (docs/ARCHITECTURE.md, "A new rule").
 #[derive(Debug)]
@@ -270,14 +272,12 @@ pub struct Decider {
     fleet: Fleet,
     settings: Settings,
     clock: Clock,
-    /// Lifecycles, boots, this round's busy pods (`lifecycles`).
+    /// Lifecycles, boots, repairs, this round's busy pods (`lifecycles`).
     life: lifecycles::Lifecycles,
     /// How long workloads wait (`workloads`).
     latency: workloads::Latency,
     /// Provisioned requests' nodes (`provisioning`).
     bookings: provisioning::Bookings,
-    /// Power cycles of Unhealthy nodes (`power`).
-    repair: power::Repairs,
     /// Declared and scheduler drift, views, publications (`truth`).
     truth: truth::Truth,
     /// Things said that still hold; observe mode's unmade writes (`said`).
@@ -295,6 +295,9 @@ pub struct Decider {
     /// Machines going dark: the powering-off taints, the Nodes deleted
     /// and restored (`power_off`, `dark`).
     dark: dark::DarkBook,
+    /// Lent reserved capacity taken back for its owner: the borrowers
+    /// asked to leave (`reclaim`).
+    reclaim: reclaim::Reclaim,
 }
 
 /// The time of the round under way (or start-up, for `note`), the rounds
@@ -313,7 +316,11 @@ pub type Stopwatch = fn() -> Duration;
 
 impl Decider {
     /// Every node of `fleet` starts Off at `now`.
-    pub fn new(fleet: Fleet, settings: Settings, now: u64) -> Decider {
+    pub fn new(mut fleet: Fleet, settings: Settings, now: u64) -> Decider {
+        // The rounds walk the fleet beside maps keyed by node name.
+        if !fleet.nodes.is_sorted_by(|a, b| a.name <= b.name) {
+            fleet.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        }
         let lives = fleet
             .nodes
             .iter()
@@ -332,7 +339,6 @@ impl Decider {
             },
             latency: Default::default(),
             bookings: Default::default(),
-            repair: Default::default(),
             truth: Default::default(),
             said: Default::default(),
             commands: Default::default(),
@@ -341,6 +347,7 @@ impl Decider {
             warmth: Default::default(),
             buffers: Default::default(),
             dark: Default::default(),
+            reclaim: Default::default(),
         }
     }
 
@@ -404,7 +411,7 @@ impl Decider {
 
     /// Sets how Unhealthy nodes are repaired (default: not at all).
     pub fn set_repair(&mut self, repair: Repair) {
-        self.repair.policy = repair;
+        self.life.repairs.policy = repair;
     }
 
     /// How long the powering-off taint stands, once the Node shows it,
@@ -519,6 +526,7 @@ impl Decider {
             admin_replies: admin.replies,
             requested: if act { requested } else { BTreeMap::new() },
             dark,
+            evictions: if act { r.evictions } else { Vec::new() },
         }
     }
 
@@ -526,11 +534,13 @@ impl Decider {
     /// bookings.
     #[allow(clippy::type_complexity)]
     fn state_changes(&mut self) -> (Vec<(String, NodeLife)>, Option<BTreeMap<String, Booking>>) {
+        // Both maps by name: walked side by side.
+        let mut saved = in_order::in_order(&self.life.saved);
         let lives: Vec<(String, NodeLife)> = self
             .life
             .nodes
             .iter()
-            .filter(|(n, l)| self.life.saved.get(*n) != Some(*l))
+            .filter(|(n, l)| saved.get(n) != Some(*l))
             .map(|(n, l)| (n.clone(), l.clone()))
             .collect();
         for (n, l) in &lives {
@@ -553,64 +563,6 @@ impl Decider {
                 .collect()
         });
         (lives, bookings)
-    }
-
-    /// Observe mode: keeps what would have been written (the last
-    /// [`WOULD_WRITE_KEPT`]) for the status.
-    fn would_write(
-        &mut self,
-        events: Vec<Event>,
-        conditions: Vec<ConditionWrite>,
-        buffers: Vec<buffers::BufferStatusWrite>,
-    ) {
-        for e in events {
-            self.said.would_write.push(WouldWrite {
-                regarding: e.regarding,
-                what: format!(
-                    "{} event {}: {}",
-                    if e.warning { "Warning" } else { "Normal" },
-                    e.reason,
-                    e.note
-                ),
-            });
-        }
-        for c in conditions {
-            self.said.would_write.push(WouldWrite {
-                regarding: c.request,
-                what: format!(
-                    "condition {}={}: {}: {}",
-                    c.condition.type_,
-                    if c.condition.status { "True" } else { "False" },
-                    c.condition.reason,
-                    c.condition.message
-                ),
-            });
-        }
-        for b in buffers {
-            let conditions: Vec<String> = b
-                .status
-                .conditions
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{}={} {}",
-                        c.type_,
-                        if c.status { "True" } else { "False" },
-                        c.reason
-                    )
-                })
-                .collect();
-            self.said.would_write.push(WouldWrite {
-                regarding: b.buffer,
-                what: format!(
-                    "status replicas {:?}, {}",
-                    b.status.replicas,
-                    conditions.join(", ")
-                ),
-            });
-        }
-        let excess = self.said.would_write.len().saturating_sub(WOULD_WRITE_KEPT);
-        self.said.would_write.drain(..excess);
     }
 
     /// Logs `line` the first time `key` holds (again); true then.

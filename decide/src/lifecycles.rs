@@ -21,6 +21,8 @@ pub(super) struct Lifecycles {
     pub(super) busy: BTreeMap<String, u32>,
     /// The latest transitions, for the status.
     pub(super) recent: Vec<String>,
+    /// Power cycles of Unhealthy nodes (`power`).
+    pub(super) repairs: super::power::Repairs,
 }
 
 impl Decider {

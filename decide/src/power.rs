@@ -115,14 +115,14 @@ impl Decider {
         metrics: &mut RoundMetrics,
     ) -> Vec<Action> {
         let mut out = Vec::new();
-        if !self.repair.policy.enabled {
+        if !self.life.repairs.policy.enabled {
             return out;
         }
         // Those powered off for repair come back once Off.
-        for node in self.repair.nodes.clone() {
+        for node in self.life.repairs.nodes.clone() {
             match self.life.nodes.get(&node).map(|l| l.stage) {
                 Some(Stage::Off) => {
-                    self.repair.nodes.remove(&node);
+                    self.life.repairs.nodes.remove(&node);
                     out.push(Action::PowerOn {
                         node,
                         wave: 0,
@@ -131,7 +131,7 @@ impl Decider {
                 }
                 Some(Stage::PoweringOff | Stage::Unhealthy) => {}
                 _ => {
-                    self.repair.nodes.remove(&node);
+                    self.life.repairs.nodes.remove(&node);
                 }
             }
         }
@@ -145,25 +145,25 @@ impl Decider {
             .collect();
         let percent = unhealthy.len() * 100 / total;
         for node in unhealthy {
-            if self.repair.nodes.contains(&node) {
+            if self.life.repairs.nodes.contains(&node) {
                 continue;
             }
             let pods = self.busy_on(&node);
-            let cycles = self.repair.cycles.get(&node).copied().unwrap_or(0);
+            let cycles = self.life.repairs.cycles.get(&node).copied().unwrap_or(0);
             let skip = if pods > 0 {
                 Some(format!("{pods} pod(s) bound"))
             } else if snap.cordoned.contains(&node) {
                 Some("cordoned by an admin".to_owned())
             } else if snap.do_not_disrupt.contains(&node) {
                 Some(format!("annotated {DO_NOT_DISRUPT}"))
-            } else if cycles >= self.repair.policy.max_cycles_per_node {
+            } else if cycles >= self.life.repairs.policy.max_cycles_per_node {
                 Some(format!(
                     "power-cycled {cycles} time(s) already (control.repair.max_cycles_per_node)"
                 ))
-            } else if percent >= self.repair.policy.max_unhealthy_percent as usize {
+            } else if percent >= self.life.repairs.policy.max_unhealthy_percent as usize {
                 Some(format!(
                     "{percent} % of the fleet is unhealthy (control.repair.max_unhealthy_percent = {})",
-                    self.repair.policy.max_unhealthy_percent
+                    self.life.repairs.policy.max_unhealthy_percent
                 ))
             } else if !snap.bmc.contains_key(&node) {
                 Some("its BMC cannot be read".to_owned())
@@ -177,12 +177,12 @@ impl Decider {
                 );
                 continue;
             }
-            self.repair.cycles.insert(node.clone(), cycles + 1);
-            self.repair.nodes.insert(node.clone());
+            self.life.repairs.cycles.insert(node.clone(), cycles + 1);
+            self.life.repairs.nodes.insert(node.clone());
             let reason = format!(
                 "repair: power cycle {} of {} of an unhealthy node with no pods",
                 cycles + 1,
-                self.repair.policy.max_cycles_per_node
+                self.life.repairs.policy.max_cycles_per_node
             );
             warn!(node = %node, "{reason}");
             metrics.commands.push(("repair", "power_cycle"));

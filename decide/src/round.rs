@@ -26,6 +26,7 @@ pub(super) struct Round {
     pub metrics: RoundMetrics,
     pub bios: BiosEffects,
     pub commands: CommandEffects,
+    pub evictions: Vec<crate::reclaim::Eviction>,
 }
 
 impl Decider {
@@ -89,6 +90,7 @@ impl Decider {
         // taken out of it or a placeholder added (most rounds: neither).
         let mut demand = Cow::Borrowed(&snap.demand);
         let check_capacity = take_check_capacity(snap, &mut demand);
+        self.reclaim.leaving(&mut demand);
         // Buffers' and warm placeholders are planned after the real
         // demand (lowest priorities), then taken out of the plan but for
         // the power-ons they are for.
@@ -102,6 +104,12 @@ impl Decider {
         }
         let started = self.clock.stopwatch.map(|now| now());
         let mut plan = accord::plan::plan(&seen, &demand, &seen.policy, snap.now);
+        let reclaimed = self.reclaim_round(&seen, &mut demand, real, &plan, snap.now);
+        if reclaimed.replan {
+            plan = accord::plan::plan(&seen, &demand, &seen.policy, snap.now);
+        }
+        r.events.extend(reclaimed.events);
+        r.evictions = reclaimed.evictions;
         r.metrics.planner_seconds = match (self.clock.stopwatch, started) {
             (Some(now), Some(started)) => now().saturating_sub(started).as_secs_f64(),
             _ => 0.0,

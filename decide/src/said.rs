@@ -117,6 +117,69 @@ impl Said {
     }
 }
 
+/// How many unmade observe-mode writes the status keeps.
+const WOULD_WRITE_KEPT: usize = 100;
+
+impl super::Decider {
+    /// Observe mode: keeps what would have been written (the last
+    /// [`WOULD_WRITE_KEPT`]) for the status.
+    pub(super) fn would_write(
+        &mut self,
+        events: Vec<super::Event>,
+        conditions: Vec<super::ConditionWrite>,
+        buffers: Vec<super::buffers::BufferStatusWrite>,
+    ) {
+        for e in events {
+            self.said.would_write.push(accord_api::control::WouldWrite {
+                regarding: e.regarding,
+                what: format!(
+                    "{} event {}: {}",
+                    if e.warning { "Warning" } else { "Normal" },
+                    e.reason,
+                    e.note
+                ),
+            });
+        }
+        for c in conditions {
+            self.said.would_write.push(accord_api::control::WouldWrite {
+                regarding: c.request,
+                what: format!(
+                    "condition {}={}: {}: {}",
+                    c.condition.type_,
+                    if c.condition.status { "True" } else { "False" },
+                    c.condition.reason,
+                    c.condition.message
+                ),
+            });
+        }
+        for b in buffers {
+            let conditions: Vec<String> = b
+                .status
+                .conditions
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={} {}",
+                        c.type_,
+                        if c.status { "True" } else { "False" },
+                        c.reason
+                    )
+                })
+                .collect();
+            self.said.would_write.push(accord_api::control::WouldWrite {
+                regarding: b.buffer,
+                what: format!(
+                    "status replicas {:?}, {}",
+                    b.status.replicas,
+                    conditions.join(", ")
+                ),
+            });
+        }
+        let excess = self.said.would_write.len().saturating_sub(WOULD_WRITE_KEPT);
+        self.said.would_write.drain(..excess);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

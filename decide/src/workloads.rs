@@ -322,41 +322,7 @@ impl Decider {
             round: self.clock.round,
             at: snap.now,
             planner_ms: planner_seconds * 1000.0,
-            nodes: self
-                .fleet
-                .nodes
-                .iter()
-                .map(|n| {
-                    let life = &self.life.nodes[&n.name];
-                    NodeStatus {
-                        name: n.name.clone(),
-                        rack: n.rack.clone(),
-                        stage: life.stage,
-                        since: life.since,
-                        reason: self
-                            .drain_reason(&n.name)
-                            .or_else(|| life.reason.clone())
-                            .map(|r| match self.dark_reason(&n.name, snap) {
-                                Some(d) => format!("{r}; {d}"),
-                                None => r,
-                            }),
-                        pods: snap.pods_per_node.get(&n.name).copied().unwrap_or(0),
-                        gpus: n.gpus.len() as u32,
-                        bmc_on: snap.bmc.get(&n.name).copied(),
-                        model: self.model_source(n),
-                        drift: self
-                            .truth
-                            .declared_drift
-                            .get(&n.name)
-                            .into_iter()
-                            .chain(self.truth.scheduler_drift.get(&n.name))
-                            .flatten()
-                            .cloned()
-                            .collect(),
-                        bios: self.bios_status(n),
-                    }
-                })
-                .collect(),
+            nodes: self.node_statuses(snap),
             workloads,
             cannot_plan: snap
                 .cannot_plan
@@ -402,6 +368,48 @@ impl Decider {
             ),
             boot_times: self.life.boot_times.status(),
         }
+    }
+
+    /// Each node's entry in the status, in the fleet's (name) order: the
+    /// maps of every node are walked beside it, not searched.
+    fn node_statuses(&self, snap: &Snapshot) -> Vec<NodeStatus> {
+        use crate::in_order::in_order;
+        let (mut lives, mut pods) = (in_order(&self.life.nodes), in_order(&snap.pods_per_node));
+        let mut bmc = in_order(&snap.bmc);
+        let mut out = Vec::with_capacity(self.fleet.nodes.len());
+        for n in &self.fleet.nodes {
+            let Some(life) = lives.get(&n.name) else {
+                continue;
+            };
+            out.push(NodeStatus {
+                name: n.name.clone(),
+                rack: n.rack.clone(),
+                stage: life.stage,
+                since: life.since,
+                reason: self
+                    .drain_reason(&n.name)
+                    .or_else(|| life.reason.clone())
+                    .map(|r| match self.dark_reason(&n.name, snap) {
+                        Some(d) => format!("{r}; {d}"),
+                        None => r,
+                    }),
+                pods: pods.get(&n.name).copied().unwrap_or(0),
+                gpus: n.gpus.len() as u32,
+                bmc_on: bmc.get(&n.name).copied(),
+                model: self.model_source(n),
+                drift: self
+                    .truth
+                    .declared_drift
+                    .get(&n.name)
+                    .into_iter()
+                    .chain(self.truth.scheduler_drift.get(&n.name))
+                    .flatten()
+                    .cloned()
+                    .collect(),
+                bios: self.bios_status(n),
+            });
+        }
+        out
     }
 }
 

@@ -292,6 +292,38 @@ pub async fn delete_pod(
     }
 }
 
+/// What asking the API server to evict a pod came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictOutcome {
+    /// Accepted: the pod is deleted with its grace period.
+    Evicted,
+    /// Refused with 429 Too Many Requests: a PodDisruptionBudget does not
+    /// allow it now (or the API server is busy); the message says which.
+    /// A wait, not an error: asked again later.
+    Refused(String),
+    /// No such pod (gone already).
+    NotFound,
+}
+
+/// Evicts a pod through the Eviction API (`POST
+/// /api/v1/namespaces/{ns}/pods/{name}/eviction`, policy/v1): never a
+/// delete, so its PodDisruptionBudgets and grace period hold (kubernetes
+/// `pkg/registry/core/pod/storage/eviction.go`: 429 when a budget does
+/// not allow the disruption).
+pub async fn evict_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<EvictOutcome, kube::Error> {
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    match api.evict(name, &kube::api::EvictParams::default()).await {
+        Ok(_) => Ok(EvictOutcome::Evicted),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(EvictOutcome::NotFound),
+        Err(kube::Error::Api(e)) if e.code == 429 => Ok(EvictOutcome::Refused(e.message)),
+        Err(e) => Err(e),
+    }
+}
+
 pub async fn set_node_label(
     client: &kube::Client,
     node: &str,

@@ -204,8 +204,22 @@ fn run_quietly(
             ..dc.snapshot(t)
         };
         let d = decider.decide(&snap);
-        demand = snap.demand;
+        demand = dc.take_back(snap);
         demand.workloads.extend(deferred);
+
+        // Evicted (a lent reserved node taken back): the job stops and
+        // waits again, as a Job's pod is made anew by its controller.
+        for k in evicted_jobs(&d, &by_key) {
+            let Some(g) = stop(k, &mut running, &mut ends, &mut dc) else {
+                continue;
+            };
+            used_gpus -= g;
+            totals.used_gpu_s += g * t.saturating_sub(started_at(&started_after, jobs, k)) as f64;
+            unbind(&jobs[k].workload, &mut demand.bound);
+            (started_after[k], totals.summary.evictions) = (None, totals.summary.evictions + 1);
+            pending.push(k);
+            demand.workloads.push(jobs[k].workload.clone());
+        }
 
         // The stand-in scheduler binds what the decider shows Placed on
         // nodes that are up.
@@ -258,23 +272,7 @@ fn run_quietly(
         // Effects: what accordd's loop would carry out.
         dc.apply(&d, t, world, &mut totals);
 
-        // What the round leaves.
-        // (Counted: the order of the nodes does not matter.)
-        let stages: Vec<Stage> = decider.lives().map(|(_, l)| l.stage).collect();
-        let pending_gpus: f64 = pending.iter().map(|&k| job_gpus[k]).sum();
-        rounds.push(Sample {
-            t_s: t,
-            pending_gpus: round3(pending_gpus),
-            pending_workloads: pending.len() as u32,
-            nodes: by_stage(&stages),
-            gpus_powered: dc
-                .machines
-                .iter()
-                .filter(|m| m.bmc_on)
-                .map(|m| m.gpus)
-                .sum(),
-            gpus_used: round3(used_gpus.max(0.0)),
-        });
+        rounds.push(sample(t, &pending, &job_gpus, &decider, &dc, used_gpus));
         if arrived && capacity > 0 {
             allocation.push(AllocationPoint {
                 arrived: round3(arrived_gpus / capacity as f64),
@@ -385,6 +383,67 @@ fn defer_past_round_limit(workloads: &mut Vec<Workload>, max: u64) -> Vec<Worklo
     }
     *workloads = kept;
     deferred
+}
+
+/// What the round leaves (counted: the order of the nodes does not
+/// matter).
+fn sample(
+    t: u64,
+    pending: &[usize],
+    job_gpus: &[f64],
+    decider: &Decider,
+    dc: &Datacenter,
+    used_gpus: f64,
+) -> Sample {
+    let stages: Vec<Stage> = decider.lives().map(|(_, l)| l.stage).collect();
+    let pending_gpus: f64 = pending.iter().map(|&k| job_gpus[k]).sum();
+    Sample {
+        t_s: t,
+        pending_gpus: round3(pending_gpus),
+        pending_workloads: pending.len() as u32,
+        nodes: by_stage(&stages),
+        gpus_powered: (dc.machines.iter().filter(|m| m.bmc_on))
+            .map(|m| m.gpus)
+            .sum(),
+        gpus_used: round3(used_gpus.max(0.0)),
+    }
+}
+
+/// The jobs a decision evicts a pod of (bound pods are named
+/// `workload/pod`), each once.
+fn evicted_jobs(d: &accord_decide::Decision, by_key: &HashMap<String, usize>) -> BTreeSet<usize> {
+    d.evictions
+        .iter()
+        .filter_map(|e| {
+            let workload = e.pod.split_once('/').map_or(e.pod.as_str(), |(w, _)| w);
+            by_key.get(&format!("{}/{workload}", e.namespace)).copied()
+        })
+        .collect()
+}
+
+/// Job `k` stops running (its nodes freed, its end dropped); its GPUs.
+fn stop(
+    k: usize,
+    running: &mut BTreeMap<usize, Running>,
+    ends: &mut BTreeSet<(u64, usize)>,
+    dc: &mut Datacenter,
+) -> Option<f64> {
+    let r = running.remove(&k)?;
+    for &i in &r.nodes {
+        dc.machines[i].pods = dc.machines[i].pods.saturating_sub(1);
+    }
+    if let Some(end) = r.end {
+        ends.remove(&(end, k));
+    }
+    Some(r.gpus)
+}
+
+/// The pods of workload `w` leave the bound pods.
+fn unbind(w: &Workload, bound: &mut Vec<BoundPod>) {
+    bound.retain(|p| {
+        let workload = p.name.split_once('/').map_or(p.name.as_str(), |(n, _)| n);
+        !(p.namespace == w.namespace && workload == w.name)
+    });
 }
 
 fn started_at(started_after: &[Option<u64>], jobs: &[crate::trace::Job], k: usize) -> u64 {

@@ -90,6 +90,10 @@ pub struct Summary {
     pub gpu_hours_wasted: f64,
     /// From each node's profile `power_kw` while its BMC shows On.
     pub energy_kwh: f64,
+    /// Running workloads evicted (a lent reserved node taken back by its
+    /// owner) and started again later.
+    #[serde(default)]
+    pub evictions: u64,
 }
 
 /// The fleet at one moment.

@@ -129,7 +129,7 @@ impl Planner<'_> {
             return Err("workload has no pods".into());
         }
         if let Some(t) = &w.topology {
-            if !self.levels.contains_key(&t.level) {
+            if self.level(&t.level).is_none() {
                 return Err(format!(
                     "topology level {:?} is not configured on any node",
                     t.level

@@ -63,7 +63,7 @@ impl Planner<'_> {
             };
         };
         let level = topology.level.as_str();
-        let Some(index) = self.levels.get(level).cloned() else {
+        let Some(index) = self.level(level) else {
             return Err(format!("no usable node has a {level}"));
         };
         let names = &index.names;

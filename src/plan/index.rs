@@ -184,42 +184,41 @@ pub(super) struct LevelIndex {
     pub(super) of_node: Vec<Option<usize>>,
 }
 
+/// The domains of `level`, in `static_order` within each; `None` where no
+/// node has the level. Built the first time a gang asks for the level in
+/// a plan (most rounds ask for one level, or none).
 pub(super) fn level_index(
     nodes: &[Cow<'_, Node>],
     static_order: &[usize],
-) -> BTreeMap<String, std::rc::Rc<LevelIndex>> {
-    // Hashed while collecting (tens of thousands of lookups), sorted once
-    // after: the ids follow the sorted names, never the hash order.
-    let mut values: BTreeMap<&str, FnvMap<&str, ()>> = BTreeMap::new();
+    level: &str,
+) -> Option<LevelIndex> {
+    // Hashed while collecting (thousands of lookups), sorted once after:
+    // the ids follow the sorted names, never the hash order.
+    let mut seen: FnvMap<&str, ()> = FnvMap::default();
     for n in nodes {
-        for (level, v) in &n.domains {
-            values.entry(level).or_default().insert(v, ());
+        if let Some(v) = n.domains.get(level) {
+            seen.insert(v, ());
         }
     }
-    values
-        .into_iter()
-        .map(|(level, seen)| {
-            let mut names: Vec<&str> = seen.keys().copied().collect();
-            names.sort_unstable();
-            let id: FnvMap<&str, usize> = names.iter().enumerate().map(|(d, v)| (*v, d)).collect();
-            let mut members = vec![Vec::new(); names.len()];
-            let mut of_node = vec![None; nodes.len()];
-            for &i in static_order {
-                if let Some(&d) = nodes[i].domains.get(level).and_then(|v| id.get(v.as_str())) {
-                    members[d].push(i);
-                    of_node[i] = Some(d);
-                }
-            }
-            (
-                level.to_owned(),
-                std::rc::Rc::new(LevelIndex {
-                    names: names.into_iter().map(str::to_owned).collect(),
-                    members,
-                    of_node,
-                }),
-            )
-        })
-        .collect()
+    if seen.is_empty() {
+        return None;
+    }
+    let mut names: Vec<&str> = seen.keys().copied().collect();
+    names.sort_unstable();
+    let id: FnvMap<&str, usize> = names.iter().enumerate().map(|(d, v)| (*v, d)).collect();
+    let mut members = vec![Vec::new(); names.len()];
+    let mut of_node = vec![None; nodes.len()];
+    for &i in static_order {
+        if let Some(&d) = nodes[i].domains.get(level).and_then(|v| id.get(v.as_str())) {
+            members[d].push(i);
+            of_node[i] = Some(d);
+        }
+    }
+    Some(LevelIndex {
+        names: names.into_iter().map(str::to_owned).collect(),
+        members,
+        of_node,
+    })
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ mod relations;
 mod render;
 
 pub use filter::filter_nodes;
-use index::{level_index, DomainStats, LevelIndex, PodsPer, Slots, StatsCache, TooSmall, UpIndex};
+use index::{DomainStats, LevelIndex, PodsPer, Slots, StatsCache, TooSmall, UpIndex};
 pub use render::render;
 
 use std::borrow::Cow;
@@ -247,7 +247,9 @@ struct Planner<'f> {
     /// Reservations whose owners have nothing bound or pending on them.
     idle_reservations: BTreeSet<usize>,
     /// Per topology level: its domains and their nodes.
-    levels: BTreeMap<String, std::rc::Rc<LevelIndex>>,
+    /// Per topology level asked for so far: its domains (`None`: no node
+    /// has it). See [`Planner::level`].
+    levels: BTreeMap<String, Option<std::rc::Rc<LevelIndex>>>,
     /// Per node: index into `rack_names`.
     rack_of: Vec<Option<usize>>,
     rack_names: Vec<String>,
@@ -362,6 +364,47 @@ fn plugin_device(node: &Node, id: &str) -> Option<usize> {
     })
 }
 
+/// The device classes (built in, then the demand's), their selectors
+/// compiled. They are read only by the claims of the pods to place
+/// (`Planner::pods`): a round with none compiles nothing.
+fn device_classes(demand: &Demand, cel: &mut CelEngine) -> BTreeMap<String, Vec<usize>> {
+    let mut classes = BTreeMap::new();
+    let claims = (demand.workloads.iter())
+        .flat_map(|w| &w.pod_sets)
+        .any(|s| !s.pod.claims.is_empty());
+    if !claims {
+        return classes;
+    }
+    let mut declared = demand.device_classes.clone();
+    declared.sort_by(|a, b| (&a.name, &a.selectors).cmp(&(&b.name, &b.selectors)));
+    for class in builtin_classes().into_iter().chain(declared) {
+        let ids: Vec<usize> = class.selectors.iter().map(|s| cel.id(s)).collect();
+        classes.entry(class.name).or_insert(ids);
+    }
+    classes
+}
+
+/// Each node's rack, as an index into `rack_names` (sorted). Nodes in
+/// name order sit mostly rack by rack: the last rack found is tried
+/// before a search.
+fn racks_of(nodes: &[Cow<'_, Node>], rack_names: &[String]) -> Vec<Option<usize>> {
+    let mut last: Option<(&str, usize)> = None;
+    nodes
+        .iter()
+        .map(|n| {
+            let r = n.rack.as_deref()?;
+            match last {
+                Some((name, k)) if name == r => Some(k),
+                _ => {
+                    let k = rack_names.binary_search_by(|x| x.as_str().cmp(r)).ok()?;
+                    last = Some((&rack_names[k], k));
+                    Some(k)
+                }
+            }
+        })
+        .collect()
+}
+
 fn count_free_gpus(node: &Node, used: &NodeUse) -> usize {
     node.devices
         .iter()
@@ -391,13 +434,7 @@ impl<'f> Planner<'f> {
             }
         }
         let mut cel = CelEngine::default();
-        let mut classes = BTreeMap::new();
-        let mut declared = demand.device_classes.clone();
-        declared.sort_by(|a, b| (&a.name, &a.selectors).cmp(&(&b.name, &b.selectors)));
-        for class in builtin_classes().into_iter().chain(declared) {
-            let ids: Vec<usize> = class.selectors.iter().map(|s| cel.id(s)).collect();
-            classes.entry(class.name).or_insert(ids);
-        }
+        let classes = device_classes(demand, &mut cel);
         let prints = nodes
             .iter()
             .map(|n| match n {
@@ -419,14 +456,7 @@ impl<'f> Planner<'f> {
             .collect();
         let up = nodes.iter().map(|n| n.is_up()).collect();
         let rack_names: Vec<String> = fleet.racks.keys().cloned().collect();
-        let rack_of: Vec<Option<usize>> = nodes
-            .iter()
-            .map(|n| {
-                n.rack
-                    .as_ref()
-                    .and_then(|r| rack_names.binary_search(r).ok())
-            })
-            .collect();
+        let rack_of = racks_of(&nodes, &rack_names);
         let mut rack_up_kw = vec![0.0; rack_names.len()];
         let mut rack_up_nodes = vec![0; rack_names.len()];
         let mut rack_in_flight = vec![0; rack_names.len()];
@@ -454,7 +484,7 @@ impl<'f> Planner<'f> {
         static_order.sort_by_key(|&i| ((nodes[i].power_kw * 1000.0) as u64, boot(i), i));
         let mut planner = Planner {
             planned_on: vec![false; nodes.len()],
-            levels: level_index(&nodes, &static_order),
+            levels: BTreeMap::new(),
             rack_budget_kw: rack_names
                 .iter()
                 .map(|r| fleet.racks[r].power_budget_kw)
@@ -517,6 +547,17 @@ impl<'f> Planner<'f> {
             }
         }
         planner
+    }
+
+    /// The domains of topology `level` (built on first ask).
+    fn level(&mut self, level: &str) -> Option<std::rc::Rc<LevelIndex>> {
+        if let Some(index) = self.levels.get(level) {
+            return index.clone();
+        }
+        let index =
+            index::level_index(&self.nodes, &self.static_order, level).map(std::rc::Rc::new);
+        self.levels.insert(level.to_owned(), index.clone());
+        index
     }
 
     /// Node `i`'s free whole GPUs changed (its use or devices did).

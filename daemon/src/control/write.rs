@@ -42,6 +42,9 @@ pub struct Writes {
     /// (node, configuration): mig-manager failed there; its reason is read
     /// from its log and said in an event.
     pub mig_manager_failed: Vec<(String, String)>,
+    /// Pods to evict through the Eviction API (borrowers of reserved
+    /// nodes their owner takes back).
+    pub evictions: Vec<accord_decide::Eviction>,
 }
 
 /// mig-parted configurations by name.
@@ -59,6 +62,7 @@ impl Writes {
             && self.deletes.is_empty()
             && self.pod_deletes.is_empty()
             && self.mig_manager_failed.is_empty()
+            && self.evictions.is_empty()
     }
 }
 
@@ -261,20 +265,16 @@ async fn write(
             ),
         }
     }
-    for (ns, name) in &w.pod_deletes {
-        if !may_write() {
-            return;
-        }
-        match accord_kube::write::delete_pod(kube, ns, name).await {
-            Ok(outcome) => {
-                tracing::info!(pod = %format!("{ns}/{name}"), ?outcome, "validator pod deleted (its DaemonSet starts it again)")
-            }
-            // Best effort, as mig-manager's own: the repartition goes on.
-            Err(err) => warn_once(
-                format!("delete pod {ns}/{name} {err}"),
-                format!("Pod {ns}/{name}: cannot delete it: {err}"),
-            ),
-        }
+    if !pod_writes(
+        kube,
+        &w.pod_deletes,
+        &w.evictions,
+        &may_write,
+        &mut warn_once,
+    )
+    .await
+    {
+        return;
     }
     let mut events = w.events;
     for (node, config) in &w.mig_manager_failed {
@@ -350,6 +350,53 @@ async fn write(
 /// The event saying why mig-manager failed `config` on `node`: the reason
 /// its log gives ([`accord_kube::write::mig_manager_error`]), or why that
 /// could not be read. Logged too.
+/// Pods deleted (validator pods around a repartition) and evicted
+/// (borrowers of reserved nodes taken back); false when leadership was
+/// lost on the way (nothing more is written).
+async fn pod_writes(
+    kube: &kube::Client,
+    pod_deletes: &[(String, String)],
+    evictions: &[accord_decide::Eviction],
+    may_write: &impl Fn() -> bool,
+    warn_once: &mut impl FnMut(String, String),
+) -> bool {
+    for (ns, name) in pod_deletes {
+        if !may_write() {
+            return false;
+        }
+        match accord_kube::write::delete_pod(kube, ns, name).await {
+            Ok(outcome) => {
+                tracing::info!(pod = %format!("{ns}/{name}"), ?outcome, "validator pod deleted (its DaemonSet starts it again)")
+            }
+            // Best effort, as mig-manager's own: the repartition goes on.
+            Err(err) => warn_once(
+                format!("delete pod {ns}/{name} {err}"),
+                format!("Pod {ns}/{name}: cannot delete it: {err}"),
+            ),
+        }
+    }
+    for e in evictions {
+        if !may_write() {
+            return false;
+        }
+        let pod = format!("{}/{}", e.namespace, e.pod);
+        match accord_kube::write::evict_pod(kube, &e.namespace, &e.pod).await {
+            Ok(accord_kube::write::EvictOutcome::Refused(why)) => {
+                // A budget's answer: the decider asks again.
+                tracing::info!(pod = %pod, node = %e.node, reason = %why, "eviction refused for now")
+            }
+            Ok(outcome) => {
+                tracing::info!(pod = %pod, node = %e.node, ?outcome, why = %e.reason, "pod evicted")
+            }
+            Err(err) => warn_once(
+                format!("evict {pod} {err}"),
+                format!("Pod {pod}: cannot evict it: {err}"),
+            ),
+        }
+    }
+    true
+}
+
 async fn mig_manager_failure(kube: &kube::Client, node: &str, config: &str) -> Event {
     let read = tokio::time::timeout(
         Duration::from_secs(10),

@@ -16,6 +16,7 @@ mod lab_ha;
 mod lab_health;
 mod lab_mig;
 mod lab_queues;
+mod lab_reclaim;
 mod lab_relations;
 mod lab_truth;
 mod lab_upstream;

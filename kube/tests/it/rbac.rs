@@ -85,6 +85,11 @@ fn rbac_covers_every_watch_and_write_and_nothing_more() {
     // dark_nodes::delete_node.
     assert!(g[&("".into(), "nodes".into())].contains("delete"));
     assert!(g[&("events.k8s.io".into(), "events".into())].contains("create"));
+    // write::evict_pod: the Eviction API, create only.
+    assert_eq!(
+        g[&("".into(), "pods/eviction".into())],
+        ["create".to_owned()].into_iter().collect()
+    );
     assert!(g[&(
         "autoscaling.x-k8s.io".into(),
         "provisioningrequests/status".into()
@@ -95,7 +100,7 @@ fn rbac_covers_every_watch_and_write_and_nothing_more() {
         "capacitybuffers/status".into()
     )]
         .contains("patch"));
-    // Nothing else writes: no verb beyond reading except those four.
+    // Nothing else writes: no verb beyond reading except those five.
     let writes: BTreeSet<(String, String)> = g
         .iter()
         .filter(|(_, verbs)| verbs.iter().any(|v| !read.contains(&v.as_str())))
@@ -105,6 +110,7 @@ fn rbac_covers_every_watch_and_write_and_nothing_more() {
         writes,
         [
             ("".to_owned(), "nodes".to_owned()),
+            ("".to_owned(), "pods/eviction".to_owned()),
             (
                 "autoscaling.x-k8s.io".to_owned(),
                 "capacitybuffers/status".to_owned()

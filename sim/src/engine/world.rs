@@ -65,6 +65,22 @@ pub(super) struct Datacenter {
     reports: BTreeMap<String, NodeHardware>,
     intents: u64,
     rng: SplitMix,
+    /// What the last snapshot observed of the machines, kept between
+    /// rounds and patched in place (rebuilding five maps of every node's
+    /// name each round was an eighth of a simulated day).
+    observed: Observed,
+    /// Machine indices in name order: the observed maps' order.
+    by_name: Vec<usize>,
+}
+
+/// The per-machine maps of a [`Snapshot`].
+#[derive(Default)]
+struct Observed {
+    bmc: BTreeMap<String, bool>,
+    kube_ready: BTreeMap<String, bool>,
+    pods_per_node: BTreeMap<String, u32>,
+    agents: BTreeMap<String, u64>,
+    agent_reports: BTreeMap<String, u64>,
 }
 
 impl Datacenter {
@@ -97,9 +113,13 @@ impl Datacenter {
             .enumerate()
             .map(|(i, m)| (m.name.clone(), i))
             .collect();
+        let mut by_name: Vec<usize> = (0..machines.len()).collect();
+        by_name.sort_by(|&a, &b| machines[a].name.cmp(&machines[b].name));
         Datacenter {
             machines,
             index,
+            observed: Observed::default(),
+            by_name,
             commands: BTreeMap::new(),
             generation: 0,
             executed: Vec::new(),
@@ -174,27 +194,78 @@ impl Datacenter {
         }
     }
 
-    /// What accordd's *observe* would gather now (demand aside).
+    /// What accordd's *observe* would gather now (demand aside). Give
+    /// the snapshot back with [`Datacenter::take_back`] after the round.
     pub fn snapshot(&mut self, t: u64) -> Snapshot {
-        let mut snap = Snapshot {
+        let mut o = std::mem::take(&mut self.observed);
+        self.observe(&mut o, t);
+        Snapshot {
             now: t,
             mono: Duration::from_secs(t),
             executed: std::mem::take(&mut self.executed),
             bios_reads: std::mem::take(&mut self.bios_reads),
             reports: std::mem::take(&mut self.reports),
             commands: self.commands.values().cloned().collect(),
+            bmc: o.bmc,
+            kube_ready: o.kube_ready,
+            pods_per_node: o.pods_per_node,
+            agents: o.agents,
+            agent_reports: o.agent_reports,
             ..Snapshot::default()
-        };
-        for m in &self.machines {
-            snap.bmc.insert(m.name.clone(), m.bmc_on);
-            snap.kube_ready.insert(m.name.clone(), m.ready(t));
-            snap.pods_per_node.insert(m.name.clone(), m.pods);
-            if m.agent_up(t) {
-                snap.agents.insert(m.name.clone(), t);
-                snap.agent_reports.insert(m.name.clone(), m.agent_up_at);
-            }
         }
-        snap
+    }
+
+    /// Keeps the observed maps of `snap` for the next round; its demand
+    /// back to the caller.
+    pub fn take_back(&mut self, snap: Snapshot) -> accord::demand::Demand {
+        self.observed = Observed {
+            bmc: snap.bmc,
+            kube_ready: snap.kube_ready,
+            pods_per_node: snap.pods_per_node,
+            agents: snap.agents,
+            agent_reports: snap.agent_reports,
+        };
+        snap.demand
+    }
+
+    /// `o` as the machines are at `t`: values patched in place where the
+    /// maps hold the names they should, rebuilt where not (the first
+    /// round; an agent come up or gone).
+    fn observe(&self, o: &mut Observed, t: u64) {
+        let in_order = || self.by_name.iter().map(|&i| &self.machines[i]);
+        let all_known = o.bmc.len() == self.machines.len()
+            && o.kube_ready.len() == self.machines.len()
+            && o.pods_per_node.len() == self.machines.len();
+        if all_known {
+            let maps = o.bmc.iter_mut().zip(o.kube_ready.values_mut());
+            let maps = maps.zip(o.pods_per_node.values_mut());
+            for (m, (((name, bmc), ready), pods)) in in_order().zip(maps) {
+                debug_assert_eq!(name, &m.name);
+                *bmc = m.bmc_on;
+                *ready = m.ready(t);
+                *pods = m.pods;
+            }
+        } else {
+            o.bmc = in_order().map(|m| (m.name.clone(), m.bmc_on)).collect();
+            o.kube_ready = in_order().map(|m| (m.name.clone(), m.ready(t))).collect();
+            o.pods_per_node = in_order().map(|m| (m.name.clone(), m.pods)).collect();
+        }
+        let up = || in_order().filter(|m| m.agent_up(t));
+        let same_agents = up().count() == o.agents.len()
+            && o.agents.len() == o.agent_reports.len()
+            && up().zip(o.agents.keys()).all(|(m, name)| m.name == *name);
+        if same_agents {
+            for ((m, seen), report) in up()
+                .zip(o.agents.values_mut())
+                .zip(o.agent_reports.values_mut())
+            {
+                *seen = t;
+                *report = m.agent_up_at;
+            }
+        } else {
+            o.agents = up().map(|m| (m.name.clone(), t)).collect();
+            o.agent_reports = up().map(|m| (m.name.clone(), m.agent_up_at)).collect();
+        }
     }
 
     /// Carries out what the decision sends: power actions (counted),
@@ -214,8 +285,10 @@ impl Datacenter {
             buffer_status: _,
             publish: _,
             dark: _,
-            // Read by `engine` for what binds and when to look again.
+            // Read by `engine` for what binds and when to look again,
+            // and which running jobs stop (the pods evicted).
             status: _,
+            evictions: _,
             transitional: _,
             // accordd's store and metrics: the decider's own memory
             // carries the simulation from round to round.

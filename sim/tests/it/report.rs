@@ -42,6 +42,7 @@ fn summary(scale: f64) -> Summary {
         gpu_hours_used: 6543.21,
         gpu_hours_wasted: 9876.54 * scale - 6543.21,
         energy_kwh: 31_234.5 * scale,
+        evictions: 2,
     }
 }
 
@@ -259,6 +260,7 @@ fn policies_without_data_render_without_nan() {
             gpu_hours_used: 0.0,
             gpu_hours_wasted: 0.0,
             energy_kwh: 0.0,
+            evictions: 0,
         };
     }
     let html = render_html(&figures);

@@ -33,6 +33,7 @@ impl Controller {
             admin_replies,
             requested,
             dark,
+            evictions,
         } = d;
         let _ = transitional_tx.send(transitional);
         let round_at = status.at;
@@ -100,6 +101,7 @@ impl Controller {
                 deletes: if kept_ok { dark.deletes } else { Vec::new() },
                 pod_deletes: commands.delete_pods,
                 mig_manager_failed: commands.mig_manager_failed,
+                evictions,
             })
             .await;
         shared.metrics.record_round(&metrics);

@@ -24,23 +24,56 @@ use accord_lab::{Lab, LabOptions, Scenario};
 static WORLD_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(WORLDS_AT_ONCE);
 const WORLDS_AT_ONCE: usize = 2;
 
-/// Held for the whole of a world; dropping it lets the next one start.
-pub type WorldSlot = tokio::sync::SemaphorePermit<'static>;
+/// Held for the whole of a world; dropping it lets the next one start,
+/// and says on stderr (past libtest's capture: CI's log shows it) how
+/// long the world took and waited, so the slow ones are named.
+pub struct WorldSlot {
+    _permit: tokio::sync::SemaphorePermit<'static>,
+    name: String,
+    asked: std::time::Instant,
+    started: std::time::Instant,
+}
+
+impl WorldSlot {
+    async fn take(slots: u32) -> WorldSlot {
+        let asked = std::time::Instant::now();
+        let permit = WORLD_SLOTS
+            .acquire_many(slots)
+            .await
+            .expect("the world slots are never closed");
+        WorldSlot {
+            _permit: permit,
+            name: std::thread::current()
+                .name()
+                .unwrap_or("a world")
+                .to_owned(),
+            asked,
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Drop for WorldSlot {
+    fn drop(&mut self) {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "world {}: {:.1} s (waited {:.1} s for the machine)",
+            self.name,
+            self.started.elapsed().as_secs_f64(),
+            self.started.duration_since(self.asked).as_secs_f64()
+        );
+    }
+}
 
 /// A world that shares the machine with one other.
 pub async fn shared_world() -> WorldSlot {
-    WORLD_SLOTS
-        .acquire()
-        .await
-        .expect("the world slots are never closed")
+    WorldSlot::take(1).await
 }
 
 /// A world that has the machine alone.
 pub async fn world_alone() -> WorldSlot {
-    WORLD_SLOTS
-        .acquire_many(WORLDS_AT_ONCE as u32)
-        .await
-        .expect("the world slots are never closed")
+    WorldSlot::take(WORLDS_AT_ONCE as u32).await
 }
 
 pub const CONTROL: &str = r#"
