@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use accord_api::text::render_explain;
 
-use crate::lab::wait_condition;
+use super::lab::wait_condition;
 use crate::support;
 use support::lab::*;
 

@@ -19,8 +19,8 @@ use accord_lab::{Lab, LabOptions, Scenario};
 /// 0.54 of CI's two cores on average running two at once (`time`: 6m54s
 /// of CPU in 12m52s), so three together take little more than one; every
 /// wait has a deadline several times what it takes on an idle machine.
-/// libtest must run as many tests at once (`scripts/test`:
-/// `--test-threads=3`; with fewer, fewer run). A world that asserts how
+/// libtest must run as many tests at once (`scripts/test` runs this
+/// binary alone with `--test-threads=3`; with fewer, fewer run). A world that asserts how
 /// long something took against a tight bound (a Lease handover within a
 /// retry period) or needs its kubelets' heartbeats on time (a zone that
 /// must stay Normal) has the machine alone.
